@@ -1,0 +1,79 @@
+//! Session settings that are ours (rustls configs carry the TLS ones).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use crate::record::cipher::DEFAULT_KEY_UPDATE_RECORDS;
+use crate::record::MAX_PLAINTEXT;
+
+/// Fills a buffer with cryptographically secure random bytes. Injected so that tests are
+/// deterministic and the core never reaches for a global source itself.
+pub type RandomSource = Arc<dyn Fn(&mut [u8]) + Send + Sync>;
+
+/// The operating system's CSPRNG (through aws-lc-rs).
+pub fn system_random() -> RandomSource {
+    Arc::new(|buf: &mut [u8]| {
+        use aws_lc_rs::rand::SecureRandom;
+        // SystemRandom fails only if the OS has no entropy source at all; zeroed tokens would
+        // be guessable, so this is the one place where we prefer to stop.
+        #[allow(clippy::expect_used)]
+        aws_lc_rs::rand::SystemRandom::new()
+            .fill(buf)
+            .expect("operating system random source failed");
+    })
+}
+
+/// Tunables of a TCPLS session. `Default` gives the documented defaults.
+#[derive(Clone)]
+pub struct SessionConfig {
+    /// Largest record plaintext we send (PROTOCOL.md §2): 16 KiB by default; ~1400 bytes
+    /// smooths reordering when one stream is spread over several paths.
+    pub record_size: usize,
+    /// How far a stream's receive window extends beyond what the application has read.
+    pub stream_receive_window: u64,
+    /// Bytes the application may queue on one stream before writes block.
+    pub stream_send_buffer: usize,
+    /// Peer-opened streams open at once; more are refused with Stream Reset code 0x1.
+    pub max_concurrent_streams: usize,
+    /// New Token frames a server hands out on the initial connection.
+    pub tokens: u32,
+    /// Extra server addresses announced with New Address.
+    pub advertise: Vec<SocketAddr>,
+    /// Records sealed under one key before KeyUpdate.
+    pub key_update_records: u64,
+    /// Sealed bytes kept ready per connection before the packetizer waits for the socket.
+    /// Small values decide later what to send (late multiplexing); large ones need fewer wakeups.
+    pub transmit_high_water: usize,
+    pub random: RandomSource,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        Self {
+            record_size: MAX_PLAINTEXT,
+            stream_receive_window: 16 << 20,
+            stream_send_buffer: 4 << 20,
+            max_concurrent_streams: 4096,
+            tokens: 4,
+            advertise: Vec::new(),
+            key_update_records: DEFAULT_KEY_UPDATE_RECORDS,
+            transmit_high_water: 512 << 10,
+            random: system_random(),
+        }
+    }
+}
+
+impl std::fmt::Debug for SessionConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionConfig")
+            .field("record_size", &self.record_size)
+            .field("stream_receive_window", &self.stream_receive_window)
+            .field("stream_send_buffer", &self.stream_send_buffer)
+            .field("max_concurrent_streams", &self.max_concurrent_streams)
+            .field("tokens", &self.tokens)
+            .field("advertise", &self.advertise)
+            .field("key_update_records", &self.key_update_records)
+            .field("transmit_high_water", &self.transmit_high_water)
+            .finish_non_exhaustive()
+    }
+}

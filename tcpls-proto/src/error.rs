@@ -1,0 +1,140 @@
+//! Errors of the TCPLS core, and the TLS alert each one is reported with.
+//!
+//! Every failure caused by bytes from the network becomes a [`TransportError`]: the connection
+//! that carried the bytes sends the matching fatal alert and closes. Nothing here panics.
+
+use std::fmt;
+
+/// TLS alert descriptions (RFC 8446 §6) that TCPLS uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum AlertCode {
+    CloseNotify = 0,
+    UnexpectedMessage = 10,
+    BadRecordMac = 20,
+    RecordOverflow = 22,
+    HandshakeFailure = 40,
+    IllegalParameter = 47,
+    DecodeError = 50,
+    InternalError = 80,
+    NoApplicationProtocol = 120,
+}
+
+impl AlertCode {
+    /// Maps a received description byte; unknown ones are kept as raw values by the caller.
+    pub fn from_u8(b: u8) -> Option<Self> {
+        Some(match b {
+            0 => Self::CloseNotify,
+            10 => Self::UnexpectedMessage,
+            20 => Self::BadRecordMac,
+            22 => Self::RecordOverflow,
+            40 => Self::HandshakeFailure,
+            47 => Self::IllegalParameter,
+            50 => Self::DecodeError,
+            80 => Self::InternalError,
+            120 => Self::NoApplicationProtocol,
+            _ => return None,
+        })
+    }
+}
+
+/// A fatal error detected locally on one TCP connection: we send `alert`, then close it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransportError {
+    pub alert: AlertCode,
+    pub reason: String,
+}
+
+impl TransportError {
+    pub fn new(alert: AlertCode, reason: impl Into<String>) -> Self {
+        Self { alert, reason: reason.into() }
+    }
+    pub fn decode(reason: impl Into<String>) -> Self {
+        Self::new(AlertCode::DecodeError, reason)
+    }
+    pub fn unexpected(reason: impl Into<String>) -> Self {
+        Self::new(AlertCode::UnexpectedMessage, reason)
+    }
+    pub fn illegal(reason: impl Into<String>) -> Self {
+        Self::new(AlertCode::IllegalParameter, reason)
+    }
+    pub fn internal(reason: impl Into<String>) -> Self {
+        Self::new(AlertCode::InternalError, reason)
+    }
+}
+
+impl fmt::Display for TransportError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (alert {:?})", self.reason, self.alert)
+    }
+}
+
+/// Why a connection or a session ended abnormally.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Error {
+    /// We detected a protocol violation and sent a fatal alert.
+    Local(TransportError),
+    /// The peer sent a fatal alert (raw description byte).
+    PeerAlert(u8),
+    /// The TLS handshake failed inside rustls.
+    Tls(rustls::Error),
+    /// The TCP connection ended (EOF or socket error) without a close_notify.
+    ConnectionLost(String),
+    /// The session was closed by the application; the operation is no longer possible.
+    SessionClosed,
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Local(e) => write!(f, "protocol error: {e}"),
+            Error::PeerAlert(d) => match AlertCode::from_u8(*d) {
+                Some(a) => write!(f, "peer sent fatal alert {a:?} ({d})"),
+                None => write!(f, "peer sent fatal alert {d}"),
+            },
+            Error::Tls(e) => write!(f, "TLS handshake failed: {e}"),
+            Error::ConnectionLost(why) => write!(f, "connection lost: {why}"),
+            Error::SessionClosed => f.write_str("session closed"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<TransportError> for Error {
+    fn from(e: TransportError) -> Self {
+        Error::Local(e)
+    }
+}
+
+/// Errors of stream operations called by the application.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamError {
+    /// No such stream (never opened, or already fully closed and forgotten).
+    UnknownStream(u32),
+    /// The peer reset the stream with this error code.
+    Reset(u32),
+    /// The write side was already finished or reset.
+    Finished,
+    /// The session is closed or failed.
+    SessionClosed,
+    /// The local limit on concurrent streams is reached.
+    TooManyStreams,
+    /// A fallback (plain TLS) session has exactly one stream.
+    Fallback,
+}
+
+impl fmt::Display for StreamError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StreamError::UnknownStream(id) => write!(f, "unknown stream {id}"),
+            StreamError::Reset(code) => write!(f, "stream reset by peer (code {code:#x})"),
+            StreamError::Finished => f.write_str("stream already finished"),
+            StreamError::SessionClosed => f.write_str("session closed"),
+            StreamError::TooManyStreams => f.write_str("too many concurrent streams"),
+            StreamError::Fallback => f.write_str("plain TLS fallback session has only stream 0"),
+        }
+    }
+}
+
+impl std::error::Error for StreamError {}

@@ -1,0 +1,303 @@
+//! One TCP connection of a session: its handshake, record layer and byte buffers.
+//!
+//! A connection knows nothing of streams. It turns received bytes into decrypted record
+//! plaintexts (handed to the session as [`Inbound`]) and seals what the session gives it.
+
+use std::net::SocketAddr;
+
+use crate::error::{AlertCode, Error, TransportError};
+use crate::event::ConnId;
+use crate::record::{next_record, RecordKey, RxBuf, TxBuf, CT_ALERT, CT_APPLICATION_DATA, CT_HANDSHAKE, HS_KEY_UPDATE, HS_NEW_SESSION_TICKET};
+use crate::tls::{FallbackTls, Handshake, HandshakeInfo, HandshakeOutcome, Kernel, Progress};
+
+/// Our record layer on an established TCPLS connection.
+#[derive(Debug)]
+pub(crate) struct RecordLayer {
+    pub(crate) tx: RecordKey,
+    pub(crate) rx: RecordKey,
+    kernel: Kernel,
+    /// Sequence number at which the current sending key was installed.
+    tx_key_since: u64,
+    pub(crate) key_updates_sent: u64,
+    pub(crate) key_updates_received: u64,
+}
+
+#[derive(Debug)]
+pub(crate) enum ConnState {
+    Handshaking(Handshake, crate::tls::handshake_exposed::Exposed),
+    Tcpls(RecordLayer),
+    Fallback(FallbackTls),
+    /// A fatal alert is queued or the socket failed: only flushing remains.
+    Failed,
+}
+
+/// Per-connection counters, reported by `tcpls perf`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ConnStats {
+    pub bytes_received: u64,
+    pub bytes_sent: u64,
+    pub records_received: u64,
+    pub records_sent: u64,
+}
+
+#[derive(Debug)]
+pub(crate) struct Connection {
+    pub(crate) id: ConnId,
+    pub(crate) state: ConnState,
+    pub(crate) rx: RxBuf,
+    pub(crate) tx: TxBuf,
+    pub(crate) info: Option<HandshakeInfo>,
+    pub(crate) stats: ConnStats,
+    pub(crate) local: Option<SocketAddr>,
+    pub(crate) remote: Option<SocketAddr>,
+    pub(crate) close_sent: bool,
+    pub(crate) close_received: bool,
+    /// The socket reached EOF or failed, or we gave up on the connection.
+    pub(crate) dead: bool,
+    /// Set once the close was reported to the application.
+    pub(crate) reported: bool,
+    pub(crate) error: Option<Error>,
+    /// Records decrypted on this connection (for ACK frames; the next expected sequence).
+    pub(crate) records_opened: u64,
+}
+
+/// A decrypted record handed to the session.
+pub(crate) enum Inbound<'a> {
+    /// TCPLS frames (inner content type 23).
+    Frames(&'a [u8]),
+    /// Application bytes of a plain-TLS (fallback) connection.
+    PlainData(&'a [u8]),
+}
+
+impl Connection {
+    pub(crate) fn new(id: ConnId, handshake: Handshake) -> Self {
+        Self {
+            id,
+            state: ConnState::Handshaking(handshake, Default::default()),
+            rx: RxBuf::default(),
+            tx: TxBuf::default(),
+            info: None,
+            stats: ConnStats::default(),
+            local: None,
+            remote: None,
+            close_sent: false,
+            close_received: false,
+            dead: false,
+            reported: false,
+            error: None,
+            records_opened: 0,
+        }
+    }
+
+    pub(crate) fn is_tcpls(&self) -> bool {
+        matches!(self.state, ConnState::Tcpls(_))
+    }
+
+    /// Can carry new records.
+    pub(crate) fn is_usable(&self) -> bool {
+        !self.dead && !self.close_sent && matches!(self.state, ConnState::Tcpls(_) | ConnState::Fallback(_))
+    }
+
+    /// Advances the handshake. Returns the outcome's info once, when it completes.
+    pub(crate) fn drive_handshake(&mut self) -> Result<Option<HandshakeInfo>, Error> {
+        let ConnState::Handshaking(hs, exposed) = &mut self.state else {
+            return Ok(None);
+        };
+        match hs.drive(&mut self.rx, &mut self.tx, exposed) {
+            Ok(Progress::NeedData) => Ok(None),
+            Ok(Progress::Complete) => {
+                let ConnState::Handshaking(hs, _) = std::mem::replace(&mut self.state, ConnState::Failed) else {
+                    return Ok(None);
+                };
+                let info = match hs.finish()? {
+                    HandshakeOutcome::Tcpls { tx, rx, kernel, info } => {
+                        let tx_key_since = tx.seq();
+                        self.state = ConnState::Tcpls(RecordLayer {
+                            tx,
+                            rx,
+                            kernel,
+                            tx_key_since,
+                            key_updates_sent: 0,
+                            key_updates_received: 0,
+                        });
+                        info
+                    }
+                    HandshakeOutcome::Fallback { tls, info } => {
+                        self.state = ConnState::Fallback(tls);
+                        info
+                    }
+                };
+                self.info = Some(info.clone());
+                Ok(Some(info))
+            }
+            Err(e) => {
+                hs.take_alert(&mut self.tx);
+                self.state = ConnState::Failed;
+                Err(e)
+            }
+        }
+    }
+
+    /// Decrypts every whole record in the receive buffer and hands each plaintext to `deliver`.
+    /// Stops early (leaving records in the buffer) when `deliver` says so, e.g. because a
+    /// fallback stream is full.
+    pub(crate) fn read_records(
+        &mut self,
+        deliver: &mut dyn FnMut(ConnId, u64, Inbound<'_>) -> Result<(), TransportError>,
+    ) -> Result<(), Error> {
+        let id = self.id;
+        match &mut self.state {
+            ConnState::Tcpls(layer) => loop {
+                let Some(span) = next_record(self.rx.data())? else {
+                    return Ok(());
+                };
+                if self.close_received {
+                    return Err(TransportError::unexpected("record after close_notify").into());
+                }
+                let seq = layer.rx.seq();
+                let record = &mut self.rx.data_mut()[..span.len];
+                let (content_type, range) = layer.rx.open_in_place(record)?;
+                self.records_opened = layer.rx.seq();
+                self.stats.records_received += 1;
+                let content = &record[range];
+                match content_type {
+                    CT_APPLICATION_DATA => deliver(id, seq, Inbound::Frames(content))?,
+                    CT_ALERT => {
+                        let (level, desc) = match content {
+                            [level, desc] => (*level, *desc),
+                            _ => return Err(TransportError::decode("malformed alert").into()),
+                        };
+                        if desc == AlertCode::CloseNotify as u8 {
+                            self.close_received = true;
+                        } else if level == 2 || desc != 90 {
+                            // Fatal, or a warning TLS 1.3 does not define (user_canceled is 90).
+                            return Err(Error::PeerAlert(desc));
+                        }
+                    }
+                    CT_HANDSHAKE => post_handshake(layer, content, &mut self.tx)?,
+                    other => {
+                        return Err(TransportError::unexpected(format!("inner content type {other}")).into());
+                    }
+                }
+                self.rx.consume(span.len);
+            },
+            ConnState::Fallback(tls) => {
+                let mut failure = None;
+                let result = tls.read(&mut self.rx, &mut self.tx, &mut |data| {
+                    if failure.is_none() {
+                        if let Err(e) = deliver(id, 0, Inbound::PlainData(data)) {
+                            failure = Some(e);
+                        }
+                    }
+                })?;
+                if let Some(e) = failure {
+                    return Err(e.into());
+                }
+                if result.peer_closed {
+                    self.close_received = true;
+                }
+                Ok(())
+            }
+            ConnState::Handshaking(..) | ConnState::Failed => Ok(()),
+        }
+    }
+
+    /// Rotates our sending key when it has protected `limit` records (KeyUpdate, RFC 8446 §4.6.3).
+    pub(crate) fn maybe_update_key(&mut self, limit: u64) -> Result<(), TransportError> {
+        if let ConnState::Tcpls(layer) = &mut self.state {
+            if layer.tx.seq().saturating_sub(layer.tx_key_since) >= limit {
+                send_key_update(layer, false, &mut self.tx)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Seals a close_notify alert (once).
+    pub(crate) fn send_close_notify(&mut self) -> Result<(), Error> {
+        if self.close_sent || self.dead {
+            return Ok(());
+        }
+        self.close_sent = true;
+        match &mut self.state {
+            ConnState::Tcpls(layer) => {
+                layer.tx.seal(CT_ALERT, &[1, AlertCode::CloseNotify as u8], &mut self.tx)?;
+            }
+            ConnState::Fallback(tls) => tls.close(&mut self.tx)?,
+            ConnState::Handshaking(..) | ConnState::Failed => {}
+        }
+        Ok(())
+    }
+
+    /// Ends the connection after a local error: the alert is queued if keys allow it.
+    pub(crate) fn fail(&mut self, error: Error) {
+        if let (Error::Local(e), ConnState::Tcpls(layer)) = (&error, &mut self.state) {
+            if !self.close_sent {
+                let _ = layer.tx.seal(CT_ALERT, &[2, e.alert as u8], &mut self.tx);
+            }
+        }
+        self.close_sent = true;
+        self.state = ConnState::Failed;
+        if self.error.is_none() {
+            self.error = Some(error);
+        }
+    }
+
+    /// Both close_notify went, or the connection failed: the IO layer may close the socket once
+    /// the transmit buffer is written.
+    pub(crate) fn is_finished(&self) -> bool {
+        self.dead || matches!(self.state, ConnState::Failed) || (self.close_sent && self.close_received)
+    }
+
+    pub(crate) fn key_updates(&self) -> (u64, u64) {
+        match &self.state {
+            ConnState::Tcpls(l) => (l.key_updates_sent, l.key_updates_received),
+            _ => (0, 0),
+        }
+    }
+}
+
+fn send_key_update(layer: &mut RecordLayer, request_update: bool, tx: &mut TxBuf) -> Result<(), TransportError> {
+    layer.tx.seal(CT_HANDSHAKE, &[HS_KEY_UPDATE, 0, 0, 1, request_update as u8], tx)?;
+    layer.tx = layer.kernel.next_tx_key()?;
+    layer.tx_key_since = layer.tx.seq();
+    layer.key_updates_sent += 1;
+    Ok(())
+}
+
+/// Handshake messages after the handshake: session tickets and KeyUpdate (RFC 8446 §4.6).
+fn post_handshake(layer: &mut RecordLayer, mut content: &[u8], tx: &mut TxBuf) -> Result<(), TransportError> {
+    if content.is_empty() {
+        return Err(TransportError::unexpected("empty handshake record"));
+    }
+    while !content.is_empty() {
+        let [msg_type, a, b, c, rest @ ..] = content else {
+            return Err(TransportError::decode("truncated handshake message header"));
+        };
+        let len = u32::from_be_bytes([0, *a, *b, *c]) as usize;
+        let Some(body) = rest.get(..len) else {
+            // rustls never splits these messages across records; neither do we accept it.
+            return Err(TransportError::decode("handshake message spans records"));
+        };
+        content = &rest[len..];
+        match *msg_type {
+            HS_NEW_SESSION_TICKET => layer.kernel.handle_new_session_ticket(body)?,
+            HS_KEY_UPDATE => {
+                let request = match body {
+                    [0] => false,
+                    [1] => true,
+                    _ => return Err(TransportError::decode("malformed KeyUpdate")),
+                };
+                if !content.is_empty() {
+                    return Err(TransportError::unexpected("KeyUpdate not at the end of its record"));
+                }
+                layer.rx = layer.kernel.next_rx_key()?;
+                layer.key_updates_received += 1;
+                if request {
+                    send_key_update(layer, false, tx)?;
+                }
+            }
+            other => return Err(TransportError::unexpected(format!("handshake message {other} after the handshake"))),
+        }
+    }
+    Ok(())
+}

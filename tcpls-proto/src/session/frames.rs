@@ -1,0 +1,289 @@
+//! What the session does with each received frame (PROTOCOL.md §7).
+//!
+//! Frames of services that need several connections (join, failover, steering) are decoded and
+//! checked here and reported as events; the multipath machinery acts on them.
+
+use std::time::Instant;
+
+use crate::error::TransportError;
+use crate::event::{ConnId, Event, StreamId};
+use crate::frame::{Frame, FrameError, FrameReader};
+use crate::stream::RecvError;
+use crate::tls::HandshakeInfo;
+
+use super::streams::RESET_REFUSED;
+use super::{Core, Inbound, Side};
+
+/// Most join tokens or peer addresses we keep; more are ignored (a peer cannot grow our memory).
+const MAX_TOKENS: usize = 64;
+const MAX_PEER_ADDRESSES: usize = 32;
+
+/// Work a frame asks for that needs the connection table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ConnAction {
+    /// The peer says this connection failed.
+    Reset(ConnId),
+    /// Answer an Address Probe about `about` on connection `on`.
+    EchoAddress { on: ConnId, about: ConnId },
+}
+
+fn frame_error(e: FrameError) -> TransportError {
+    TransportError::decode(format!("frame: {e}"))
+}
+
+fn recv_error(id: StreamId, e: RecvError) -> TransportError {
+    TransportError::illegal(format!("stream {id}: {e:?}"))
+}
+
+impl Core {
+    pub(crate) fn on_inbound(&mut self, conn: ConnId, seq: u64, inbound: Inbound<'_>) -> Result<(), TransportError> {
+        match inbound {
+            Inbound::PlainData(data) => self.on_plain_data(data),
+            Inbound::Frames(plaintext) => {
+                for frame in FrameReader::new(plaintext) {
+                    self.on_frame(conn, seq, frame.map_err(frame_error)?)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn on_frame(&mut self, conn: ConnId, seq: u64, frame: Frame<'_>) -> Result<(), TransportError> {
+        match frame {
+            Frame::Padding | Frame::StreamChange { .. } => {}
+            Frame::Ping => {
+                let ack = Frame::Ack { connection_id: conn, highest_record_seq: seq };
+                self.control.push(&ack, None);
+            }
+            Frame::Stream { stream_id, offset, fin, data } => self.on_stream_frame(stream_id, offset, data, fin)?,
+            Frame::Ack { .. } => {
+                // Acknowledgements free retained frames once failover keeps them; until then
+                // there is nothing to release.
+            }
+            Frame::NewToken { sequence, token } => {
+                if self.side == Side::Server {
+                    return Err(TransportError::unexpected("New Token sent by a client"));
+                }
+                if self.tokens.len() < MAX_TOKENS && !self.tokens.iter().any(|(s, _)| *s == sequence) {
+                    // Frames of a record are read back to front: keep the list ordered.
+                    let at = self.tokens.partition_point(|(s, _)| *s < sequence);
+                    self.tokens.insert(at, (sequence, token));
+                }
+                self.events.push_back(Event::TokensReceived { total: self.tokens.len() });
+            }
+            Frame::ConnectionReset { connection_id } => self.actions.push(super::frames::ConnAction::Reset(connection_id)),
+            Frame::NewAddress { address_id, addr } => {
+                self.peer_addresses.retain(|(id, _)| *id != address_id);
+                if self.peer_addresses.len() < MAX_PEER_ADDRESSES {
+                    self.peer_addresses.push((address_id, addr));
+                    self.events.push_back(Event::PeerAddressAdded { address_id, addr });
+                }
+            }
+            Frame::RemoveAddress { address_id } => {
+                self.peer_addresses.retain(|(id, _)| *id != address_id);
+                self.events.push_back(Event::PeerAddressRemoved { address_id });
+            }
+            Frame::Join { .. } => {
+                return Err(TransportError::unexpected(match self.side {
+                    Side::Client => "Join sent by a server",
+                    Side::Server => "Join on an established connection",
+                }));
+            }
+            Frame::StreamReset { stream_id, final_size, error_code } => {
+                self.check_stream_id(stream_id)?;
+                self.open_peer_streams(stream_id)?;
+                if let Some(s) = self.streams.get_mut(&stream_id) {
+                    s.recv.reset(final_size).map_err(|e| recv_error(stream_id, e))?;
+                    if s.recv_reset.is_none() {
+                        s.recv_reset = Some(error_code);
+                    }
+                    self.notify_readable(stream_id);
+                    self.maybe_remove(stream_id);
+                }
+            }
+            Frame::MaxStreamData { stream_id, maximum_offset } => {
+                self.check_stream_id(stream_id)?;
+                self.open_peer_streams(stream_id)?;
+                if let Some(s) = self.streams.get_mut(&stream_id) {
+                    s.send.set_max_data(maximum_offset);
+                    self.schedule(stream_id);
+                }
+            }
+            Frame::UserTimeout { timeout_ms } => self.events.push_back(Event::UserTimeoutRequested { conn, timeout_ms }),
+            Frame::RttProbe { connection_id, timestamp_us } => {
+                // The echo must come back on the probed connection for the RTT to mean anything.
+                let echo = Frame::RttEcho { connection_id, timestamp_us };
+                self.control.push(&echo, Some(connection_id));
+            }
+            Frame::RttEcho { connection_id, timestamp_us } => {
+                let now_us = self.micros_since_start();
+                if let Some(rtt_us) = now_us.checked_sub(timestamp_us) {
+                    self.events.push_back(Event::RttMeasured { conn: connection_id, rtt_us });
+                }
+            }
+            Frame::TcpInfoRequest { connection_id } => {
+                self.events.push_back(Event::TcpInfoRequested { conn: connection_id });
+            }
+            Frame::TcpInfo { connection_id, info } => self.events.push_back(Event::PeerTcpInfo { conn: connection_id, info }),
+            Frame::AddressProbe { connection_id } => self.actions.push(ConnAction::EchoAddress { on: conn, about: connection_id }),
+            Frame::AddressEcho { connection_id, addr } => {
+                self.events.push_back(Event::AddressEchoed { conn: connection_id, addr });
+            }
+            Frame::RateLimit { connection_id, bytes_per_second } => {
+                self.events.push_back(Event::RateLimited { conn: connection_id, bytes_per_second });
+            }
+            Frame::CongestionControl { connection_id, name } => {
+                let name = String::from_utf8_lossy(name).into_owned();
+                self.events.push_back(Event::CongestionControlRequested { conn: connection_id, name });
+            }
+            Frame::StreamSteer { stream_id, connection_id } => {
+                self.check_stream_id(stream_id)?;
+                self.events.push_back(Event::SteerRequested { stream: stream_id, conn: connection_id });
+            }
+        }
+        Ok(())
+    }
+
+    /// A locally-initiated ID we never opened cannot appear in a peer's frame.
+    fn check_stream_id(&self, id: StreamId) -> Result<(), TransportError> {
+        if self.is_local(id) && id >= self.next_local_stream {
+            return Err(TransportError::illegal(format!("frame for stream {id}, which we never opened")));
+        }
+        Ok(())
+    }
+
+    /// Peer streams open in order: a frame for stream N opens every lower peer stream not yet
+    /// seen (they may arrive later on another connection). Beyond our limit they are refused.
+    fn open_peer_streams(&mut self, id: StreamId) -> Result<(), TransportError> {
+        if self.is_local(id) || u64::from(id) < self.next_peer_stream {
+            return Ok(());
+        }
+        let max = self.config.max_concurrent_streams;
+        let count = (u64::from(id) - self.next_peer_stream) / 2 + 1;
+        if count > max as u64 {
+            return Err(TransportError::illegal(format!(
+                "stream {id} skips more than the {max} streams we allow at once"
+            )));
+        }
+        let mut next = self.next_peer_stream;
+        while next <= u64::from(id) {
+            let sid = next as StreamId;
+            if self.peer_streams_open < max {
+                self.create_stream(sid, true);
+            } else {
+                self.stats.streams_refused += 1;
+                let reset = Frame::StreamReset { stream_id: sid, final_size: 0, error_code: RESET_REFUSED };
+                self.control.push(&reset, None);
+            }
+            next += 2;
+        }
+        self.next_peer_stream = next;
+        Ok(())
+    }
+
+    fn on_stream_frame(&mut self, id: StreamId, offset: u64, data: &[u8], fin: bool) -> Result<(), TransportError> {
+        self.check_stream_id(id)?;
+        self.open_peer_streams(id)?;
+        let Some(s) = self.streams.get_mut(&id) else {
+            // Closed and forgotten, or refused: late bytes are dropped.
+            return Ok(());
+        };
+        if s.recv_reset.is_some() {
+            return Ok(());
+        }
+        let before = s.recv.readable();
+        s.recv.insert(offset, data, fin).map_err(|e| recv_error(id, e))?;
+        if s.recv_stopped {
+            let n = s.recv.readable();
+            s.recv.consume(n);
+            self.update_credit(id);
+            self.maybe_remove(id);
+            return Ok(());
+        }
+        let after = s.recv.readable();
+        self.stats.stream_bytes_received += (after - before.min(after)) as u64;
+        if after > before || s.recv.is_finished() {
+            self.notify_readable(id);
+        }
+        Ok(())
+    }
+
+    /// Plain TLS bytes: the one stream of a fallback session.
+    fn on_plain_data(&mut self, data: &[u8]) -> Result<(), TransportError> {
+        let Some(s) = self.streams.get_mut(&0) else {
+            return Ok(());
+        };
+        let offset = self.fallback_received;
+        // s.recv.raise_limit(offset + data.len() as u64);
+        s.recv.insert(offset, data, false).map_err(|e| recv_error(0, e))?;
+        self.fallback_received += data.len() as u64;
+        self.stats.stream_bytes_received += data.len() as u64;
+        self.notify_readable(0);
+        Ok(())
+    }
+
+    /// A fallback stream has no flow control of its own: stop reading the socket (TCP pushes
+    /// back) while the application has a window's worth unread.
+    pub(crate) fn fallback_stream_full(&self) -> bool {
+        self.streams.get(&0).is_some_and(|s| s.recv.buffered() as u64 >= self.config.stream_receive_window)
+    }
+
+    pub(crate) fn on_fallback_peer_closed(&mut self) {
+        if let Some(s) = self.streams.get_mut(&0) {
+            let _ = s.recv.insert(self.fallback_received, &[], true);
+            self.notify_readable(0);
+        }
+    }
+
+    pub(crate) fn on_established(&mut self, conn: ConnId, _info: &HandshakeInfo, tcpls: bool) {
+        self.established = true;
+        self.fallback = !tcpls;
+        self.events.push_back(Event::Established { fallback: self.fallback });
+        if self.fallback {
+            // The byte stream is stream 0: the client's first stream, which the server accepts.
+            if self.side == Side::Server {
+                self.next_peer_stream = 2;
+                self.create_stream(0, true);
+            }
+            return;
+        }
+        if self.side == Side::Server && conn == 0 {
+            for sequence in 1..=self.config.tokens {
+                let mut token = [0u8; 32];
+                (self.config.random)(&mut token);
+                self.tokens.push((sequence, token));
+                self.control.push(&Frame::NewToken { sequence, token }, Some(conn));
+            }
+            for (i, addr) in self.config.advertise.clone().into_iter().enumerate() {
+                let address_id = u8::try_from(i).unwrap_or(u8::MAX);
+                self.control.push(&Frame::NewAddress { address_id, addr }, Some(conn));
+            }
+        }
+    }
+
+    pub(crate) fn on_closed(&mut self) {
+        self.closed = true;
+        self.events.push_back(Event::Closed { error: self.error.clone() });
+        let ids: Vec<StreamId> = self.streams.keys().copied().collect();
+        for id in ids {
+            self.notify_readable(id);
+            if let Some(s) = self.streams.get_mut(&id) {
+                s.write_blocked = false;
+            }
+            self.events.push_back(Event::StreamWritable(id));
+        }
+    }
+
+    /// Microseconds since the session started: the clock of RTT Probe timestamps.
+    pub(crate) fn micros_since_start(&self) -> u64 {
+        match (self.start, self.now) {
+            (Some(start), Some(now)) => now.saturating_duration_since(start).as_micros() as u64,
+            _ => 0,
+        }
+    }
+
+    pub(crate) fn set_now(&mut self, now: Instant) {
+        self.now = Some(now);
+        self.start.get_or_insert(now);
+    }
+}

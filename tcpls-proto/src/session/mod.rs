@@ -1,0 +1,431 @@
+//! A TCPLS session: streams multiplexed over one or more TCP connections (sans-IO).
+//!
+//! The contract follows quinn-proto: the IO layer feeds what its sockets read
+//! ([`Session::read_buffer`] + [`Session::handle_read`], or [`Session::handle_data`]) and
+//! socket events ([`Session::handle_eof`]), calls [`Session::prepare_transmit`] and writes
+//! [`Session::transmit_data`] out, and drains [`Session::poll_event`]. Applications use the
+//! stream calls (`open_stream`, `write`, `read`, ...). Nothing here blocks, sleeps or does IO;
+//! `now` is passed in where time matters.
+
+mod conn;
+mod control;
+mod frames;
+mod packetize;
+mod streams;
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, ServerConfig};
+
+pub use conn::ConnStats;
+pub(crate) use conn::{Connection, Inbound};
+pub(crate) use control::ControlQueue;
+pub(crate) use streams::Stream;
+
+use crate::config::SessionConfig;
+use crate::error::Error;
+use crate::event::{ConnId, Event, StreamId};
+use crate::tls::{Handshake, HandshakeInfo, ALPN_TCPLS};
+
+/// Which end of the session we are: clients open connections and even-numbered streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Client,
+    Server,
+}
+
+/// Bytes the IO layer should be able to read in one go (large reads: fewer syscalls).
+pub const READ_CHUNK: usize = 256 * 1024;
+
+/// Everything of a session except its connections, so frame handling can borrow both.
+pub(crate) struct Core {
+    pub(crate) side: Side,
+    pub(crate) config: SessionConfig,
+    pub(crate) streams: HashMap<StreamId, Stream>,
+    /// Next stream ID we open.
+    pub(crate) next_local_stream: StreamId,
+    /// Lowest peer stream ID not seen yet (peer streams open in order, PROTOCOL.md §4).
+    pub(crate) next_peer_stream: u64,
+    pub(crate) peer_streams_open: usize,
+    pub(crate) accept_queue: VecDeque<StreamId>,
+    /// Streams that may have something to send, in round-robin order.
+    pub(crate) ready: VecDeque<StreamId>,
+    pub(crate) control: ControlQueue,
+    pub(crate) events: VecDeque<Event>,
+    /// Join tokens the server gave us (client), or issued (server), with their sequence numbers.
+    pub(crate) tokens: Vec<(u32, [u8; 32])>,
+    pub(crate) peer_addresses: Vec<(u8, SocketAddr)>,
+    pub(crate) fallback: bool,
+    pub(crate) established: bool,
+    /// The application asked to close: close_notify goes out once all queued data is sent.
+    pub(crate) closing: bool,
+    pub(crate) closed: bool,
+    pub(crate) error: Option<Error>,
+    pub(crate) start: Option<Instant>,
+    pub(crate) now: Option<Instant>,
+    pub(crate) stats: SessionStats,
+    /// Frame consequences that need the connection table, run after each batch of records.
+    pub(crate) actions: Vec<frames::ConnAction>,
+    /// Bytes of plain TLS application data received (the offset of fallback stream 0).
+    pub(crate) fallback_received: u64,
+    /// Reused buffer for the trailing frames of the record being built.
+    pub(crate) scratch: Vec<u8>,
+}
+
+/// Session-wide counters.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct SessionStats {
+    pub stream_bytes_sent: u64,
+    pub stream_bytes_received: u64,
+    pub streams_opened: u64,
+    pub streams_accepted: u64,
+    pub streams_refused: u64,
+}
+
+pub struct Session {
+    pub(crate) conns: Vec<Connection>,
+    pub(crate) core: Core,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("side", &self.core.side)
+            .field("conns", &self.conns.len())
+            .field("streams", &self.core.streams.len())
+            .field("fallback", &self.core.fallback)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Adds `tcpls/1` first to the ALPN list and enables the secret extraction we rely on.
+pub fn tcpls_client_config(config: &ClientConfig) -> ClientConfig {
+    let mut config = config.clone();
+    config.alpn_protocols.retain(|p| p != ALPN_TCPLS);
+    config.alpn_protocols.insert(0, ALPN_TCPLS.to_vec());
+    config.enable_secret_extraction = true;
+    config
+}
+
+/// Same for a server: `tcpls/1` is preferred; the other listed protocols (and clients that offer
+/// no ALPN) are served as plain TLS.
+pub fn tcpls_server_config(config: &ServerConfig) -> ServerConfig {
+    let mut config = config.clone();
+    config.alpn_protocols.retain(|p| p != ALPN_TCPLS);
+    config.alpn_protocols.insert(0, ALPN_TCPLS.to_vec());
+    config.enable_secret_extraction = true;
+    config
+}
+
+impl Session {
+    /// A client session whose initial connection (ID 0) starts its handshake now. `config`
+    /// must come from [`tcpls_client_config`] (the tokio layer does this for you).
+    pub fn client(config: Arc<ClientConfig>, server_name: ServerName<'static>, settings: SessionConfig) -> Result<Self, Error> {
+        let mut session = Self::new(Side::Client, settings);
+        session.conns.push(Connection::new(0, Handshake::client(config, server_name)?));
+        session.drive_handshakes();
+        Ok(session)
+    }
+
+    /// A server session for one accepted TCP connection (ID 0).
+    pub fn server(config: Arc<ServerConfig>, settings: SessionConfig) -> Result<Self, Error> {
+        let mut session = Self::new(Side::Server, settings);
+        session.conns.push(Connection::new(0, Handshake::server(config)?));
+        Ok(session)
+    }
+
+    fn new(side: Side, config: SessionConfig) -> Self {
+        let (next_local_stream, next_peer_stream) = match side {
+            Side::Client => (0, 1),
+            Side::Server => (1, 0),
+        };
+        Self {
+            conns: Vec::new(),
+            core: Core {
+                side,
+                config,
+                streams: HashMap::new(),
+                next_local_stream,
+                next_peer_stream,
+                peer_streams_open: 0,
+                accept_queue: VecDeque::new(),
+                ready: VecDeque::new(),
+                control: ControlQueue::default(),
+                events: VecDeque::new(),
+                tokens: Vec::new(),
+                peer_addresses: Vec::new(),
+                fallback: false,
+                established: false,
+                closing: false,
+                closed: false,
+                error: None,
+                start: None,
+                now: None,
+                stats: SessionStats::default(),
+                actions: Vec::new(),
+                fallback_received: 0,
+                scratch: Vec::with_capacity(crate::record::MAX_PLAINTEXT + 64),
+            },
+        }
+    }
+
+    pub fn side(&self) -> Side {
+        self.core.side
+    }
+
+    /// The handshake completed and streams can flow.
+    pub fn is_established(&self) -> bool {
+        self.core.established
+    }
+
+    /// The peer does not speak TCPLS: one plain TLS byte stream (stream 0), PROTOCOL.md §1.3.
+    pub fn is_fallback(&self) -> bool {
+        self.core.fallback
+    }
+
+    /// Every connection is finished (clean close or failure).
+    pub fn is_closed(&self) -> bool {
+        self.core.closed
+    }
+
+    /// Why the session failed, if it did.
+    pub fn error(&self) -> Option<&Error> {
+        self.core.error.as_ref()
+    }
+
+    /// The initial connection's handshake facts (ALPN, cipher suite, resumption).
+    pub fn handshake_info(&self) -> Option<&HandshakeInfo> {
+        self.conns.first().and_then(|c| c.info.as_ref())
+    }
+
+    pub fn stats(&self) -> SessionStats {
+        self.core.stats
+    }
+
+    /// Connection IDs, including finished ones until the session forgets them.
+    pub fn connection_ids(&self) -> Vec<ConnId> {
+        self.conns.iter().map(|c| c.id).collect()
+    }
+
+    pub fn connection_stats(&self, conn: ConnId) -> Option<ConnStats> {
+        self.conn(conn).map(|c| c.stats)
+    }
+
+    /// KeyUpdates sent and received on a connection.
+    pub fn key_updates(&self, conn: ConnId) -> (u64, u64) {
+        self.conn(conn).map(|c| c.key_updates()).unwrap_or_default()
+    }
+
+    /// Join tokens received from the server (client side) or issued (server side).
+    pub fn tokens(&self) -> &[(u32, [u8; 32])] {
+        &self.core.tokens
+    }
+
+    /// Addresses the peer advertised with New Address.
+    pub fn peer_addresses(&self) -> &[(u8, SocketAddr)] {
+        &self.core.peer_addresses
+    }
+
+    /// Tells the core the socket addresses of a connection (for Address Echo and reports).
+    pub fn set_addresses(&mut self, conn: ConnId, local: Option<SocketAddr>, remote: Option<SocketAddr>) {
+        if let Some(c) = self.conn_mut(conn) {
+            c.local = local;
+            c.remote = remote;
+        }
+    }
+
+    pub fn addresses(&self, conn: ConnId) -> (Option<SocketAddr>, Option<SocketAddr>) {
+        self.conn(conn).map(|c| (c.local, c.remote)).unwrap_or_default()
+    }
+
+    pub(crate) fn conn(&self, id: ConnId) -> Option<&Connection> {
+        self.conns.iter().find(|c| c.id == id)
+    }
+
+    pub(crate) fn conn_mut(&mut self, id: ConnId) -> Option<&mut Connection> {
+        self.conns.iter_mut().find(|c| c.id == id)
+    }
+
+    // ------------------------------------------------------------------ IO layer
+
+    /// Free space to read socket bytes of `conn` into; report how many with [`Session::handle_read`].
+    /// Empty when the connection should not be read now (finished, or backpressure).
+    pub fn read_buffer(&mut self, conn: ConnId) -> &mut [u8] {
+        let backpressure = self.core.fallback && self.core.fallback_stream_full();
+        match self.conns.iter_mut().find(|c| c.id == conn) {
+            Some(c) if !c.is_finished() && !c.close_received && !backpressure => c.rx.spare(READ_CHUNK),
+            _ => &mut [],
+        }
+    }
+
+    /// `n` bytes were read into [`Session::read_buffer`].
+    pub fn handle_read(&mut self, conn: ConnId, n: usize, now: Instant) {
+        if let Some(c) = self.conn_mut(conn) {
+            c.rx.commit(n);
+            c.stats.bytes_received += n as u64;
+        }
+        self.process(conn, now);
+    }
+
+    /// Copies received bytes in (tests, or IO layers without their own buffer).
+    pub fn handle_data(&mut self, conn: ConnId, data: &[u8], now: Instant) {
+        if let Some(c) = self.conn_mut(conn) {
+            c.rx.extend(data);
+            c.stats.bytes_received += data.len() as u64;
+        }
+        self.process(conn, now);
+    }
+
+    /// The socket returned EOF: without a close_notify before it, the connection is lost.
+    pub fn handle_eof(&mut self, conn: ConnId, now: Instant) {
+        self.core.now = Some(now);
+        if let Some(c) = self.conn_mut(conn) {
+            c.dead = true;
+            if !c.close_received && c.error.is_none() {
+                c.error = Some(Error::ConnectionLost("TCP connection closed without close_notify".into()));
+            }
+        }
+        self.after_connection_change();
+    }
+
+    /// The socket failed (reset, timeout, ...).
+    pub fn handle_io_error(&mut self, conn: ConnId, reason: &str, now: Instant) {
+        self.core.now = Some(now);
+        if let Some(c) = self.conn_mut(conn) {
+            c.dead = true;
+            if c.error.is_none() {
+                c.error = Some(Error::ConnectionLost(reason.to_string()));
+            }
+        }
+        self.after_connection_change();
+    }
+
+    /// Sealed bytes to write on `conn`'s socket; call [`Session::transmit_advance`] with how many
+    /// were written.
+    pub fn transmit_data(&self, conn: ConnId) -> &[u8] {
+        match self.conn(conn) {
+            Some(c) if !c.dead => c.tx.data(),
+            _ => &[],
+        }
+    }
+
+    pub fn transmit_advance(&mut self, conn: ConnId, n: usize) {
+        if let Some(c) = self.conn_mut(conn) {
+            c.tx.advance(n);
+            c.stats.bytes_sent += n as u64;
+            if c.tx.is_empty() && c.is_finished() {
+                c.tx.shrink();
+                c.rx.shrink();
+            }
+        }
+    }
+
+    /// The connection is over and its last bytes are written: close the socket.
+    pub fn should_close_socket(&self, conn: ConnId) -> bool {
+        self.conn(conn).is_none_or(|c| c.is_finished() && (c.dead || c.tx.is_empty()))
+    }
+
+    /// We sent close_notify and everything before it is written: the IO layer may shut down its
+    /// write half (TCP FIN), as TLS over TCP does.
+    pub fn should_shutdown_write(&self, conn: ConnId) -> bool {
+        self.conn(conn).is_some_and(|c| c.close_sent && c.tx.is_empty())
+    }
+
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.core.events.pop_front()
+    }
+
+    /// Runs the handshake or record layer of `conn` over what it has buffered.
+    fn process(&mut self, conn: ConnId, now: Instant) {
+        self.core.now = Some(now);
+        self.core.start.get_or_insert(now);
+        self.drive_handshakes();
+        let Some(idx) = self.conns.iter().position(|c| c.id == conn) else {
+            return;
+        };
+        let c = &mut self.conns[idx];
+        let core = &mut self.core;
+        let result = c.read_records(&mut |conn, seq, inbound| core.on_inbound(conn, seq, inbound));
+        if let Err(e) = result {
+            c.fail(e);
+        }
+        if core.fallback && c.close_received {
+            core.on_fallback_peer_closed();
+        }
+        self.run_actions();
+        self.after_connection_change();
+    }
+
+    /// Carries out what received frames asked of the connection table.
+    fn run_actions(&mut self) {
+        for action in std::mem::take(&mut self.core.actions) {
+            match action {
+                frames::ConnAction::Reset(id) => {
+                    if let Some(c) = self.conn_mut(id) {
+                        c.dead = true;
+                        if c.error.is_none() {
+                            c.error = Some(Error::ConnectionLost("the peer reported this connection as failed".into()));
+                        }
+                    }
+                }
+                frames::ConnAction::EchoAddress { on, about } => {
+                    if let Some(addr) = self.conn(about).and_then(|c| c.remote) {
+                        let echo = crate::frame::Frame::AddressEcho { connection_id: about, addr };
+                        self.core.control.push(&echo, Some(on));
+                    }
+                }
+            }
+        }
+    }
+
+    fn drive_handshakes(&mut self) {
+        for c in &mut self.conns {
+            match c.drive_handshake() {
+                Ok(None) => {}
+                Ok(Some(info)) => {
+                    if !self.core.established {
+                        self.core.on_established(c.id, &info, c.is_tcpls());
+                    }
+                }
+                Err(e) => c.fail(e),
+            }
+        }
+    }
+
+    /// Reports finished connections and ends the session when none is left.
+    fn after_connection_change(&mut self) {
+        for c in &mut self.conns {
+            if c.is_finished() && !c.reported {
+                c.reported = true;
+                let error = c.error.clone();
+                if error.is_some() && self.core.error.is_none() {
+                    self.core.error = error.clone();
+                }
+                self.core.events.push_back(Event::ConnectionClosed { conn: c.id, error });
+            }
+        }
+        if !self.core.closed && self.conns.iter().all(|c| c.is_finished()) {
+            self.core.on_closed();
+        }
+    }
+
+    /// Graceful close: queued stream data is sent, then close_notify on every connection.
+    pub fn close(&mut self) {
+        self.core.closing = true;
+    }
+
+    /// Abort: close_notify at once on every connection, queued data is dropped, and the
+    /// session ends with [`Error::SessionClosed`].
+    pub fn abort(&mut self, now: Instant) {
+        self.core.now = Some(now);
+        for c in &mut self.conns {
+            let _ = c.send_close_notify();
+            c.fail(Error::SessionClosed);
+        }
+        self.after_connection_change();
+    }
+}

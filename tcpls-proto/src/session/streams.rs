@@ -1,0 +1,282 @@
+//! Stream state inside a session, and the application's stream calls.
+
+use crate::error::StreamError;
+use crate::event::{Event, StreamId};
+use crate::frame::Frame;
+use crate::stream::{RecvBuf, SendBuf};
+
+use super::{Core, Session, Side};
+
+/// Stream Reset code when the receiver refuses a stream over its concurrency limit.
+pub const RESET_REFUSED: u32 = 0x1;
+
+#[derive(Debug)]
+pub(crate) struct Stream {
+    pub(crate) send: SendBuf,
+    pub(crate) recv: RecvBuf,
+    /// We reset our sending half.
+    pub(crate) send_reset: bool,
+    /// The peer reset its sending half with this code.
+    pub(crate) recv_reset: Option<u32>,
+    /// The application will not read any more: data is dropped, credit still granted.
+    pub(crate) recv_stopped: bool,
+    /// The application saw the end (EOF or reset) of the receiving half.
+    pub(crate) recv_observed_end: bool,
+    /// In `Core::ready`.
+    pub(crate) queued: bool,
+    /// A StreamReadable event is pending and not yet followed by a read.
+    pub(crate) read_notified: bool,
+    /// The application found the send buffer full.
+    pub(crate) write_blocked: bool,
+    pub(crate) peer_initiated: bool,
+}
+
+impl Stream {
+    fn new(core: &Core, peer_initiated: bool) -> Self {
+        let mut send = SendBuf::new(core.config.stream_send_buffer);
+        // Without ACKs (until failover support) nothing needs to be kept after sealing.
+        send.set_retain_unacked(false);
+        Self {
+            send,
+            recv: RecvBuf::new(core.config.stream_receive_window),
+            send_reset: false,
+            recv_reset: None,
+            recv_stopped: false,
+            recv_observed_end: false,
+            queued: false,
+            read_notified: false,
+            write_blocked: false,
+            peer_initiated,
+        }
+    }
+
+    fn send_done(&self) -> bool {
+        self.send_reset || self.send.is_done()
+    }
+
+    fn recv_done(&self) -> bool {
+        self.recv_observed_end
+            || (self.recv_stopped && (self.recv_reset.is_some() || self.recv.final_size().is_some_and(|f| self.recv.read_offset() >= f)))
+    }
+}
+
+impl Core {
+    pub(crate) fn is_local(&self, id: StreamId) -> bool {
+        (id % 2 == 0) == (self.side == Side::Client)
+    }
+
+    pub(crate) fn create_stream(&mut self, id: StreamId, peer_initiated: bool) {
+        let stream = Stream::new(self, peer_initiated);
+        self.streams.insert(id, stream);
+        if peer_initiated {
+            self.peer_streams_open += 1;
+            self.stats.streams_accepted += 1;
+            self.accept_queue.push_back(id);
+            self.events.push_back(Event::StreamOpened(id));
+        } else {
+            self.stats.streams_opened += 1;
+        }
+    }
+
+    /// Puts a stream in the round-robin of streams with something to send.
+    pub(crate) fn schedule(&mut self, id: StreamId) {
+        if let Some(s) = self.streams.get_mut(&id) {
+            if !s.queued && s.send.has_pending() {
+                s.queued = true;
+                self.ready.push_back(id);
+            }
+        }
+    }
+
+    pub(crate) fn notify_readable(&mut self, id: StreamId) {
+        if let Some(s) = self.streams.get_mut(&id) {
+            if !s.read_notified {
+                s.read_notified = true;
+                self.events.push_back(Event::StreamReadable(id));
+            }
+        }
+    }
+
+    pub(crate) fn notify_writable_if_blocked(&mut self, id: StreamId) {
+        if let Some(s) = self.streams.get_mut(&id) {
+            if s.write_blocked && (s.send.writable() > 0 || s.send_reset) {
+                s.write_blocked = false;
+                self.events.push_back(Event::StreamWritable(id));
+            }
+        }
+    }
+
+    /// Sends Max Stream Data when the application freed enough of the window.
+    pub(crate) fn update_credit(&mut self, id: StreamId) {
+        if self.fallback {
+            return;
+        }
+        if let Some(s) = self.streams.get_mut(&id) {
+            if let Some(max) = s.recv.poll_max_data_update() {
+                self.control.push(&Frame::MaxStreamData { stream_id: id, maximum_offset: max }, None);
+            }
+        }
+    }
+
+    /// Forgets a stream once both halves are over.
+    pub(crate) fn maybe_remove(&mut self, id: StreamId) {
+        let Some(s) = self.streams.get(&id) else { return };
+        if s.send_done() && s.recv_done() && !s.queued {
+            if s.peer_initiated {
+                self.peer_streams_open = self.peer_streams_open.saturating_sub(1);
+            }
+            self.streams.remove(&id);
+        }
+    }
+
+    fn check_open(&self) -> Result<(), StreamError> {
+        if self.closed || self.error.is_some() {
+            return Err(StreamError::SessionClosed);
+        }
+        Ok(())
+    }
+}
+
+impl Session {
+    /// Opens a new bidirectional stream. The peer learns of it with its first data (or FIN).
+    pub fn open_stream(&mut self) -> Result<StreamId, StreamError> {
+        let core = &mut self.core;
+        core.check_open()?;
+        if core.closing {
+            return Err(StreamError::SessionClosed);
+        }
+        if core.fallback && (core.side == Side::Server || core.next_local_stream != 0) {
+            return Err(StreamError::Fallback);
+        }
+        let local_open = core.streams.values().filter(|s| !s.peer_initiated).count();
+        if local_open >= core.config.max_concurrent_streams {
+            return Err(StreamError::TooManyStreams);
+        }
+        let id = core.next_local_stream;
+        core.next_local_stream = id.checked_add(2).ok_or(StreamError::TooManyStreams)?;
+        core.create_stream(id, false);
+        Ok(id)
+    }
+
+    /// A stream the peer opened, if any is waiting.
+    pub fn accept_stream(&mut self) -> Option<StreamId> {
+        self.core.accept_queue.pop_front()
+    }
+
+    fn stream_mut(&mut self, id: StreamId) -> Result<&mut Stream, StreamError> {
+        self.core.streams.get_mut(&id).ok_or(StreamError::UnknownStream(id))
+    }
+
+    /// Queues bytes on a stream; returns how many were taken (0 when its buffer is full: wait
+    /// for [`Event::StreamWritable`]).
+    pub fn write(&mut self, id: StreamId, data: &[u8]) -> Result<usize, StreamError> {
+        self.core.check_open()?;
+        let s = self.stream_mut(id)?;
+        if s.send_reset || s.send.is_finished() {
+            return Err(StreamError::Finished);
+        }
+        let n = s.send.write(data);
+        if n < data.len() {
+            s.write_blocked = true;
+        }
+        self.core.stats.stream_bytes_sent += n as u64;
+        self.core.schedule(id);
+        Ok(n)
+    }
+
+    /// Bytes [`Session::write`] would take now.
+    pub fn writable(&self, id: StreamId) -> usize {
+        self.core.streams.get(&id).map_or(0, |s| s.send.writable())
+    }
+
+    /// Ends the sending half (FIN after the queued bytes).
+    pub fn finish(&mut self, id: StreamId) -> Result<(), StreamError> {
+        let s = self.stream_mut(id)?;
+        if s.send_reset {
+            return Err(StreamError::Finished);
+        }
+        s.send.finish();
+        self.core.schedule(id);
+        Ok(())
+    }
+
+    /// Aborts the sending half: queued bytes are dropped and the peer gets Stream Reset.
+    pub fn reset_stream(&mut self, id: StreamId, error_code: u32) -> Result<(), StreamError> {
+        let s = self.stream_mut(id)?;
+        if s.send_reset || s.send.is_done() {
+            return Ok(());
+        }
+        s.send_reset = true;
+        let final_size = s.send.reset();
+        let frame = Frame::StreamReset { stream_id: id, final_size, error_code };
+        self.core.control.push(&frame, None);
+        self.core.maybe_remove(id);
+        Ok(())
+    }
+
+    /// Reads into `buf`: `Some(n)` bytes (0 = end of stream), `None` when nothing is there yet
+    /// (wait for [`Event::StreamReadable`]).
+    pub fn read(&mut self, id: StreamId, buf: &mut [u8]) -> Result<Option<usize>, StreamError> {
+        let n = match self.recv_chunk(id)? {
+            None => return Ok(None),
+            Some(chunk) => {
+                let n = chunk.len().min(buf.len());
+                buf[..n].copy_from_slice(&chunk[..n]);
+                n
+            }
+        };
+        self.consume(id, n);
+        Ok(Some(n))
+    }
+
+    /// Borrows the contiguous bytes readable on a stream without copying them: `Some(empty)` at
+    /// the end of the stream, `None` when nothing is there yet. Call [`Session::consume`] after.
+    pub fn recv_chunk(&mut self, id: StreamId) -> Result<Option<&[u8]>, StreamError> {
+        let closed = self.core.closed || self.core.error.is_some();
+        let Some(s) = self.core.streams.get_mut(&id) else {
+            return Err(StreamError::UnknownStream(id));
+        };
+        s.read_notified = false;
+        if let Some(code) = s.recv_reset {
+            s.recv_observed_end = true;
+            return Err(StreamError::Reset(code));
+        }
+        if s.recv.readable() > 0 {
+            return Ok(Some(s.recv.chunk()));
+        }
+        if s.recv.is_finished() {
+            s.recv_observed_end = true;
+            return Ok(Some(&[]));
+        }
+        if closed {
+            return Err(StreamError::SessionClosed);
+        }
+        Ok(None)
+    }
+
+    /// Marks `n` bytes of [`Session::recv_chunk`] as read (and grants the peer more credit).
+    pub fn consume(&mut self, id: StreamId, n: usize) {
+        if let Some(s) = self.core.streams.get_mut(&id) {
+            s.recv.consume(n);
+        }
+        self.core.update_credit(id);
+        self.core.maybe_remove(id);
+    }
+
+    /// The application will not read this stream any more (its reader was dropped): bytes that
+    /// arrive are discarded while the peer keeps getting credit, so it never blocks on us.
+    pub fn stop_reading(&mut self, id: StreamId) {
+        if let Some(s) = self.core.streams.get_mut(&id) {
+            s.recv_stopped = true;
+            let n = s.recv.readable();
+            s.recv.consume(n);
+        }
+        self.core.update_credit(id);
+        self.core.maybe_remove(id);
+    }
+
+    /// Number of streams currently known (open in at least one direction).
+    pub fn stream_count(&self) -> usize {
+        self.core.streams.len()
+    }
+}

@@ -1,0 +1,24 @@
+//! Per-stream buffers: the sending half ([`SendBuf`]) and the receiving half ([`RecvBuf`]) of a
+//! TCPLS stream (PROTOCOL.md §4).
+//!
+//! Stream frames carry explicit offsets, so any record of a stream may travel on any TCP
+//! connection of the session: the receive half reassembles by offset and never delivers a byte
+//! twice, and the send half keeps every byte until it is acknowledged, so that the ranges of a
+//! failed connection can be sent again on another one (PROTOCOL.md §5). Both halves enforce
+//! per-stream flow control (Max Stream Data). Neither knows about frames, records or
+//! connections: the session maps those onto offsets.
+
+mod ranges;
+mod recv;
+mod send;
+
+pub use ranges::{Gaps, RangeSet};
+pub use recv::{RecvBuf, RecvError};
+pub use send::SendBuf;
+
+/// Flow control credit each side grants the other for every stream, in each direction, before
+/// any Max Stream Data frame (a protocol constant).
+pub const INITIAL_MAX_STREAM_DATA: u64 = 65536;
+
+#[cfg(test)]
+mod tests;

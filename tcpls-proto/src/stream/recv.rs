@@ -1,0 +1,395 @@
+//! The receiving half of one stream: reassembly by offset, flow control, final size.
+//!
+//! The storage is one `Vec<u8>` addressed by stream offset (index = offset - base), so that
+//! the in-order readable bytes are always one slice ([`RecvBuf::chunk`]) and a record can be
+//! decrypted straight to its place ([`RecvBuf::direct_slot`], see ARCHITECTURE.md, "The
+//! receive path"). Which bytes past the in-order prefix have arrived is tracked by a
+//! [`Bitmap`] over the same indices, whose size a hostile peer cannot inflate.
+
+use std::fmt;
+
+use super::ranges::Bitmap;
+use super::INITIAL_MAX_STREAM_DATA;
+
+/// Storage larger than this is freed when the stream drains. Below it, storage is kept so that
+/// a bulk transfer whose reader keeps up does not reallocate per record; above it, an idle stream
+/// would pin memory that the next burst can cheaply reallocate.
+const RETAIN: usize = INITIAL_MAX_STREAM_DATA as usize;
+
+/// Smallest allocation, so that the first records do not grow the buffer byte by byte.
+const MIN_ALLOC: usize = 4096;
+
+/// A peer violated the stream's flow control or final size rules (a fatal protocol error).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecvError {
+    /// Data (or a final size) beyond the limit we advertised.
+    FlowControl { limit: u64, end: u64 },
+    /// A final size different from the one already known.
+    FinalSize { known: u64, got: u64 },
+    /// Data beyond the final size, or a final size below data already received.
+    BeyondFinalSize { final_size: u64, end: u64 },
+}
+
+impl fmt::Display for RecvError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::FlowControl { limit, end } => {
+                write!(f, "stream data up to {end} exceeds flow control limit {limit}")
+            }
+            Self::FinalSize { known, got } => {
+                write!(f, "stream final size changed from {known} to {got}")
+            }
+            Self::BeyondFinalSize { final_size, end } => {
+                write!(f, "stream data up to {end} beyond final size {final_size}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for RecvError {}
+
+/// The receiving half of one stream.
+#[derive(Debug)]
+pub struct RecvBuf {
+    /// `buf[i]` holds stream offset `base() + i`; its length is the allocated region.
+    buf: Vec<u8>,
+    /// Index of `read_offset` in `buf`.
+    start: usize,
+    read_offset: u64,
+    /// End of the bytes received in order from `read_offset`.
+    contig_end: u64,
+    /// End of the highest byte received (>= `contig_end`).
+    max_end: u64,
+    /// Distinct bytes ever received, so `buffered()` is exact and O(1).
+    received: u64,
+    /// Received bytes at or past `contig_end`, by index into `buf`. Bits below `contig_end`
+    /// are kept clear, so a stream received in order never touches it.
+    ooo: Bitmap,
+    final_size: Option<u64>,
+    /// Limit advertised to the peer.
+    limit: u64,
+    window: u64,
+    /// `read_offset` and `limit - read_offset` at the last advertisement.
+    adv_from: u64,
+    adv_window: u64,
+    reset: bool,
+    /// `(offset, len)` handed out by the last `direct_slot`, until `commit_direct`. Any other
+    /// mutation forgets it, since it may move or drop the slot's bytes.
+    slot: Option<(u64, usize)>,
+}
+
+impl RecvBuf {
+    /// `window`: how far past the read offset the advertised limit may go once the application
+    /// reads. The initial limit is [`INITIAL_MAX_STREAM_DATA`] whatever the window.
+    pub fn new(window: u64) -> Self {
+        Self {
+            buf: Vec::new(),
+            start: 0,
+            read_offset: 0,
+            contig_end: 0,
+            max_end: 0,
+            received: 0,
+            ooo: Bitmap::default(),
+            final_size: None,
+            limit: INITIAL_MAX_STREAM_DATA,
+            window,
+            adv_from: 0,
+            adv_window: INITIAL_MAX_STREAM_DATA,
+            reset: false,
+            slot: None,
+        }
+    }
+
+    /// Stores `data` at `offset`. Bytes already received are ignored, so nothing is delivered
+    /// twice. After a reset, data is dropped but the final size rules are still checked.
+    pub fn insert(&mut self, offset: u64, data: &[u8], fin: bool) -> Result<(), RecvError> {
+        self.slot = None;
+        let end = self.check(offset, data.len(), fin)?;
+        if self.reset {
+            return Ok(());
+        }
+        if fin {
+            self.final_size = Some(end);
+        }
+        if data.is_empty() || end <= self.contig_end {
+            return Ok(());
+        }
+        self.reserve(end, 0)?;
+        let mut pos = offset.max(self.contig_end);
+        while pos < end {
+            let from = self.next_clear(pos, end);
+            if from >= end {
+                break;
+            }
+            let to = self.next_set(from, end);
+            let src = &data[(from - offset) as usize..(to - offset) as usize];
+            let dst = self.index(from);
+            self.buf[dst..dst + src.len()].copy_from_slice(src);
+            self.mark(from, to);
+            pos = to.max(self.contig_end);
+        }
+        Ok(())
+    }
+
+    /// The in-order readable bytes, all of them, as one slice.
+    pub fn chunk(&self) -> &[u8] {
+        &self.buf[self.start..self.index(self.contig_end)]
+    }
+
+    /// The application consumed `n` bytes of [`chunk`](Self::chunk) (clamped to what is
+    /// readable).
+    pub fn consume(&mut self, n: usize) {
+        self.slot = None;
+        let n = n.min(self.readable());
+        self.read_offset += n as u64;
+        self.start += n;
+        if self.read_offset == self.max_end {
+            // Drained: restart at index 0 for free instead of compacting later.
+            self.start = 0;
+            if self.buf.len() > RETAIN {
+                self.buf = Vec::new();
+                self.ooo.release();
+            }
+        }
+    }
+
+    /// Copies readable bytes into `out`, consumes them, and returns how many.
+    pub fn read(&mut self, out: &mut [u8]) -> usize {
+        let chunk = self.chunk();
+        let n = chunk.len().min(out.len());
+        out[..n].copy_from_slice(&chunk[..n]);
+        self.consume(n);
+        n
+    }
+
+    pub fn readable(&self) -> usize {
+        (self.contig_end - self.read_offset) as usize
+    }
+
+    /// FIN received and every byte up to it consumed (false after a reset).
+    pub fn is_finished(&self) -> bool {
+        !self.reset && self.final_size == Some(self.read_offset)
+    }
+
+    pub fn final_size(&self) -> Option<u64> {
+        self.final_size
+    }
+
+    pub fn read_offset(&self) -> u64 {
+        self.read_offset
+    }
+
+    /// The peer reset the stream: drops all data; later inserts are ignored. Besides the final
+    /// size rules, a final size past the advertised limit is a flow control error.
+    pub fn reset(&mut self, final_size: u64) -> Result<(), RecvError> {
+        self.slot = None;
+        if let Some(known) = self.final_size.filter(|&k| k != final_size) {
+            return Err(RecvError::FinalSize { known, got: final_size });
+        }
+        if final_size < self.max_end {
+            let end = self.max_end;
+            return Err(RecvError::BeyondFinalSize { final_size, end });
+        }
+        if final_size > self.limit {
+            let limit = self.limit;
+            return Err(RecvError::FlowControl { limit, end: final_size });
+        }
+        self.final_size = Some(final_size);
+        self.reset = true;
+        self.buf = Vec::new();
+        self.ooo.release();
+        self.start = 0;
+        self.contig_end = self.read_offset;
+        self.max_end = self.read_offset;
+        self.received = self.read_offset;
+        Ok(())
+    }
+
+    pub fn is_reset(&self) -> bool {
+        self.reset
+    }
+
+    /// Returns a new limit (`read_offset + window`) to advertise in Max Stream Data when the
+    /// application has consumed at least half of the last advertised window, and records it.
+    /// Half a window keeps the peer from stalling while costing one frame per half window.
+    pub fn poll_max_data_update(&mut self) -> Option<u64> {
+        if self.reset || self.final_size.is_some() {
+            return None;
+        }
+        let consumed = self.read_offset - self.adv_from;
+        let new = self.read_offset.saturating_add(self.window);
+        if consumed.saturating_mul(2) < self.adv_window || new <= self.limit {
+            return None;
+        }
+        self.limit = new;
+        self.adv_from = self.read_offset;
+        self.adv_window = new - self.read_offset;
+        Some(new)
+    }
+
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Received bytes not yet consumed, out-of-order ones included.
+    pub fn buffered(&self) -> usize {
+        (self.received - self.read_offset) as usize
+    }
+
+    /// Bytes of memory allocated (storage plus the out-of-order bitmap). Storage never exceeds
+    /// `limit - read_offset` (plus the `slack` of a direct slot) at the time it grows; the
+    /// bitmap adds at most an eighth of that.
+    pub fn allocated(&self) -> usize {
+        self.buf.capacity() + self.ooo.allocated()
+    }
+
+    /// A writable window of the storage for stream bytes `offset..offset + len`, so a
+    /// decryptor can open a whole record there; bytes past the data it then commits are
+    /// scratch. `slack` lets the record's trailing frames run past the flow control limit.
+    /// `None` if `offset` was already consumed, the range exceeds `limit + slack`, or it
+    /// overlaps received bytes (the caller then decrypts elsewhere and uses `insert`).
+    pub fn direct_slot(&mut self, offset: u64, len: usize, slack: usize) -> Option<&mut [u8]> {
+        self.slot = None;
+        let end = offset.checked_add(len as u64)?;
+        if self.reset || offset < self.read_offset || end > self.limit.checked_add(slack as u64)? {
+            return None;
+        }
+        if len > 0 && (offset < self.contig_end || self.next_set(offset, end) < end) {
+            return None;
+        }
+        self.reserve(end, slack).ok()?;
+        self.slot = Some((offset, len));
+        let i = self.index(offset);
+        Some(&mut self.buf[i..i + len])
+    }
+
+    /// Marks the first `data_len` bytes of the last [`direct_slot`](Self::direct_slot) as
+    /// received, with the same checks as [`insert`](Self::insert). Committing anything but a
+    /// prefix of that slot, or after another mutation, is a caller bug: it is ignored (and
+    /// asserts in debug builds).
+    pub fn commit_direct(&mut self, offset: u64, data_len: usize, fin: bool) -> Result<(), RecvError> {
+        let slot = self.slot.take();
+        let end = self.check(offset, data_len, fin)?;
+        if self.reset {
+            return Ok(());
+        }
+        let valid = slot.is_some_and(|(o, l)| o == offset && data_len <= l);
+        debug_assert!(valid, "commit_direct({offset}, {data_len}) outside slot {slot:?}");
+        if !valid {
+            return Ok(());
+        }
+        if fin {
+            self.final_size = Some(end);
+        }
+        if data_len > 0 {
+            self.mark(offset, end);
+        }
+        Ok(())
+    }
+
+    /// Checks `offset..offset + len` (with `fin`) against the final size and flow control
+    /// rules, without changing anything; returns the end offset.
+    fn check(&self, offset: u64, len: usize, fin: bool) -> Result<u64, RecvError> {
+        let end = offset.checked_add(len as u64);
+        let end_sat = end.unwrap_or(u64::MAX);
+        match self.final_size {
+            Some(known) if fin && end_sat != known => {
+                return Err(RecvError::FinalSize { known, got: end_sat });
+            }
+            Some(final_size) if end_sat > final_size => {
+                return Err(RecvError::BeyondFinalSize { final_size, end: end_sat });
+            }
+            None if fin && end_sat < self.max_end => {
+                let end = self.max_end;
+                return Err(RecvError::BeyondFinalSize { final_size: end_sat, end });
+            }
+            _ => {}
+        }
+        match end {
+            Some(end) if end <= self.limit => Ok(end),
+            _ => Err(RecvError::FlowControl { limit: self.limit, end: end_sat }),
+        }
+    }
+
+    /// Records the new bytes `from..to` (none of them received before) as received.
+    fn mark(&mut self, from: u64, to: u64) {
+        self.received += to - from;
+        self.max_end = self.max_end.max(to);
+        if from == self.contig_end {
+            self.contig_end = to;
+            if self.max_end > to {
+                // Absorb out-of-order bytes that now follow in order.
+                let run = self.ooo.take_run(self.index(to));
+                self.contig_end += run as u64;
+            }
+        } else {
+            let (i, j) = (self.index(from), self.index(to));
+            self.ooo.set(i, j);
+        }
+    }
+
+    /// First offset in `from..to` (both >= `contig_end`) received out of order, or `to`.
+    fn next_set(&self, from: u64, to: u64) -> u64 {
+        // Nothing at or past `max_end` was received.
+        let upto = to.min(self.max_end);
+        if from >= upto {
+            return to;
+        }
+        let (i, j) = (self.index(from), self.index(upto));
+        match self.ooo.next_set(i, j) {
+            k if k < j => from + (k - i) as u64,
+            _ => to,
+        }
+    }
+
+    /// First offset in `from..to` (both >= `contig_end`) not yet received, or `to`.
+    fn next_clear(&self, from: u64, to: u64) -> u64 {
+        let upto = to.min(self.max_end);
+        if from >= upto {
+            return from.min(to);
+        }
+        let i = self.index(from);
+        // Past `max_end` everything is clear, so "none in range" means `upto`.
+        from + (self.ooo.next_clear(i, self.index(upto)) - i) as u64
+    }
+
+    /// Index in `buf` of `offset` (which must lie in the storage's span).
+    fn index(&self, offset: u64) -> usize {
+        self.start + (offset - self.read_offset) as usize
+    }
+
+    /// Makes the storage span `..end`, by compacting and/or growing, never past
+    /// `limit - read_offset + slack` bytes at allocation time.
+    fn reserve(&mut self, end: u64, slack: usize) -> Result<(), RecvError> {
+        let too_big = || RecvError::FlowControl { limit: self.limit, end };
+        let need = usize::try_from(end - self.read_offset).map_err(|_| too_big())?;
+        let bound = usize::try_from(self.limit - self.read_offset)
+            .ok()
+            .and_then(|b| b.checked_add(slack))
+            .ok_or_else(too_big)?;
+        if self.start + need <= self.buf.len() {
+            return Ok(());
+        }
+        let live = (self.max_end - self.read_offset) as usize;
+        // Compact when it moves no more than what was consumed since the last compaction
+        // (amortised O(1) per byte), or when growing in place would exceed the bound.
+        if self.start > 0 && (self.start >= live || self.start + need > bound) {
+            self.compact(live);
+        }
+        if self.start + need > self.buf.len() {
+            let target = (2 * self.buf.len()).max(MIN_ALLOC).min(bound).max(self.start + need);
+            self.buf.reserve_exact(target - self.buf.len());
+            self.buf.resize(target, 0);
+        }
+        Ok(())
+    }
+
+    /// Moves the `live` bytes at `start` to the front of the storage.
+    fn compact(&mut self, live: usize) {
+        self.buf.copy_within(self.start..self.start + live, 0);
+        if self.max_end > self.contig_end {
+            self.ooo.shift_down(self.start);
+        }
+        self.start = 0;
+    }
+}

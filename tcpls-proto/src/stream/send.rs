@@ -1,0 +1,296 @@
+//! The sending half of one stream.
+//!
+//! Application bytes are copied once into a contiguous buffer that holds every byte from the
+//! lowest unacknowledged offset to the write offset. Records refer to ranges of it rather than
+//! copying them, so that when a connection fails its unacknowledged ranges can be queued with
+//! [`SendBuf::retransmit`] and sent again, re-encrypted, on another connection (PROTOCOL.md §5).
+
+use std::ops::Range;
+
+use super::ranges::RangeSet;
+use super::INITIAL_MAX_STREAM_DATA;
+
+/// Storage larger than this is freed when everything has been acknowledged, so that idle
+/// streams do not pin the memory of their last burst.
+const RETAIN: usize = INITIAL_MAX_STREAM_DATA as usize;
+
+/// Smallest allocation, so that small writes do not regrow the buffer each time.
+const MIN_ALLOC: usize = 4096;
+
+/// The sending half of one stream.
+#[derive(Debug)]
+pub struct SendBuf {
+    /// `buf[head_idx..]` holds the stream bytes `head..write_offset`.
+    buf: Vec<u8>,
+    head_idx: usize,
+    /// Lowest offset not yet acknowledged; everything below is released.
+    head: u64,
+    write_offset: u64,
+    /// End of the bytes sent at least once.
+    sent: u64,
+    capacity: usize,
+    max_data: u64,
+    /// Acknowledged ranges above `head` (acks may arrive out of order).
+    acked: RangeSet,
+    /// Lost ranges to send again: a subset of `head..sent` minus `acked`.
+    lost: RangeSet,
+    finished: bool,
+    /// The FIN must be (re)sent.
+    fin_pending: bool,
+    /// The FIN was sent at least once.
+    fin_sent: bool,
+    fin_acked: bool,
+    retain_unacked: bool,
+    reset: bool,
+}
+
+impl SendBuf {
+    /// `capacity`: the most bytes the application may have buffered (written but not yet
+    /// released by an acknowledgement).
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            buf: Vec::new(),
+            head_idx: 0,
+            head: 0,
+            write_offset: 0,
+            sent: 0,
+            capacity,
+            max_data: INITIAL_MAX_STREAM_DATA,
+            acked: RangeSet::new(),
+            lost: RangeSet::new(),
+            finished: false,
+            fin_pending: false,
+            fin_sent: false,
+            fin_acked: false,
+            retain_unacked: true,
+            reset: false,
+        }
+    }
+
+    /// Copies as much of `data` as fits; returns the number of bytes taken (0 when full,
+    /// finished or reset).
+    pub fn write(&mut self, data: &[u8]) -> usize {
+        let n = data.len().min(self.writable());
+        if n == 0 {
+            return 0;
+        }
+        if self.buf.len() + n > self.buf.capacity() {
+            // Compact only when it moves no more than was released since the last compaction,
+            // so each byte is moved O(1) times; otherwise grow. Either way the allocation
+            // stays below twice the capacity (`head_idx < buffered <= capacity`).
+            if self.head_idx > 0 && self.head_idx >= self.buffered() {
+                self.buf.drain(..self.head_idx);
+                self.head_idx = 0;
+            }
+            let need = self.buf.len() + n;
+            if need > self.buf.capacity() {
+                let bound = self.capacity.saturating_mul(2).max(need);
+                let target = (2 * self.buf.capacity()).max(MIN_ALLOC).min(bound).max(need);
+                self.buf.reserve_exact(target - self.buf.len());
+            }
+        }
+        self.buf.extend_from_slice(&data[..n]);
+        self.write_offset += n as u64;
+        n
+    }
+
+    /// Marks the end of the stream. Idempotent.
+    pub fn finish(&mut self) {
+        if !self.finished && !self.reset {
+            self.finished = true;
+            self.fin_pending = true;
+        }
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    /// Raises the peer's flow control limit (lower values are stale and ignored).
+    pub fn set_max_data(&mut self, max: u64) {
+        self.max_data = self.max_data.max(max);
+    }
+
+    pub fn max_data(&self) -> u64 {
+        self.max_data
+    }
+
+    /// Bytes that could be sent now: lost bytes (which were within flow control when first
+    /// sent, so are not limited again) plus new bytes allowed by flow control.
+    pub fn sendable(&self) -> usize {
+        let new = self.new_end().saturating_sub(self.sent);
+        (self.lost.covered() + new) as usize
+    }
+
+    /// New data is waiting only for the peer's flow control credit.
+    pub fn is_blocked(&self) -> bool {
+        !self.reset && self.sent < self.write_offset && self.sent >= self.max_data
+    }
+
+    /// Whether [`next_chunk`](Self::next_chunk) would return something (for `max_len > 0`).
+    pub fn has_pending(&self) -> bool {
+        !self.lost.is_empty() || self.sent < self.new_end() || self.fin_only()
+    }
+
+    /// The next chunk to put in a record: `(offset, bytes, fin)`, with at most `max_len` bytes.
+    /// Lost ranges come first, lowest offset first, then new data, then a FIN-only chunk.
+    /// `fin` is set when the chunk ends at the final size and the FIN still has to be sent.
+    /// Changes nothing: call [`mark_sent`](Self::mark_sent) once the record is sealed, so a
+    /// failed seal loses nothing.
+    pub fn next_chunk(&self, max_len: usize) -> Option<(u64, &[u8], bool)> {
+        let range = if let Some(lost) = self.lost.first() {
+            lost
+        } else if self.sent < self.new_end() {
+            self.sent..self.new_end()
+        } else if self.fin_only() {
+            return Some((self.write_offset, &[], true));
+        } else {
+            return None;
+        };
+        let len = (range.end - range.start).min(max_len as u64);
+        let end = range.start + len;
+        let fin = self.fin_pending && end == self.write_offset;
+        if len == 0 && !fin {
+            return None;
+        }
+        let from = self.head_idx + (range.start - self.head) as usize;
+        Some((range.start, &self.buf[from..from + len as usize], fin))
+    }
+
+    /// The chunk `offset..offset + len` (with `fin`) was sealed into a record.
+    pub fn mark_sent(&mut self, offset: u64, len: usize, fin: bool) {
+        if self.reset {
+            return;
+        }
+        let range = self.clip(offset, len, self.write_offset);
+        debug_assert!(range.start <= self.sent, "mark_sent past unsent bytes");
+        self.lost.remove(range.clone());
+        self.sent = self.sent.max(range.end);
+        if fin && self.finished && range.end == self.write_offset {
+            self.fin_pending = false;
+            self.fin_sent = true;
+        }
+        if !self.retain_unacked {
+            self.ack(offset, len, fin);
+        }
+    }
+
+    /// The range was acknowledged. Acks may arrive in any order; storage is released as the
+    /// lowest unacknowledged offset advances.
+    pub fn ack(&mut self, offset: u64, len: usize, fin: bool) {
+        if self.reset {
+            return;
+        }
+        let range = self.clip(offset, len, self.sent);
+        if !range.is_empty() {
+            self.lost.remove(range.clone());
+            self.acked.insert(range);
+            if let Some(first) = self.acked.first().filter(|r| r.start == self.head) {
+                self.acked.pop_first();
+                self.release(first.end);
+            }
+        }
+        if fin && self.fin_sent {
+            self.fin_acked = true;
+            self.fin_pending = false;
+        }
+    }
+
+    /// With `false` (sessions without ACKs), sent bytes are released at once: `mark_sent` also
+    /// acknowledges. Default `true`.
+    pub fn set_retain_unacked(&mut self, retain: bool) {
+        self.retain_unacked = retain;
+    }
+
+    /// The range was lost with its connection: queues the parts not yet acknowledged for
+    /// sending again, and the FIN too if `fin` and it was not acknowledged.
+    pub fn retransmit(&mut self, offset: u64, len: usize, fin: bool) {
+        if self.reset {
+            return;
+        }
+        let range = self.clip(offset, len, self.sent);
+        for gap in self.acked.gaps(range) {
+            self.lost.insert(gap);
+        }
+        if fin && self.fin_sent && !self.fin_acked {
+            self.fin_pending = true;
+        }
+    }
+
+    /// Bytes the application may write now (0 once finished or reset).
+    pub fn writable(&self) -> usize {
+        if self.finished || self.reset {
+            return 0;
+        }
+        self.capacity.saturating_sub(self.buffered())
+    }
+
+    /// Offset of the next byte the application writes (= bytes written so far).
+    pub fn write_offset(&self) -> u64 {
+        self.write_offset
+    }
+
+    /// Everything written, the FIN sent, and all of it acknowledged. A reset stream is never
+    /// done; see [`is_reset`](Self::is_reset).
+    pub fn is_done(&self) -> bool {
+        self.finished && self.fin_acked && self.head == self.write_offset && !self.reset
+    }
+
+    /// Drops everything (a Stream Reset is being sent); returns its final size.
+    pub fn reset(&mut self) -> u64 {
+        self.reset = true;
+        self.buf = Vec::new();
+        self.head_idx = 0;
+        self.head = self.write_offset;
+        self.sent = self.write_offset;
+        self.acked.clear();
+        self.lost.clear();
+        self.fin_pending = false;
+        self.write_offset
+    }
+
+    pub fn is_reset(&self) -> bool {
+        self.reset
+    }
+
+    /// Bytes currently held (written and not yet released).
+    pub fn buffered(&self) -> usize {
+        (self.write_offset - self.head) as usize
+    }
+
+    /// Bytes of memory allocated for the data.
+    pub fn allocated(&self) -> usize {
+        self.buf.capacity()
+    }
+
+    /// End of the new bytes flow control lets us send.
+    fn new_end(&self) -> u64 {
+        self.write_offset.min(self.max_data)
+    }
+
+    /// A FIN with no data before it left to send.
+    fn fin_only(&self) -> bool {
+        self.fin_pending && self.sent == self.write_offset
+    }
+
+    /// `offset..offset + len` clipped to `head..end`.
+    fn clip(&self, offset: u64, len: usize, end: u64) -> Range<u64> {
+        let to = offset.saturating_add(len as u64).min(end);
+        let from = offset.max(self.head).min(to);
+        from..to
+    }
+
+    /// Releases the bytes below `new_head`.
+    fn release(&mut self, new_head: u64) {
+        self.head_idx += (new_head - self.head) as usize;
+        self.head = new_head;
+        if self.head_idx == self.buf.len() {
+            self.head_idx = 0;
+            if self.buf.capacity() > RETAIN {
+                self.buf = Vec::new();
+            } else {
+                self.buf.clear();
+            }
+        }
+    }
+}

@@ -1,0 +1,765 @@
+//! Unit tests of the stream buffers, including randomized runs against simple models
+//! (deterministic xorshift, so every failure replays).
+
+use super::ranges::Bitmap;
+use super::*;
+
+/// xorshift64*: small, deterministic, good enough to shuffle test inputs.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Self {
+        Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform-ish in `0..n` (`n > 0`).
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn shuffle<T>(&mut self, v: &mut [T]) {
+        for i in (1..v.len()).rev() {
+            v.swap(i, self.below(i as u64 + 1) as usize);
+        }
+    }
+}
+
+/// Bytes whose value depends on their offset, so misplaced bytes are caught.
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut rng = Rng::new(seed);
+    (0..len).map(|_| rng.next() as u8).collect()
+}
+
+fn read_all(r: &mut RecvBuf) -> Vec<u8> {
+    let out = r.chunk().to_vec();
+    r.consume(out.len());
+    out
+}
+
+mod ranges {
+    use super::*;
+
+    /// RangeSet against a `Vec<bool>` model.
+    #[test]
+    fn range_set_matches_model() {
+        const N: u64 = 300;
+        for seed in 0..50 {
+            let mut rng = Rng::new(seed);
+            let mut set = RangeSet::new();
+            let mut model = vec![false; N as usize];
+            for _ in 0..200 {
+                let a = rng.below(N);
+                let b = (a + rng.below(40)).min(N);
+                let insert = rng.below(3) != 0;
+                let changed = if insert {
+                    set.insert(a..b)
+                } else {
+                    set.remove(a..b)
+                };
+                let before = model[a as usize..b as usize].iter().filter(|&&x| x).count();
+                let expect = if insert { (b - a) as usize - before } else { before };
+                assert_eq!(changed as usize, expect);
+                model[a as usize..b as usize].fill(insert);
+                check(&set, &model);
+            }
+        }
+    }
+
+    /// Bitmap against a `Vec<bool>` model: set, scans, runs and shifts.
+    #[test]
+    fn bitmap_matches_model() {
+        const N: usize = 400;
+        for seed in 0..50 {
+            let mut rng = Rng::new(seed);
+            let mut bits = Bitmap::default();
+            let mut model = vec![false; N];
+            for _ in 0..100 {
+                let a = rng.below(N as u64) as usize;
+                let b = (a + rng.below(100) as usize).min(N);
+                match rng.below(8) {
+                    0 => {
+                        let k = rng.below(150) as usize;
+                        bits.shift_down(k);
+                        model.drain(..k.min(N));
+                        model.resize(N, false);
+                    }
+                    1 => {
+                        let run = model[a..].iter().take_while(|&&x| x).count();
+                        assert_eq!(bits.take_run(a), run);
+                        model[a..a + run].fill(false);
+                    }
+                    _ => {
+                        bits.set(a, b);
+                        model[a..b].fill(true);
+                    }
+                }
+                let x = rng.below(N as u64) as usize;
+                let y = (x + rng.below(200) as usize).min(N);
+                let first = |v: bool| (x..y).find(|&i| model[i] == v).unwrap_or(y);
+                assert_eq!(bits.next_set(x, y), first(true));
+                assert_eq!(bits.next_clear(x, y), first(false));
+            }
+        }
+    }
+
+    fn check(set: &RangeSet, model: &[bool]) {
+        let mut expect = Vec::new();
+        let mut i = 0;
+        while i < model.len() {
+            if model[i] {
+                let s = i;
+                while i < model.len() && model[i] {
+                    i += 1;
+                }
+                expect.push(s as u64..i as u64);
+            }
+            i += 1;
+        }
+        assert_eq!(set.iter().collect::<Vec<_>>(), expect);
+        assert_eq!(set.covered() as usize, model.iter().filter(|&&x| x).count());
+        for (i, &m) in model.iter().enumerate() {
+            assert_eq!(set.contains(i as u64), m);
+        }
+        let gaps: Vec<_> = set.gaps(0..model.len() as u64).collect();
+        let holes = (0..model.len()).filter(|&i| !model[i]).count() as u64;
+        assert_eq!(gaps.iter().map(|r| r.end - r.start).sum::<u64>(), holes);
+        assert!(gaps.iter().all(|r| !set.overlaps(r.clone())));
+    }
+
+    #[test]
+    fn edges() {
+        let mut s = RangeSet::new();
+        assert_eq!(s.insert(5..5), 0);
+        assert!(s.is_empty());
+        s.insert(10..20);
+        s.insert(20..30);
+        assert_eq!(s.len(), 1, "adjacent ranges merge");
+        s.insert(u64::MAX - 1..u64::MAX);
+        assert_eq!(s.last(), Some(u64::MAX - 1..u64::MAX));
+        assert_eq!(s.gaps(15..12).count(), 0);
+        assert_eq!(s.gaps(25..40).collect::<Vec<_>>(), vec![30..40]);
+        s.remove(12..14);
+        assert_eq!(s.iter().collect::<Vec<_>>().len(), 3);
+        assert_eq!(s.pop_first(), Some(10..12));
+        assert_eq!(s.covered(), 16 + 1);
+        s.clear();
+        assert_eq!((s.covered(), s.len()), (0, 0));
+    }
+
+    #[test]
+    fn bitmap_runs_and_shift() {
+        let mut b = Bitmap::default();
+        b.set(3, 200);
+        b.set(201, 202);
+        assert_eq!(b.take_run(3), 197);
+        assert_eq!(b.take_run(3), 0);
+        assert_eq!(b.next_set(0, 1000), 201);
+        b.set(64, 130);
+        b.shift_down(70);
+        assert_eq!(b.next_set(0, 1000), 0);
+        assert_eq!(b.next_clear(0, 1000), 60);
+        assert_eq!(b.next_set(60, 1000), 131);
+        assert_eq!(b.take_run(131), 1);
+        assert_eq!(b.next_set(0, 1000), 0);
+        b.shift_down(128);
+        assert_eq!(b.next_set(0, 1000), 1000);
+    }
+}
+
+mod recv {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn in_order() {
+        let data = pattern(50_000, 1);
+        let mut r = RecvBuf::new(MIB);
+        for (i, piece) in data.chunks(1000).enumerate() {
+            assert_eq!(r.insert(i as u64 * 1000, piece, false), Ok(()));
+        }
+        assert_eq!((r.readable(), r.buffered()), (50_000, 50_000));
+        assert_eq!(r.chunk(), &data[..]);
+        let mut out = vec![0; 30_000];
+        assert_eq!(r.read(&mut out), 30_000);
+        assert_eq!(out, data[..30_000]);
+        assert_eq!(read_all(&mut r), data[30_000..]);
+        assert_eq!(r.read_offset(), 50_000);
+        assert!(!r.is_finished());
+        assert_eq!(r.insert(50_000, &[], true), Ok(()));
+        assert!(r.is_finished());
+    }
+
+    /// Random segments, shuffled, with duplicates and overlaps, interleaved with reads and
+    /// flow control updates: the output is exactly the input, and memory stays bounded.
+    #[test]
+    fn random_reassembly() {
+        for seed in 0..40 {
+            let mut rng = Rng::new(seed);
+            let len = 1 + rng.below(400_000) as usize;
+            let window = 1 + rng.below(200_000);
+            let data = pattern(len, seed + 1000);
+            let mut segs = Vec::new();
+            let mut at = 0;
+            while at < len {
+                let n = (1 + rng.below(20_000) as usize).min(len - at);
+                segs.push((at, n));
+                at += n;
+            }
+            for _ in 0..segs.len() / 2 + 1 {
+                let a = rng.below(len as u64) as usize;
+                let n = (rng.below(30_000) as usize).min(len - a);
+                segs.push((a, n));
+            }
+            rng.shuffle(&mut segs);
+            let mut r = RecvBuf::new(window);
+            let mut out = Vec::new();
+            let mut peak_credit = r.limit();
+            while !segs.is_empty() || !r.is_finished() {
+                if !segs.is_empty() {
+                    let i = rng.below(segs.len() as u64) as usize;
+                    let (a, n) = segs[i];
+                    let fin = a + n == len;
+                    let res = r.insert(a as u64, &data[a..a + n], fin);
+                    if (a + n) as u64 > r.limit() {
+                        let limit = r.limit();
+                        let end = (a + n) as u64;
+                        assert_eq!(res, Err(RecvError::FlowControl { limit, end }));
+                    } else {
+                        assert_eq!(res, Ok(()));
+                        segs.swap_remove(i);
+                    }
+                }
+                assert_eq!(r.chunk().len(), r.readable());
+                let take = if rng.below(4) == 0 {
+                    usize::MAX
+                } else {
+                    rng.below(5000) as usize
+                };
+                let n = take.min(r.readable());
+                out.extend_from_slice(&r.chunk()[..n]);
+                r.consume(take);
+                if let Some(limit) = r.poll_max_data_update() {
+                    assert_eq!(limit, r.read_offset() + window);
+                }
+                peak_credit = peak_credit.max(r.limit() - r.read_offset());
+                let alloc = r.allocated() as u64;
+                assert!(alloc <= peak_credit + peak_credit / 8 + 64, "{alloc} {peak_credit}");
+            }
+            assert_eq!(out.len(), len, "seed {seed}");
+            assert!(out == data, "seed {seed}");
+            assert_eq!(r.buffered(), 0);
+            assert_eq!(r.final_size(), Some(len as u64));
+        }
+    }
+
+    #[test]
+    fn duplicates_never_delivered_twice() {
+        let data = pattern(10_000, 2);
+        let mut r = RecvBuf::new(MIB);
+        assert_eq!(r.insert(5000, &data[5000..], false), Ok(()));
+        assert_eq!(r.insert(5000, &data[5000..], false), Ok(()));
+        assert_eq!(r.buffered(), 5000);
+        assert_eq!(r.insert(0, &data[..6000], false), Ok(()));
+        assert_eq!(r.buffered(), 10_000);
+        assert_eq!(read_all(&mut r), data);
+        // Already consumed: ignored.
+        assert_eq!(r.insert(0, &data, false), Ok(()));
+        assert_eq!((r.readable(), r.buffered()), (0, 0));
+        // The first copy wins over a different later one.
+        assert_eq!(r.insert(10_000, b"abc", false), Ok(()));
+        assert_eq!(r.insert(10_001, b"XYZ", false), Ok(()));
+        assert_eq!(read_all(&mut r), b"abcZ");
+    }
+
+    #[test]
+    fn flow_control() {
+        let mut r = RecvBuf::new(MIB);
+        let limit = INITIAL_MAX_STREAM_DATA;
+        assert_eq!(r.insert(limit - 1, b"x", false), Ok(()));
+        let err = |end| Err(RecvError::FlowControl { limit, end });
+        assert_eq!(r.insert(limit - 1, b"xy", false), err(limit + 1));
+        assert_eq!(r.insert(limit, &[], true), Ok(()));
+        let mut r = RecvBuf::new(MIB);
+        assert_eq!(r.insert(u64::MAX, b"x", false), err(u64::MAX));
+        assert_eq!(r.insert(u64::MAX - 1, &[], false), err(u64::MAX - 1));
+        assert_eq!(r.insert(u64::MAX, &[], true), err(u64::MAX));
+        assert_eq!(r.direct_slot(u64::MAX, 10, 10).map(|s| s.len()), None);
+        assert_eq!(r.direct_slot(limit, 1, usize::MAX).map(|s| s.len()), None);
+        assert_eq!((r.buffered(), r.allocated(), r.final_size()), (0, 0, None));
+    }
+
+    #[test]
+    fn final_size_rules() {
+        let mut r = RecvBuf::new(MIB);
+        assert_eq!(r.insert(90, &[1; 10], true), Ok(()));
+        assert_eq!(r.final_size(), Some(100));
+        assert_eq!(r.insert(90, &[1; 10], true), Ok(()), "same final size again");
+        let fs = |got| Err(RecvError::FinalSize { known: 100, got });
+        assert_eq!(r.insert(80, &[1; 10], true), fs(90));
+        assert_eq!(r.insert(100, &[1], true), fs(101));
+        let beyond = Err(RecvError::BeyondFinalSize { final_size: 100, end: 101 });
+        assert_eq!(r.insert(100, &[1], false), beyond);
+        assert_eq!(r.reset(99), fs(99));
+        assert_eq!(r.insert(0, &[2; 90], false), Ok(()));
+        assert_eq!(r.readable(), 100);
+        assert!(!r.is_finished());
+        r.consume(100);
+        assert!(r.is_finished());
+        assert_eq!(r.poll_max_data_update(), None);
+
+        let mut r = RecvBuf::new(MIB);
+        assert_eq!(r.insert(150, &[1; 50], false), Ok(()));
+        let err = Err(RecvError::BeyondFinalSize { final_size: 120, end: 200 });
+        assert_eq!(r.insert(100, &[1; 20], true), err);
+        assert_eq!(r.final_size(), None);
+        assert_eq!(r.insert(0, &[], true), Err(RecvError::BeyondFinalSize { final_size: 0, end: 200 }));
+
+        let mut r = RecvBuf::new(MIB);
+        assert_eq!(r.insert(0, &[], true), Ok(()));
+        assert!(r.is_finished());
+    }
+
+    #[test]
+    fn reset() {
+        let mut r = RecvBuf::new(MIB);
+        assert_eq!(r.insert(0, &[1; 1000], false), Ok(()));
+        assert_eq!(r.insert(5000, &[1; 1000], false), Ok(()));
+        r.consume(10);
+        let beyond = Err(RecvError::BeyondFinalSize { final_size: 5999, end: 6000 });
+        assert_eq!(r.reset(5999), beyond);
+        let limit = INITIAL_MAX_STREAM_DATA;
+        let flow = Err(RecvError::FlowControl { limit, end: limit + 1 });
+        assert_eq!(r.reset(limit + 1), flow);
+        assert!(!r.is_reset());
+        assert_eq!(r.reset(7000), Ok(()));
+        assert!(r.is_reset() && !r.is_finished());
+        assert_eq!((r.readable(), r.buffered(), r.allocated()), (0, 0, 0));
+        assert_eq!(r.chunk(), &[] as &[u8]);
+        assert_eq!(r.insert(1000, &[1; 100], false), Ok(()), "ignored");
+        assert_eq!(r.readable(), 0);
+        assert_eq!(r.insert(6990, &[1; 20], false), Err(RecvError::BeyondFinalSize { final_size: 7000, end: 7010 }));
+        assert_eq!(r.insert(0, &[], true), Err(RecvError::FinalSize { known: 7000, got: 0 }));
+        assert_eq!(r.reset(7000), Ok(()));
+        assert_eq!(r.reset(7001), Err(RecvError::FinalSize { known: 7000, got: 7001 }));
+        assert_eq!(r.poll_max_data_update(), None);
+        assert_eq!(r.direct_slot(7000, 1, 0).map(|s| s.len()), None);
+    }
+
+    #[test]
+    fn memory_bound() {
+        let limit = INITIAL_MAX_STREAM_DATA;
+        let bound = (limit + limit / 8) as usize + 64;
+        let mut r = RecvBuf::new(16 * MIB);
+        assert_eq!(r.insert(limit - 1, b"x", false), Ok(()));
+        assert!(r.allocated() <= bound, "{}", r.allocated());
+        // The worst fragmentation costs no more.
+        for off in (0..limit).step_by(2) {
+            assert_eq!(r.insert(off, b"y", false), Ok(()));
+        }
+        assert!(r.allocated() <= bound, "{}", r.allocated());
+        assert_eq!(r.readable(), 1);
+        assert_eq!(r.buffered(), limit as usize / 2 + 1);
+        // Filling the holes makes it all readable, in one slice.
+        for off in (1..limit - 1).step_by(2) {
+            assert_eq!(r.insert(off, b"z", false), Ok(()));
+        }
+        assert_eq!(r.chunk().len(), limit as usize);
+        assert_eq!(&r.chunk()[..4], b"yzyz");
+        r.consume(limit as usize);
+        // Credit moves with the read offset; the buffer stays within it.
+        let new = r.poll_max_data_update();
+        assert_eq!(new, Some(limit + 16 * MIB));
+        assert_eq!(r.insert(limit, &vec![5; MIB as usize], false), Ok(()));
+        r.consume(MIB as usize);
+        assert_eq!(r.allocated(), 0, "a large buffer is freed once drained");
+        assert_eq!(r.insert(limit + 16 * MIB - 1, b"x", false), Ok(()));
+        let credit = 15 * MIB as usize;
+        assert!(r.allocated() <= credit + credit / 8 + 64, "{}", r.allocated());
+    }
+
+    #[test]
+    fn small_buffers_are_kept() {
+        let mut r = RecvBuf::new(MIB);
+        assert_eq!(r.insert(0, &[7; 1000], false), Ok(()));
+        r.consume(1000);
+        let kept = r.allocated();
+        assert!(kept > 0);
+        for i in 1..100u64 {
+            assert_eq!(r.insert(i * 1000, &[7; 1000], false), Ok(()));
+            r.consume(1000);
+            let _ = r.poll_max_data_update();
+            assert_eq!(r.allocated(), kept, "no reallocation while the reader keeps up");
+        }
+    }
+
+    #[test]
+    fn max_data_updates() {
+        let mut r = RecvBuf::new(MIB);
+        assert_eq!(r.poll_max_data_update(), None);
+        let half = INITIAL_MAX_STREAM_DATA / 2;
+        assert_eq!(r.insert(0, &vec![0; 40_000], false), Ok(()));
+        r.consume(half as usize - 1);
+        assert_eq!(r.poll_max_data_update(), None);
+        r.consume(1);
+        assert_eq!(r.poll_max_data_update(), Some(half + MIB));
+        assert_eq!(r.limit(), half + MIB);
+        assert_eq!(r.poll_max_data_update(), None, "advertised once");
+        let data = vec![0; MIB as usize];
+        assert_eq!(r.insert(40_000, &data[..MIB as usize / 2], false), Ok(()));
+        r.consume(MIB as usize / 2 - 1);
+        assert_eq!(r.poll_max_data_update(), None);
+        r.consume(1);
+        assert_eq!(r.poll_max_data_update(), Some(r.read_offset() + MIB));
+        // A window below the initial credit never lowers the limit.
+        let mut r = RecvBuf::new(1000);
+        assert_eq!(r.insert(0, &vec![0; 60_000], false), Ok(()));
+        r.consume(60_000);
+        assert_eq!(r.poll_max_data_update(), None);
+        assert_eq!(r.limit(), INITIAL_MAX_STREAM_DATA);
+        r.consume(usize::MAX);
+        assert_eq!(r.read_offset(), 60_000);
+    }
+
+    #[test]
+    fn direct_slot_and_commit() {
+        let mut r = RecvBuf::new(MIB);
+        let slot = r.direct_slot(0, 1200, 0).expect("slot at the read offset");
+        slot[..1000].copy_from_slice(&[1; 1000]);
+        slot[1000..].copy_from_slice(&[0xEE; 200]); // trailing frames: scratch
+        assert_eq!(r.commit_direct(0, 1000, false), Ok(()));
+        assert_eq!(r.chunk(), &[1; 1000][..]);
+        // The next record overwrites the scratch.
+        let slot = r.direct_slot(1000, 500, 0).expect("next slot");
+        slot.fill(2);
+        assert_eq!(r.commit_direct(1000, 500, false), Ok(()));
+        assert_eq!(r.readable(), 1500);
+        assert_eq!(r.chunk()[1000..], [2; 500]);
+        // Overlapping received bytes, or behind the read offset: refused.
+        assert!(r.direct_slot(1499, 10, 0).is_none());
+        r.consume(100);
+        assert!(r.direct_slot(50, 10, 0).is_none());
+        // Out of order, then filled in order by insert.
+        let slot = r.direct_slot(3000, 100, 0).expect("out of order slot");
+        slot.fill(4);
+        assert_eq!(r.commit_direct(3000, 100, true), Ok(()));
+        assert_eq!(r.final_size(), Some(3100));
+        assert!(r.direct_slot(2950, 60, 0).is_none(), "overlaps out-of-order bytes");
+        assert_eq!(r.insert(1500, &[3; 1500], false), Ok(()));
+        assert_eq!(r.readable(), 3000);
+        assert_eq!(r.chunk()[2900..], [4; 100]);
+        r.consume(3000);
+        assert!(r.is_finished());
+    }
+
+    #[test]
+    fn direct_slot_limits() {
+        let limit = INITIAL_MAX_STREAM_DATA;
+        let mut r = RecvBuf::new(MIB);
+        assert!(r.direct_slot(limit - 100, 200, 99).is_none());
+        let slot = r.direct_slot(limit - 100, 200, 100).expect("slack covers the tail");
+        assert_eq!(slot.len(), 200);
+        assert!(r.allocated() <= (limit + 100 + limit / 8) as usize + 64);
+        let flow = Err(RecvError::FlowControl { limit, end: limit + 1 });
+        assert_eq!(r.commit_direct(limit - 100, 101, false), flow);
+        // The failed commit consumed the slot: a new one is needed.
+        assert!(r.direct_slot(limit - 100, 200, 100).is_some());
+        assert_eq!(r.commit_direct(limit - 100, 100, true), Ok(()));
+        assert_eq!(r.buffered(), 100);
+        assert_eq!(r.direct_slot(5, 0, 0).map(|s| s.len()), Some(0));
+        assert_eq!(r.commit_direct(5, 0, false), Ok(()));
+        // A wrong guess (no commit) leaves nothing received.
+        let slot = r.direct_slot(0, 100, 0).expect("slot");
+        slot.fill(9);
+        assert_eq!(r.readable(), 0);
+        assert_eq!(r.insert(0, &[8; 100], false), Ok(()));
+        assert_eq!(r.chunk(), &[8; 100][..]);
+    }
+
+    #[cfg(debug_assertions)]
+    #[test]
+    #[should_panic(expected = "outside slot")]
+    fn commit_without_slot_asserts() {
+        let mut r = RecvBuf::new(MIB);
+        let _ = r.direct_slot(0, 100, 0);
+        let _ = r.insert(500, b"x", false);
+        let _ = r.commit_direct(0, 100, false);
+    }
+
+    /// A bulk transfer through the direct path, with the reader lagging: storage compacts
+    /// instead of growing past the credit.
+    #[test]
+    fn direct_bulk_stays_bounded() {
+        let window = 256 * 1024;
+        let data = pattern(4 << 20, 3);
+        let mut r = RecvBuf::new(window);
+        let (mut at, mut out) = (0, Vec::new());
+        let mut rng = Rng::new(3);
+        while out.len() < data.len() {
+            let n = 16_384.min(data.len() - at);
+            if n > 0 && at as u64 + n as u64 <= r.limit() {
+                let slot = r.direct_slot(at as u64, n + 32, 32).expect("in-order slot");
+                slot[..n].copy_from_slice(&data[at..at + n]);
+                assert_eq!(r.commit_direct(at as u64, n, at + n == data.len()), Ok(()));
+                at += n;
+            }
+            let take = rng.below(40_000) as usize;
+            let k = take.min(r.readable());
+            out.extend_from_slice(&r.chunk()[..k]);
+            r.consume(k);
+            let _ = r.poll_max_data_update();
+            assert!(r.allocated() as u64 <= window + window / 8 + 32 + 64);
+        }
+        assert!(out == data);
+        assert!(r.is_finished());
+    }
+}
+
+mod send {
+    use super::*;
+
+    /// Sends everything pending as chunks of at most `max`, returning them.
+    fn drain(s: &mut SendBuf, max: usize) -> Vec<(u64, Vec<u8>, bool)> {
+        let mut out = Vec::new();
+        while let Some((off, bytes, fin)) = s.next_chunk(max) {
+            let chunk = (off, bytes.to_vec(), fin);
+            s.mark_sent(off, chunk.1.len(), fin);
+            out.push(chunk);
+        }
+        out
+    }
+
+    #[test]
+    fn write_and_send_in_order() {
+        let data = pattern(10_000, 4);
+        let mut s = SendBuf::new(8000);
+        assert_eq!(s.write(&data), 8000);
+        assert_eq!((s.writable(), s.buffered(), s.write_offset()), (0, 8000, 8000));
+        assert_eq!(s.write(&data[8000..]), 0);
+        assert!(s.has_pending());
+        assert_eq!(s.sendable(), 8000);
+        let first = s.next_chunk(3000).map(|(o, b, f)| (o, b.to_vec(), f));
+        assert_eq!(first, s.next_chunk(3000).map(|(o, b, f)| (o, b.to_vec(), f)), "pure");
+        let chunks = drain(&mut s, 3000);
+        let lens: Vec<_> = chunks.iter().map(|c| (c.0, c.1.len(), c.2)).collect();
+        assert_eq!(lens, [(0, 3000, false), (3000, 3000, false), (6000, 2000, false)]);
+        let sent: Vec<u8> = chunks.into_iter().flat_map(|c| c.1).collect();
+        assert_eq!(sent, data[..8000]);
+        assert!(!s.has_pending());
+        assert_eq!(s.next_chunk(0), None);
+        // Sent but unacknowledged bytes still count against the capacity.
+        assert_eq!(s.writable(), 0);
+        s.ack(0, 3000, false);
+        assert_eq!((s.writable(), s.buffered()), (3000, 5000));
+        assert_eq!(s.write(&data[8000..]), 2000);
+        assert_eq!(s.write_offset(), 10_000);
+    }
+
+    #[test]
+    fn out_of_order_acks_release_from_the_head() {
+        let mut s = SendBuf::new(1 << 20);
+        s.write(&pattern(9000, 5));
+        drain(&mut s, 3000);
+        s.ack(6000, 3000, false);
+        s.ack(3000, 3000, false);
+        assert_eq!(s.buffered(), 9000, "the head is not acknowledged yet");
+        s.ack(3000, 3000, false);
+        s.ack(0, 3000, false);
+        assert_eq!(s.buffered(), 0);
+        assert_eq!(s.allocated(), 4096.max(9000), "small buffers are kept");
+        assert!(!s.is_done(), "not finished");
+        s.finish();
+        assert_eq!(drain(&mut s, 100), [(9000, vec![], true)]);
+        assert!(!s.is_done());
+        s.ack(9000, 0, true);
+        assert!(s.is_done());
+    }
+
+    #[test]
+    fn flow_control_blocks_new_data_only() {
+        let mut s = SendBuf::new(1 << 20);
+        let data = pattern(100_000, 6);
+        s.write(&data);
+        s.finish();
+        assert_eq!(s.sendable(), INITIAL_MAX_STREAM_DATA as usize);
+        let chunks = drain(&mut s, 16_384);
+        assert_eq!(chunks.last().map(|c| c.0 + c.1.len() as u64), Some(INITIAL_MAX_STREAM_DATA));
+        assert!(chunks.iter().all(|c| !c.2));
+        assert!(s.is_blocked() && !s.has_pending());
+        assert_eq!(s.sendable(), 0);
+        // Lost bytes go out even while blocked.
+        s.retransmit(1000, 500, false);
+        assert_eq!(s.sendable(), 500);
+        assert_eq!(drain(&mut s, 16_384), [(1000, data[1000..1500].to_vec(), false)]);
+        s.set_max_data(50_000);
+        assert_eq!(s.max_data(), INITIAL_MAX_STREAM_DATA, "stale limit ignored");
+        s.set_max_data(80_000);
+        assert_eq!(s.sendable(), 80_000 - INITIAL_MAX_STREAM_DATA as usize);
+        s.set_max_data(1 << 20);
+        assert!(!s.is_blocked());
+        let rest = drain(&mut s, 1 << 20);
+        assert_eq!(rest.len(), 1);
+        assert_eq!(rest[0].0, INITIAL_MAX_STREAM_DATA);
+        assert!(rest[0].2, "the FIN rides on the last chunk");
+        assert!(!s.has_pending());
+    }
+
+    #[test]
+    fn retransmit_skips_acked_parts() {
+        let mut s = SendBuf::new(1 << 20);
+        let data = pattern(9000, 7);
+        s.write(&data);
+        s.finish();
+        let sent = drain(&mut s, 3000);
+        assert_eq!(sent.last().map(|c| c.2), Some(true));
+        s.ack(3000, 3000, false);
+        // The connection carrying everything failed.
+        s.retransmit(0, 9000, true);
+        assert_eq!(s.sendable(), 6000);
+        let again = drain(&mut s, 10_000);
+        assert_eq!(
+            again,
+            [(0, data[..3000].to_vec(), false), (6000, data[6000..].to_vec(), true)]
+        );
+        // A late ack for a range queued again cancels it.
+        s.retransmit(0, 9000, true);
+        s.ack(0, 3000, false);
+        s.ack(6000, 3000, true);
+        assert!(!s.has_pending());
+        assert!(s.is_done());
+        // Nothing past what was sent can be queued.
+        s.retransmit(9000, 100, true);
+        assert!(!s.has_pending());
+    }
+
+    #[test]
+    fn fin_only_lost_and_found() {
+        let mut s = SendBuf::new(100);
+        s.finish();
+        s.finish();
+        assert_eq!(s.write(b"late"), 0);
+        assert_eq!(s.next_chunk(0), Some((0, &[][..], true)));
+        assert_eq!(drain(&mut s, 10), [(0, vec![], true)]);
+        s.retransmit(0, 0, true);
+        assert_eq!(drain(&mut s, 10), [(0, vec![], true)]);
+        s.ack(0, 0, true);
+        s.retransmit(0, 0, true);
+        assert!(!s.has_pending() && s.is_done());
+    }
+
+    #[test]
+    fn ackless_releases_on_send() {
+        let mut s = SendBuf::new(1000);
+        s.set_retain_unacked(false);
+        s.write(&[1; 1000]);
+        s.finish();
+        drain(&mut s, 300);
+        assert_eq!(s.buffered(), 0);
+        assert!(s.is_done());
+    }
+
+    #[test]
+    fn reset_drops_everything() {
+        let mut s = SendBuf::new(1000);
+        s.write(&[1; 700]);
+        drain(&mut s, 300);
+        assert_eq!(s.reset(), 700);
+        assert!(s.is_reset() && !s.is_done());
+        assert_eq!((s.buffered(), s.writable(), s.allocated()), (0, 0, 0));
+        assert_eq!(s.write(&[1]), 0);
+        s.retransmit(0, 700, false);
+        s.ack(0, 700, false);
+        s.finish();
+        assert!(!s.has_pending());
+        assert_eq!(s.next_chunk(100), None);
+    }
+
+    /// Long-lived stream with a small capacity: memory stays within twice the capacity.
+    #[test]
+    fn storage_bounded_and_reused() {
+        let cap = 10_000;
+        let mut s = SendBuf::new(cap);
+        s.set_max_data(u64::MAX);
+        let mut rng = Rng::new(8);
+        for _ in 0..2000 {
+            let n = rng.below(5000) as usize;
+            s.write(&vec![3; n]);
+            if let Some((off, bytes, fin)) = s.next_chunk(rng.below(4000) as usize + 1) {
+                let len = bytes.len();
+                s.mark_sent(off, len, fin);
+                s.ack(off, len, fin);
+            }
+            assert!(s.allocated() <= 2 * cap);
+        }
+    }
+
+    /// Sender and receiver over a lossy multipath link: records are delivered out of order,
+    /// duplicated, or lost with their connection and retransmitted. The receiver gets exactly
+    /// the bytes written, and both sides end cleanly.
+    #[test]
+    fn end_to_end_with_failover() {
+        for seed in 0..30 {
+            let mut rng = Rng::new(seed + 77);
+            let data = pattern(1 + rng.below(600_000) as usize, seed);
+            let mut s = SendBuf::new(1 + rng.below(200_000) as usize);
+            let mut r = RecvBuf::new(1 + rng.below(300_000));
+            let mut flight: Vec<(u64, Vec<u8>, bool)> = Vec::new();
+            let (mut written, mut out) = (0, Vec::new());
+            let mut steps = 0;
+            while !(s.is_done() && r.is_finished()) {
+                steps += 1;
+                assert!(steps < 1_000_000, "seed {seed}: stuck");
+                match rng.below(10) {
+                    0 | 1 if written < data.len() => {
+                        let n = (rng.below(50_000) as usize).min(data.len() - written);
+                        written += s.write(&data[written..written + n]);
+                        if written == data.len() {
+                            s.finish();
+                        }
+                    }
+                    0..=3 => {
+                        if let Some((off, b, fin)) = s.next_chunk(1 + rng.below(20_000) as usize) {
+                            let rec = (off, b.to_vec(), fin);
+                            s.mark_sent(off, rec.1.len(), fin);
+                            flight.push(rec);
+                        }
+                    }
+                    4..=6 if !flight.is_empty() => {
+                        let i = rng.below(flight.len() as u64) as usize;
+                        let (off, bytes, fin) = flight.swap_remove(i);
+                        assert!(bytes == data[off as usize..off as usize + bytes.len()]);
+                        assert_eq!(r.insert(off, &bytes, fin), Ok(()));
+                        if rng.below(3) == 0 {
+                            // Delivered on a connection that then failed before its ACK.
+                            s.retransmit(off, bytes.len(), fin);
+                        } else {
+                            s.ack(off, bytes.len(), fin);
+                        }
+                    }
+                    7 if !flight.is_empty() => {
+                        let i = rng.below(flight.len() as u64) as usize;
+                        let (off, bytes, fin) = flight.swap_remove(i);
+                        s.retransmit(off, bytes.len(), fin);
+                    }
+                    _ => {
+                        let k = (rng.below(60_000) as usize).min(r.readable());
+                        out.extend_from_slice(&r.chunk()[..k]);
+                        r.consume(k);
+                        if let Some(max) = r.poll_max_data_update() {
+                            s.set_max_data(max);
+                        }
+                    }
+                }
+            }
+            assert!(out == data, "seed {seed}");
+            assert_eq!(s.buffered(), 0);
+        }
+    }
+}

@@ -1,0 +1,1 @@
+pub use tcpls_proto;
