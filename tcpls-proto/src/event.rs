@@ -40,6 +40,8 @@ pub enum Event {
     RateLimited { conn: ConnId, bytes_per_second: u64 },
     /// The peer asks that a stream be sent on another connection.
     SteerRequested { stream: StreamId, conn: ConnId },
+    /// The peer sent close_notify on every connection: it sends and opens nothing more.
+    PeerClosed,
     /// One TCP connection ended; `error` is None after a clean close_notify exchange.
     ConnectionClosed { conn: ConnId, error: Option<Error> },
     /// The whole session ended.

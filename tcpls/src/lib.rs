@@ -1,1 +1,26 @@
-pub use tcpls_proto;
+//! TCPLS on tokio: a secure transport with many streams over TCP and TLS 1.3.
+//!
+//! * [`TcplsConnector`] / [`TcplsListener`] open and accept [`Session`]s, built from rustls
+//!   configs. Servers also serve plain TLS clients (a fallback session with one stream), and
+//!   clients fall back against plain TLS servers: [`Session::is_fallback`] says so.
+//! * A [`Session`] opens and accepts streams: [`SendStream`] (`AsyncWrite`, `shutdown` = FIN)
+//!   and [`RecvStream`] (`AsyncRead`, 0 bytes = peer's FIN).
+//!
+//! One driver task per session owns its sockets and the sans-IO core (`tcpls-proto`); the
+//! handles reach it through a mutex and wakers.
+//!
+//! See `examples/echo.rs` for a complete client and server.
+
+mod connector;
+mod driver;
+mod listener;
+mod session;
+mod shared;
+mod socket;
+mod stream;
+
+pub use connector::{server_name_for, TcplsConnector};
+pub use listener::{TcplsListener, HANDSHAKE_TIMEOUT};
+pub use session::{ConnectionInfo, Session};
+pub use stream::{RecvStream, SendStream};
+pub use tcpls_proto::{self as proto, Error, Event, SessionConfig, StreamError};

@@ -214,7 +214,7 @@ impl Core {
             return Ok(());
         };
         let offset = self.fallback_received;
-        // s.recv.raise_limit(offset + data.len() as u64);
+        s.recv.raise_limit(offset + data.len() as u64);
         s.recv.insert(offset, data, false).map_err(|e| recv_error(0, e))?;
         self.fallback_received += data.len() as u64;
         self.stats.stream_bytes_received += data.len() as u64;

@@ -72,6 +72,7 @@ pub(crate) struct Core {
     pub(crate) actions: Vec<frames::ConnAction>,
     /// Bytes of plain TLS application data received (the offset of fallback stream 0).
     pub(crate) fallback_received: u64,
+    pub(crate) peer_close_reported: bool,
     /// Reused buffer for the trailing frames of the record being built.
     pub(crate) scratch: Vec<u8>,
 }
@@ -168,6 +169,7 @@ impl Session {
                 stats: SessionStats::default(),
                 actions: Vec::new(),
                 fallback_received: 0,
+                peer_close_reported: false,
                 scratch: Vec::with_capacity(crate::record::MAX_PLAINTEXT + 64),
             },
         }
@@ -355,6 +357,10 @@ impl Session {
         }
         if core.fallback && c.close_received {
             core.on_fallback_peer_closed();
+        }
+        if !self.core.peer_close_reported && self.peer_closed() {
+            self.core.peer_close_reported = true;
+            self.core.events.push_back(Event::PeerClosed);
         }
         self.run_actions();
         self.after_connection_change();

@@ -42,6 +42,11 @@ impl Session {
                 failed = true;
             }
         }
+        // The peer is done (close_notify on every connection) and so are all our streams:
+        // answer with our close_notify so the session ends on both sides.
+        if !self.core.closing && self.peer_closed() && self.core.all_send_halves_finished() {
+            self.core.closing = true;
+        }
         if self.core.closing && self.core.all_sent() {
             for c in &mut self.conns {
                 if let Err(e) = c.send_close_notify() {
@@ -55,6 +60,17 @@ impl Session {
         }
     }
 
+    /// The peer sent close_notify on every live connection: it will open no more streams.
+    pub fn peer_closed(&self) -> bool {
+        self.core.established && self.conns.iter().all(|c| c.close_received || c.is_finished())
+    }
+
+    /// Something is queued that the next `prepare_transmit` would seal (the IO layer uses this
+    /// to decide whether an application call needs to wake the driver).
+    pub fn wants_transmit(&self) -> bool {
+        self.core.established && (!self.core.control.is_empty() || !self.core.ready.is_empty() || self.core.closing)
+    }
+
     /// Anything sealed and not yet written, on any connection.
     pub fn has_transmit(&self) -> bool {
         self.conns.iter().any(|c| !c.dead && !c.tx.is_empty())
@@ -65,6 +81,11 @@ impl Core {
     /// All queued stream bytes (and FINs) are sealed, and no control frame waits.
     pub(crate) fn all_sent(&self) -> bool {
         self.control.is_empty() && self.streams.values().all(|s| s.send_reset || !s.send.has_pending())
+    }
+
+    /// Every stream's sending half is finished or reset (its data may still be queued).
+    pub(crate) fn all_send_halves_finished(&self) -> bool {
+        self.streams.values().all(|s| s.send_reset || s.send.is_finished())
     }
 
     /// The next stream with data it may send now, in round-robin order.

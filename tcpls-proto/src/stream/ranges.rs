@@ -239,6 +239,9 @@ impl Bitmap {
         let mut i = from;
         while i < to {
             let (w, b) = (i / 64, i % 64);
+            if w >= self.words.len() && map(0) == 0 {
+                return to; // Only clear bits beyond the words, and we look for a set one.
+            }
             let word = map(self.words.get(w).copied().unwrap_or(0)) >> b;
             if word != 0 {
                 return (i + word.trailing_zeros() as usize).min(to);

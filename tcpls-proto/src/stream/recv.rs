@@ -10,10 +10,12 @@ use std::fmt;
 
 use super::ranges::Bitmap;
 use super::INITIAL_MAX_STREAM_DATA;
+use RecvError::{BeyondFinalSize, FinalSize, FlowControl};
 
-/// Storage larger than this is freed when the stream drains. Below it, storage is kept so that
-/// a bulk transfer whose reader keeps up does not reallocate per record; above it, an idle stream
-/// would pin memory that the next burst can cheaply reallocate.
+/// Storage larger than this is freed when the stream drains, so that idle streams do not pin
+/// the memory of their last burst. A reader that keeps up stays below it and never reallocates;
+/// one that lets more pile up and then drains it all pays a few allocations per such cycle,
+/// i.e. amortised over more than this many bytes.
 const RETAIN: usize = INITIAL_MAX_STREAM_DATA as usize;
 
 /// Smallest allocation, so that the first records do not grow the buffer byte by byte.
@@ -33,14 +35,15 @@ pub enum RecvError {
 impl fmt::Display for RecvError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::FlowControl { limit, end } => {
-                write!(f, "stream data up to {end} exceeds flow control limit {limit}")
+            FlowControl { limit, end } => {
+                write!(f, "stream data up to {end} exceeds the limit {limit}")
             }
-            Self::FinalSize { known, got } => {
-                write!(f, "stream final size changed from {known} to {got}")
-            }
-            Self::BeyondFinalSize { final_size, end } => {
-                write!(f, "stream data up to {end} beyond final size {final_size}")
+            FinalSize { known, got } => write!(f, "stream final size {got} contradicts {known}"),
+            BeyondFinalSize { final_size, end } => {
+                write!(
+                    f,
+                    "stream data up to {end} exceeds the final size {final_size}"
+                )
             }
         }
     }
@@ -51,7 +54,8 @@ impl std::error::Error for RecvError {}
 /// The receiving half of one stream.
 #[derive(Debug)]
 pub struct RecvBuf {
-    /// `buf[i]` holds stream offset `base() + i`; its length is the allocated region.
+    /// `buf[i]` holds stream offset `read_offset - start + i`; its length is the allocated
+    /// (and zero-initialised) region.
     buf: Vec<u8>,
     /// Index of `read_offset` in `buf`.
     start: usize,
@@ -183,17 +187,8 @@ impl RecvBuf {
     /// size rules, a final size past the advertised limit is a flow control error.
     pub fn reset(&mut self, final_size: u64) -> Result<(), RecvError> {
         self.slot = None;
-        if let Some(known) = self.final_size.filter(|&k| k != final_size) {
-            return Err(RecvError::FinalSize { known, got: final_size });
-        }
-        if final_size < self.max_end {
-            let end = self.max_end;
-            return Err(RecvError::BeyondFinalSize { final_size, end });
-        }
-        if final_size > self.limit {
-            let limit = self.limit;
-            return Err(RecvError::FlowControl { limit, end: final_size });
-        }
+        // The same rules as a FIN-only frame at `final_size`.
+        self.check(final_size, 0, true)?;
         self.final_size = Some(final_size);
         self.reset = true;
         self.buf = Vec::new();
@@ -229,6 +224,12 @@ impl RecvBuf {
 
     pub fn limit(&self) -> u64 {
         self.limit
+    }
+
+    /// Raises the limit without an advertisement, for a byte stream whose flow control is done
+    /// elsewhere (a plain TLS fallback stream relies on TCP's). Lower values are ignored.
+    pub fn raise_limit(&mut self, limit: u64) {
+        self.limit = self.limit.max(limit);
     }
 
     /// Received bytes not yet consumed, out-of-order ones included.
@@ -267,14 +268,19 @@ impl RecvBuf {
     /// received, with the same checks as [`insert`](Self::insert). Committing anything but a
     /// prefix of that slot, or after another mutation, is a caller bug: it is ignored (and
     /// asserts in debug builds).
-    pub fn commit_direct(&mut self, offset: u64, data_len: usize, fin: bool) -> Result<(), RecvError> {
+    pub fn commit_direct(
+        &mut self,
+        offset: u64,
+        data_len: usize,
+        fin: bool,
+    ) -> Result<(), RecvError> {
         let slot = self.slot.take();
         let end = self.check(offset, data_len, fin)?;
         if self.reset {
             return Ok(());
         }
         let valid = slot.is_some_and(|(o, l)| o == offset && data_len <= l);
-        debug_assert!(valid, "commit_direct({offset}, {data_len}) outside slot {slot:?}");
+        debug_assert!(valid, "commit_direct outside slot {slot:?}");
         if !valid {
             return Ok(());
         }
@@ -290,24 +296,23 @@ impl RecvBuf {
     /// Checks `offset..offset + len` (with `fin`) against the final size and flow control
     /// rules, without changing anything; returns the end offset.
     fn check(&self, offset: u64, len: usize, fin: bool) -> Result<u64, RecvError> {
-        let end = offset.checked_add(len as u64);
-        let end_sat = end.unwrap_or(u64::MAX);
+        let sum = offset.checked_add(len as u64);
+        let end = sum.unwrap_or(u64::MAX);
         match self.final_size {
-            Some(known) if fin && end_sat != known => {
-                return Err(RecvError::FinalSize { known, got: end_sat });
+            Some(known) if fin && end != known => return Err(FinalSize { known, got: end }),
+            Some(final_size) if end > final_size => {
+                return Err(BeyondFinalSize { final_size, end })
             }
-            Some(final_size) if end_sat > final_size => {
-                return Err(RecvError::BeyondFinalSize { final_size, end: end_sat });
-            }
-            None if fin && end_sat < self.max_end => {
-                let end = self.max_end;
-                return Err(RecvError::BeyondFinalSize { final_size: end_sat, end });
+            None if fin && end < self.max_end => {
+                let (final_size, end) = (end, self.max_end);
+                return Err(BeyondFinalSize { final_size, end });
             }
             _ => {}
         }
-        match end {
-            Some(end) if end <= self.limit => Ok(end),
-            _ => Err(RecvError::FlowControl { limit: self.limit, end: end_sat }),
+        let limit = self.limit;
+        match sum {
+            Some(end) if end <= limit => Ok(end),
+            _ => Err(FlowControl { limit, end }),
         }
     }
 
@@ -361,7 +366,8 @@ impl RecvBuf {
     /// Makes the storage span `..end`, by compacting and/or growing, never past
     /// `limit - read_offset + slack` bytes at allocation time.
     fn reserve(&mut self, end: u64, slack: usize) -> Result<(), RecvError> {
-        let too_big = || RecvError::FlowControl { limit: self.limit, end };
+        let limit = self.limit;
+        let too_big = || FlowControl { limit, end };
         let need = usize::try_from(end - self.read_offset).map_err(|_| too_big())?;
         let bound = usize::try_from(self.limit - self.read_offset)
             .ok()
@@ -377,7 +383,10 @@ impl RecvBuf {
             self.compact(live);
         }
         if self.start + need > self.buf.len() {
-            let target = (2 * self.buf.len()).max(MIN_ALLOC).min(bound).max(self.start + need);
+            let target = (2 * self.buf.len())
+                .max(MIN_ALLOC)
+                .min(bound)
+                .max(self.start + need);
             self.buf.reserve_exact(target - self.buf.len());
             self.buf.resize(target, 0);
         }

@@ -64,7 +64,11 @@ mod ranges {
                     set.remove(a..b)
                 };
                 let before = model[a as usize..b as usize].iter().filter(|&&x| x).count();
-                let expect = if insert { (b - a) as usize - before } else { before };
+                let expect = if insert {
+                    (b - a) as usize - before
+                } else {
+                    before
+                };
                 assert_eq!(changed as usize, expect);
                 model[a as usize..b as usize].fill(insert);
                 check(&set, &model);
@@ -143,7 +147,8 @@ mod ranges {
         assert_eq!(s.len(), 1, "adjacent ranges merge");
         s.insert(u64::MAX - 1..u64::MAX);
         assert_eq!(s.last(), Some(u64::MAX - 1..u64::MAX));
-        assert_eq!(s.gaps(15..12).count(), 0);
+        let (a, b) = (15, 12);
+        assert_eq!(s.gaps(a..b).count(), 0, "reversed range");
         assert_eq!(s.gaps(25..40).collect::<Vec<_>>(), vec![30..40]);
         s.remove(12..14);
         assert_eq!(s.iter().collect::<Vec<_>>().len(), 3);
@@ -204,7 +209,8 @@ mod recv {
         for seed in 0..40 {
             let mut rng = Rng::new(seed);
             let len = 1 + rng.below(400_000) as usize;
-            let window = 1 + rng.below(200_000);
+            // At least the longest segment, or some could never fit in the credit.
+            let window = 30_000 + rng.below(200_000);
             let data = pattern(len, seed + 1000);
             let mut segs = Vec::new();
             let mut at = 0;
@@ -251,7 +257,10 @@ mod recv {
                 }
                 peak_credit = peak_credit.max(r.limit() - r.read_offset());
                 let alloc = r.allocated() as u64;
-                assert!(alloc <= peak_credit + peak_credit / 8 + 64, "{alloc} {peak_credit}");
+                assert!(
+                    alloc <= peak_credit + peak_credit / 8 + 64,
+                    "{alloc} {peak_credit}"
+                );
             }
             assert_eq!(out.len(), len, "seed {seed}");
             assert!(out == data, "seed {seed}");
@@ -301,11 +310,18 @@ mod recv {
         let mut r = RecvBuf::new(MIB);
         assert_eq!(r.insert(90, &[1; 10], true), Ok(()));
         assert_eq!(r.final_size(), Some(100));
-        assert_eq!(r.insert(90, &[1; 10], true), Ok(()), "same final size again");
+        assert_eq!(
+            r.insert(90, &[1; 10], true),
+            Ok(()),
+            "same final size again"
+        );
         let fs = |got| Err(RecvError::FinalSize { known: 100, got });
         assert_eq!(r.insert(80, &[1; 10], true), fs(90));
         assert_eq!(r.insert(100, &[1], true), fs(101));
-        let beyond = Err(RecvError::BeyondFinalSize { final_size: 100, end: 101 });
+        let beyond = Err(RecvError::BeyondFinalSize {
+            final_size: 100,
+            end: 101,
+        });
         assert_eq!(r.insert(100, &[1], false), beyond);
         assert_eq!(r.reset(99), fs(99));
         assert_eq!(r.insert(0, &[2; 90], false), Ok(()));
@@ -317,10 +333,19 @@ mod recv {
 
         let mut r = RecvBuf::new(MIB);
         assert_eq!(r.insert(150, &[1; 50], false), Ok(()));
-        let err = Err(RecvError::BeyondFinalSize { final_size: 120, end: 200 });
+        let err = Err(RecvError::BeyondFinalSize {
+            final_size: 120,
+            end: 200,
+        });
         assert_eq!(r.insert(100, &[1; 20], true), err);
         assert_eq!(r.final_size(), None);
-        assert_eq!(r.insert(0, &[], true), Err(RecvError::BeyondFinalSize { final_size: 0, end: 200 }));
+        assert_eq!(
+            r.insert(0, &[], true),
+            Err(RecvError::BeyondFinalSize {
+                final_size: 0,
+                end: 200
+            })
+        );
 
         let mut r = RecvBuf::new(MIB);
         assert_eq!(r.insert(0, &[], true), Ok(()));
@@ -333,10 +358,16 @@ mod recv {
         assert_eq!(r.insert(0, &[1; 1000], false), Ok(()));
         assert_eq!(r.insert(5000, &[1; 1000], false), Ok(()));
         r.consume(10);
-        let beyond = Err(RecvError::BeyondFinalSize { final_size: 5999, end: 6000 });
+        let beyond = Err(RecvError::BeyondFinalSize {
+            final_size: 5999,
+            end: 6000,
+        });
         assert_eq!(r.reset(5999), beyond);
         let limit = INITIAL_MAX_STREAM_DATA;
-        let flow = Err(RecvError::FlowControl { limit, end: limit + 1 });
+        let flow = Err(RecvError::FlowControl {
+            limit,
+            end: limit + 1,
+        });
         assert_eq!(r.reset(limit + 1), flow);
         assert!(!r.is_reset());
         assert_eq!(r.reset(7000), Ok(()));
@@ -345,10 +376,28 @@ mod recv {
         assert_eq!(r.chunk(), &[] as &[u8]);
         assert_eq!(r.insert(1000, &[1; 100], false), Ok(()), "ignored");
         assert_eq!(r.readable(), 0);
-        assert_eq!(r.insert(6990, &[1; 20], false), Err(RecvError::BeyondFinalSize { final_size: 7000, end: 7010 }));
-        assert_eq!(r.insert(0, &[], true), Err(RecvError::FinalSize { known: 7000, got: 0 }));
+        assert_eq!(
+            r.insert(6990, &[1; 20], false),
+            Err(RecvError::BeyondFinalSize {
+                final_size: 7000,
+                end: 7010
+            })
+        );
+        assert_eq!(
+            r.insert(0, &[], true),
+            Err(RecvError::FinalSize {
+                known: 7000,
+                got: 0
+            })
+        );
         assert_eq!(r.reset(7000), Ok(()));
-        assert_eq!(r.reset(7001), Err(RecvError::FinalSize { known: 7000, got: 7001 }));
+        assert_eq!(
+            r.reset(7001),
+            Err(RecvError::FinalSize {
+                known: 7000,
+                got: 7001
+            })
+        );
         assert_eq!(r.poll_max_data_update(), None);
         assert_eq!(r.direct_slot(7000, 1, 0).map(|s| s.len()), None);
     }
@@ -382,7 +431,11 @@ mod recv {
         assert_eq!(r.allocated(), 0, "a large buffer is freed once drained");
         assert_eq!(r.insert(limit + 16 * MIB - 1, b"x", false), Ok(()));
         let credit = 15 * MIB as usize;
-        assert!(r.allocated() <= credit + credit / 8 + 64, "{}", r.allocated());
+        assert!(
+            r.allocated() <= credit + credit / 8 + 64,
+            "{}",
+            r.allocated()
+        );
     }
 
     #[test]
@@ -396,7 +449,11 @@ mod recv {
             assert_eq!(r.insert(i * 1000, &[7; 1000], false), Ok(()));
             r.consume(1000);
             let _ = r.poll_max_data_update();
-            assert_eq!(r.allocated(), kept, "no reallocation while the reader keeps up");
+            assert_eq!(
+                r.allocated(),
+                kept,
+                "no reallocation while the reader keeps up"
+            );
         }
     }
 
@@ -451,7 +508,10 @@ mod recv {
         slot.fill(4);
         assert_eq!(r.commit_direct(3000, 100, true), Ok(()));
         assert_eq!(r.final_size(), Some(3100));
-        assert!(r.direct_slot(2950, 60, 0).is_none(), "overlaps out-of-order bytes");
+        assert!(
+            r.direct_slot(2950, 60, 0).is_none(),
+            "overlaps out-of-order bytes"
+        );
         assert_eq!(r.insert(1500, &[3; 1500], false), Ok(()));
         assert_eq!(r.readable(), 3000);
         assert_eq!(r.chunk()[2900..], [4; 100]);
@@ -464,10 +524,15 @@ mod recv {
         let limit = INITIAL_MAX_STREAM_DATA;
         let mut r = RecvBuf::new(MIB);
         assert!(r.direct_slot(limit - 100, 200, 99).is_none());
-        let slot = r.direct_slot(limit - 100, 200, 100).expect("slack covers the tail");
+        let slot = r
+            .direct_slot(limit - 100, 200, 100)
+            .expect("slack covers the tail");
         assert_eq!(slot.len(), 200);
         assert!(r.allocated() <= (limit + 100 + limit / 8) as usize + 64);
-        let flow = Err(RecvError::FlowControl { limit, end: limit + 1 });
+        let flow = Err(RecvError::FlowControl {
+            limit,
+            end: limit + 1,
+        });
         assert_eq!(r.commit_direct(limit - 100, 101, false), flow);
         // The failed commit consumed the slot: a new one is needed.
         assert!(r.direct_slot(limit - 100, 200, 100).is_some());
@@ -481,6 +546,166 @@ mod recv {
         assert_eq!(r.readable(), 0);
         assert_eq!(r.insert(0, &[8; 100], false), Ok(()));
         assert_eq!(r.chunk(), &[8; 100][..]);
+    }
+
+    /// The model of [`RecvBuf`] in [`random_operations`]: one `Option<u8>` per offset.
+    #[derive(Default)]
+    struct Model {
+        bytes: Vec<Option<u8>>,
+        read: u64,
+        max_end: u64,
+        final_size: Option<u64>,
+        limit: u64,
+        reset: bool,
+        /// Received and not consumed.
+        held: usize,
+    }
+
+    impl Model {
+        fn get(&self, i: u64) -> Option<u8> {
+            self.bytes.get(i as usize).copied().flatten()
+        }
+
+        fn expect(&self, offset: u64, len: u64, fin: bool) -> Result<u64, RecvError> {
+            let end = offset.saturating_add(len);
+            match self.final_size {
+                Some(known) if fin && end != known => Err(RecvError::FinalSize { known, got: end }),
+                Some(final_size) if end > final_size => {
+                    Err(RecvError::BeyondFinalSize { final_size, end })
+                }
+                None if fin && end < self.max_end => Err(RecvError::BeyondFinalSize {
+                    final_size: end,
+                    end: self.max_end,
+                }),
+                _ if offset.checked_add(len).is_none() || end > self.limit => {
+                    Err(RecvError::FlowControl {
+                        limit: self.limit,
+                        end,
+                    })
+                }
+                _ => Ok(end),
+            }
+        }
+
+        /// Stores bytes not received yet (the first copy wins).
+        fn store(&mut self, offset: u64, data: &[u8], fin: bool) {
+            let end = offset + data.len() as u64;
+            if fin {
+                self.final_size = Some(end);
+            }
+            if self.reset || data.is_empty() {
+                return;
+            }
+            if self.bytes.len() < end as usize {
+                self.bytes.resize(end as usize, None);
+            }
+            for (i, &b) in (offset..end).zip(data) {
+                if i >= self.read && self.bytes[i as usize].is_none() {
+                    self.bytes[i as usize] = Some(b);
+                    self.held += 1;
+                }
+            }
+            self.max_end = self.max_end.max(end);
+        }
+
+        fn readable(&self) -> Vec<u8> {
+            (self.read..).map_while(|i| self.get(i)).collect()
+        }
+    }
+
+    /// Random sequences of every operation, checked against [`Model`] after each step.
+    #[test]
+    fn random_operations() {
+        for seed in 0..40 {
+            let mut rng = Rng::new(seed + 500);
+            let window = 1 + rng.below(40_000);
+            let (mut r, mut m) = (RecvBuf::new(window), Model::default());
+            m.limit = r.limit();
+            let mut peak_credit = m.limit;
+            for step in 0..400 {
+                let span = (m.limit - m.read).min(30_000) + 2000;
+                // Often right at (or just before) the first missing byte, so the stream moves.
+                let contig = m.read + m.readable().len() as u64;
+                let mut offset = match rng.below(3) {
+                    0 => contig.saturating_sub(rng.below(2) * rng.below(500)),
+                    _ => m.read.saturating_sub(1000) + rng.below(span + 1000),
+                };
+                let mut len = rng.below(3) * rng.below(5000);
+                if rng.below(50) == 0 {
+                    offset = u64::MAX - rng.below(10);
+                    len = rng.below(20);
+                }
+                let fin = rng.below(80) == 0;
+                let data: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+                match rng.below(10) {
+                    0..=3 => {
+                        let res = r.insert(offset, &data, fin);
+                        assert_eq!(
+                            res.clone().map(|_| offset + len),
+                            m.expect(offset, len, fin)
+                        );
+                        if res.is_ok() {
+                            m.store(offset, &data, fin);
+                        }
+                    }
+                    4 | 5 => {
+                        let slack = rng.below(300) as usize;
+                        let end = offset.checked_add(len);
+                        let free = (offset..end.unwrap_or(0)).all(|i| m.get(i).is_none());
+                        let ok = !m.reset
+                            && offset >= m.read
+                            && end.is_some_and(|e| e <= m.limit + slack as u64)
+                            && free;
+                        let slot = r.direct_slot(offset, len as usize, slack);
+                        assert_eq!(slot.is_some(), ok, "seed {seed} step {step}");
+                        if let Some(slot) = slot {
+                            slot.copy_from_slice(&data);
+                            let n = rng.below(len + 1);
+                            let res = r.commit_direct(offset, n as usize, fin);
+                            assert_eq!(res.clone().map(|_| offset + n), m.expect(offset, n, fin));
+                            if res.is_ok() {
+                                m.store(offset, &data[..n as usize], fin);
+                            }
+                        }
+                    }
+                    6 if rng.below(40) == 0 => {
+                        let size = m.max_end + rng.below(3) * rng.below(2000);
+                        let res = r.reset(size);
+                        assert_eq!(res.clone().map(|_| size), m.expect(size, 0, true));
+                        if res.is_ok() {
+                            m.final_size = Some(size);
+                            m.reset = true;
+                            m.bytes.clear();
+                            m.max_end = m.read;
+                            m.held = 0;
+                        }
+                    }
+                    _ => {
+                        let readable = r.readable() as u64;
+                        let n = rng.below(readable + 100);
+                        r.consume(n as usize);
+                        let n = n.min(readable);
+                        m.read += n;
+                        m.held -= n as usize;
+                        if let Some(limit) = r.poll_max_data_update() {
+                            assert!(limit > m.limit && m.final_size.is_none() && !m.reset);
+                            m.limit = limit;
+                        }
+                    }
+                }
+                let readable = m.readable();
+                assert!(r.chunk() == readable, "seed {seed} step {step}");
+                assert_eq!(r.read_offset(), m.read);
+                assert_eq!(r.limit(), m.limit);
+                assert_eq!(r.final_size(), m.final_size);
+                assert_eq!(r.is_reset(), m.reset);
+                assert_eq!(r.is_finished(), !m.reset && m.final_size == Some(m.read));
+                assert_eq!(r.buffered(), m.held);
+                peak_credit = peak_credit.max(m.limit - m.read);
+                let bound = (peak_credit + 300) * 9 / 8 + 64;
+                assert!(r.allocated() as u64 <= bound, "seed {seed} step {step}");
+            }
+        }
     }
 
     #[cfg(debug_assertions)]
@@ -541,15 +766,25 @@ mod send {
         let data = pattern(10_000, 4);
         let mut s = SendBuf::new(8000);
         assert_eq!(s.write(&data), 8000);
-        assert_eq!((s.writable(), s.buffered(), s.write_offset()), (0, 8000, 8000));
+        assert_eq!(
+            (s.writable(), s.buffered(), s.write_offset()),
+            (0, 8000, 8000)
+        );
         assert_eq!(s.write(&data[8000..]), 0);
         assert!(s.has_pending());
         assert_eq!(s.sendable(), 8000);
         let first = s.next_chunk(3000).map(|(o, b, f)| (o, b.to_vec(), f));
-        assert_eq!(first, s.next_chunk(3000).map(|(o, b, f)| (o, b.to_vec(), f)), "pure");
+        assert_eq!(
+            first,
+            s.next_chunk(3000).map(|(o, b, f)| (o, b.to_vec(), f)),
+            "pure"
+        );
         let chunks = drain(&mut s, 3000);
         let lens: Vec<_> = chunks.iter().map(|c| (c.0, c.1.len(), c.2)).collect();
-        assert_eq!(lens, [(0, 3000, false), (3000, 3000, false), (6000, 2000, false)]);
+        assert_eq!(
+            lens,
+            [(0, 3000, false), (3000, 3000, false), (6000, 2000, false)]
+        );
         let sent: Vec<u8> = chunks.into_iter().flat_map(|c| c.1).collect();
         assert_eq!(sent, data[..8000]);
         assert!(!s.has_pending());
@@ -573,7 +808,7 @@ mod send {
         s.ack(3000, 3000, false);
         s.ack(0, 3000, false);
         assert_eq!(s.buffered(), 0);
-        assert_eq!(s.allocated(), 4096.max(9000), "small buffers are kept");
+        assert_eq!(s.allocated(), 9000, "small buffers are kept");
         assert!(!s.is_done(), "not finished");
         s.finish();
         assert_eq!(drain(&mut s, 100), [(9000, vec![], true)]);
@@ -590,14 +825,20 @@ mod send {
         s.finish();
         assert_eq!(s.sendable(), INITIAL_MAX_STREAM_DATA as usize);
         let chunks = drain(&mut s, 16_384);
-        assert_eq!(chunks.last().map(|c| c.0 + c.1.len() as u64), Some(INITIAL_MAX_STREAM_DATA));
+        assert_eq!(
+            chunks.last().map(|c| c.0 + c.1.len() as u64),
+            Some(INITIAL_MAX_STREAM_DATA)
+        );
         assert!(chunks.iter().all(|c| !c.2));
         assert!(s.is_blocked() && !s.has_pending());
         assert_eq!(s.sendable(), 0);
         // Lost bytes go out even while blocked.
         s.retransmit(1000, 500, false);
         assert_eq!(s.sendable(), 500);
-        assert_eq!(drain(&mut s, 16_384), [(1000, data[1000..1500].to_vec(), false)]);
+        assert_eq!(
+            drain(&mut s, 16_384),
+            [(1000, data[1000..1500].to_vec(), false)]
+        );
         s.set_max_data(50_000);
         assert_eq!(s.max_data(), INITIAL_MAX_STREAM_DATA, "stale limit ignored");
         s.set_max_data(80_000);
@@ -626,7 +867,10 @@ mod send {
         let again = drain(&mut s, 10_000);
         assert_eq!(
             again,
-            [(0, data[..3000].to_vec(), false), (6000, data[6000..].to_vec(), true)]
+            [
+                (0, data[..3000].to_vec(), false),
+                (6000, data[6000..].to_vec(), true)
+            ]
         );
         // A late ack for a range queued again cancels it.
         s.retransmit(0, 9000, true);
@@ -709,7 +953,7 @@ mod send {
             let mut rng = Rng::new(seed + 77);
             let data = pattern(1 + rng.below(600_000) as usize, seed);
             let mut s = SendBuf::new(1 + rng.below(200_000) as usize);
-            let mut r = RecvBuf::new(1 + rng.below(300_000));
+            let mut r = RecvBuf::new(16_384 + rng.below(300_000));
             let mut flight: Vec<(u64, Vec<u8>, bool)> = Vec::new();
             let (mut written, mut out) = (0, Vec::new());
             let mut steps = 0;

@@ -1,0 +1,147 @@
+//! The task that owns a session's TCP sockets and moves bytes between them and the core.
+//!
+//! Reads go straight into the core's connection buffers, as much as the socket has (up to
+//! 256 KiB at a time); writes hand the kernel everything sealed so far. The driver runs until
+//! every connection is finished and flushed.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use tokio::io::{AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+use crate::shared::Shared;
+use tcpls_proto::ConnId;
+
+struct Socket {
+    id: ConnId,
+    stream: Option<TcpStream>,
+    write_shut: bool,
+}
+
+pub(crate) struct Driver {
+    shared: Shared,
+    sockets: Vec<Socket>,
+}
+
+/// Rounds of read/transmit per poll before yielding to other tasks (fairness between sessions).
+const ROUNDS_PER_POLL: usize = 16;
+
+impl Driver {
+    pub(crate) fn new(shared: Shared, conn: ConnId, stream: TcpStream) -> Self {
+        Self { shared, sockets: vec![Socket { id: conn, stream: Some(stream), write_shut: false }] }
+    }
+}
+
+impl Future for Driver {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = &mut *self;
+        let mut inner = this.shared.lock();
+        let mut busy = true;
+        for _ in 0..ROUNDS_PER_POLL {
+            let now = Instant::now();
+            let mut progress = false;
+            for sock in &mut this.sockets {
+                let Some(stream) = sock.stream.as_mut() else { continue };
+                // Read what the socket has.
+                loop {
+                    let buf = inner.proto.read_buffer(sock.id);
+                    if buf.is_empty() {
+                        break;
+                    }
+                    let mut rb = ReadBuf::new(buf);
+                    match Pin::new(&mut *stream).poll_read_priv(cx, &mut rb) {
+                        Poll::Ready(Ok(0)) => {
+                            inner.proto.handle_eof(sock.id, now);
+                            progress = true;
+                            break;
+                        }
+                        Poll::Ready(Ok(n)) => {
+                            inner.proto.handle_read(sock.id, n, now);
+                            progress = true;
+                        }
+                        Poll::Ready(Err(e)) => {
+                            inner.proto.handle_io_error(sock.id, &e.to_string(), now);
+                            progress = true;
+                            break;
+                        }
+                        Poll::Pending => break,
+                    }
+                }
+            }
+            inner.proto.prepare_transmit(now);
+            for sock in &mut this.sockets {
+                let Some(stream) = sock.stream.as_mut() else { continue };
+                loop {
+                    let data = inner.proto.transmit_data(sock.id);
+                    if data.is_empty() {
+                        break;
+                    }
+                    match Pin::new(&mut *stream).poll_write(cx, data) {
+                        Poll::Ready(Ok(n)) if n > 0 => {
+                            inner.proto.transmit_advance(sock.id, n);
+                            progress = true;
+                        }
+                        Poll::Ready(Ok(_)) => {
+                            inner.proto.handle_io_error(sock.id, "socket accepted no bytes", now);
+                            break;
+                        }
+                        Poll::Ready(Err(e)) => {
+                            inner.proto.handle_io_error(sock.id, &e.to_string(), now);
+                            progress = true;
+                            break;
+                        }
+                        Poll::Pending => break,
+                    }
+                }
+                if !sock.write_shut && inner.proto.should_shutdown_write(sock.id) {
+                    // TCP FIN after our close_notify, as TLS over TCP does.
+                    if let Poll::Ready(_) = Pin::new(&mut *stream).poll_shutdown(cx) {
+                        sock.write_shut = true;
+                    }
+                }
+                if inner.proto.should_close_socket(sock.id) {
+                    sock.stream = None;
+                    progress = true;
+                }
+            }
+            inner.dispatch_events();
+            if !progress {
+                busy = false;
+                break;
+            }
+        }
+        if this.sockets.iter().all(|s| s.stream.is_none()) {
+            inner.driver_finished();
+            return Poll::Ready(());
+        }
+        inner.driver = Some(cx.waker().clone());
+        drop(inner);
+        if busy {
+            // Still work to do: let other tasks run, then come back.
+            cx.waker().wake_by_ref();
+        }
+        Poll::Pending
+    }
+}
+
+/// `AsyncRead::poll_read` under a name that does not clash with our imports.
+trait PollReadPriv {
+    fn poll_read_priv(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<usize>>;
+}
+
+impl PollReadPriv for TcpStream {
+    fn poll_read_priv(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<usize>> {
+        let before = buf.filled().len();
+        match tokio::io::AsyncRead::poll_read(self, cx, buf) {
+            Poll::Ready(Ok(())) => Poll::Ready(Ok(buf.filled().len() - before)),
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! The application's handle on a TCPLS session.
+
+use std::future::poll_fn;
+use std::io;
+use std::net::SocketAddr;
+use std::task::Poll;
+
+use tcpls_proto::{ConnId, Event, HandshakeInfo, SessionStats, StreamError};
+
+use crate::shared::Shared;
+use crate::stream::{RecvStream, SendStream};
+
+/// A TCPLS session: many streams over TCP connections secured by TLS 1.3.
+///
+/// Cheap to clone; every clone refers to the same session. The session lives until it is
+/// closed by both sides or fails, even when all handles are dropped (like a spawned task).
+///
+/// ```no_run
+/// # async fn demo(session: tcpls::Session) -> std::io::Result<()> {
+/// use tokio::io::{AsyncReadExt, AsyncWriteExt};
+/// let (mut send, mut recv) = session.open_stream()?;
+/// send.write_all(b"ping").await?;
+/// send.shutdown().await?; // FIN
+/// let mut reply = Vec::new();
+/// recv.read_to_end(&mut reply).await?;
+/// session.close().await;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Session {
+    pub(crate) shared: Shared,
+}
+
+/// One TCP connection of a session, as reported by [`Session::connections`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionInfo {
+    pub id: ConnId,
+    pub local: Option<SocketAddr>,
+    pub remote: Option<SocketAddr>,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+}
+
+pub(crate) fn stream_error(e: StreamError) -> io::Error {
+    let kind = match e {
+        StreamError::Reset(_) => io::ErrorKind::ConnectionReset,
+        StreamError::SessionClosed => io::ErrorKind::NotConnected,
+        StreamError::Finished => io::ErrorKind::BrokenPipe,
+        StreamError::TooManyStreams | StreamError::Fallback => io::ErrorKind::Unsupported,
+        StreamError::UnknownStream(_) => io::ErrorKind::NotFound,
+    };
+    io::Error::new(kind, e)
+}
+
+impl Session {
+    pub(crate) fn new(shared: Shared) -> Self {
+        Self { shared }
+    }
+
+    /// Opens a bidirectional stream. The peer sees it when the first byte (or FIN) arrives.
+    pub fn open_stream(&self) -> io::Result<(SendStream, RecvStream)> {
+        let mut inner = self.shared.lock();
+        let id = inner.proto.open_stream().map_err(stream_error)?;
+        drop(inner);
+        Ok(self.stream_pair(id))
+    }
+
+    fn stream_pair(&self, id: u32) -> (SendStream, RecvStream) {
+        (SendStream::new(self.shared.clone(), id), RecvStream::new(self.shared.clone(), id))
+    }
+
+    /// Waits for a stream opened by the peer; `None` once the session is over.
+    pub async fn accept_stream(&self) -> Option<(SendStream, RecvStream)> {
+        let id = poll_fn(|cx| {
+            let mut inner = self.shared.lock();
+            if let Some(id) = inner.proto.accept_stream() {
+                return Poll::Ready(Some(id));
+            }
+            if inner.proto.is_closed() || inner.proto.peer_closed() || inner.driver_done {
+                return Poll::Ready(None);
+            }
+            inner.state_waiters.push(cx.waker().clone());
+            Poll::Pending
+        })
+        .await?;
+        Some(self.stream_pair(id))
+    }
+
+    /// The peer does not speak TCPLS; the session is one plain TLS byte stream (stream 0).
+    pub fn is_fallback(&self) -> bool {
+        self.shared.lock().proto.is_fallback()
+    }
+
+    /// Negotiated ALPN, cipher suite and whether the handshake resumed a session.
+    pub fn handshake_info(&self) -> Option<HandshakeInfo> {
+        self.shared.lock().proto.handshake_info().cloned()
+    }
+
+    pub fn stats(&self) -> SessionStats {
+        self.shared.lock().proto.stats()
+    }
+
+    /// The session's TCP connections with their addresses and byte counts.
+    pub fn connections(&self) -> Vec<ConnectionInfo> {
+        let inner = self.shared.lock();
+        inner
+            .proto
+            .connection_ids()
+            .into_iter()
+            .map(|id| {
+                let (local, remote) = inner.proto.addresses(id);
+                let stats = inner.proto.connection_stats(id).unwrap_or_default();
+                ConnectionInfo { id, local, remote, bytes_sent: stats.bytes_sent, bytes_received: stats.bytes_received }
+            })
+            .collect()
+    }
+
+    /// Join tokens received from the server (client side).
+    pub fn token_count(&self) -> usize {
+        self.shared.lock().proto.tokens().len()
+    }
+
+    /// Events beyond stream readiness (tokens, peer addresses, extension frames), oldest first.
+    pub fn poll_events(&self) -> Vec<Event> {
+        self.shared.lock().app_events.drain(..).collect()
+    }
+
+    /// Graceful close: every queued byte is sent, then close_notify; waits until the peer closed
+    /// too and the sockets are shut. Returns the session's error, if it failed.
+    pub async fn close(&self) -> Option<tcpls_proto::Error> {
+        {
+            let mut inner = self.shared.lock();
+            inner.proto.close();
+            inner.wake_driver();
+        }
+        self.closed().await
+    }
+
+    /// Waits until the session is over; returns its error, if it failed.
+    pub async fn closed(&self) -> Option<tcpls_proto::Error> {
+        poll_fn(|cx| {
+            let mut inner = self.shared.lock();
+            if inner.driver_done {
+                return Poll::Ready(inner.proto.error().cloned());
+            }
+            inner.state_waiters.push(cx.waker().clone());
+            Poll::Pending
+        })
+        .await
+    }
+
+    /// Ends the session at once: queued data is dropped.
+    pub fn abort(&self) {
+        let mut inner = self.shared.lock();
+        inner.proto.abort(std::time::Instant::now());
+        inner.wake_driver();
+    }
+
+    /// Waits for the first handshake to finish (used by connector and listener).
+    pub(crate) async fn established(&self) -> Result<(), tcpls_proto::Error> {
+        poll_fn(|cx| {
+            let mut inner = self.shared.lock();
+            if inner.proto.is_established() {
+                return Poll::Ready(Ok(()));
+            }
+            if inner.proto.is_closed() || inner.driver_done {
+                let e = inner.proto.error().cloned().unwrap_or(tcpls_proto::Error::SessionClosed);
+                return Poll::Ready(Err(e));
+            }
+            inner.state_waiters.push(cx.waker().clone());
+            Poll::Pending
+        })
+        .await
+    }
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Session").field(&self.shared.lock().proto).finish()
+    }
+}

@@ -1,0 +1,112 @@
+//! The state a session's handles and its driver task share: the sans-IO core plus wakers.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Waker;
+
+use tcpls_proto::{Event, StreamId};
+
+pub(crate) struct Inner {
+    pub(crate) proto: tcpls_proto::Session,
+    pub(crate) driver: Option<Waker>,
+    pub(crate) readers: HashMap<StreamId, Waker>,
+    pub(crate) writers: HashMap<StreamId, Waker>,
+    /// Tasks waiting for a peer stream, the handshake or the end of the session.
+    pub(crate) state_waiters: Vec<Waker>,
+    /// Events applications may want (tokens, addresses, extension frames), bounded.
+    pub(crate) app_events: std::collections::VecDeque<Event>,
+    /// The driver ended (sockets closed).
+    pub(crate) driver_done: bool,
+}
+
+const MAX_APP_EVENTS: usize = 1024;
+
+impl Inner {
+    pub(crate) fn new(proto: tcpls_proto::Session) -> Self {
+        Self {
+            proto,
+            driver: None,
+            readers: HashMap::new(),
+            writers: HashMap::new(),
+            state_waiters: Vec::new(),
+            app_events: Default::default(),
+            driver_done: false,
+        }
+    }
+
+    /// The application changed something the driver must act on (new data, credit, close).
+    pub(crate) fn wake_driver(&mut self) {
+        if let Some(w) = &self.driver {
+            w.wake_by_ref();
+        }
+    }
+
+    fn wake_state(&mut self) {
+        for w in self.state_waiters.drain(..) {
+            w.wake();
+        }
+    }
+
+    /// Routes the core's events to the tasks waiting for them.
+    pub(crate) fn dispatch_events(&mut self) {
+        while let Some(event) = self.proto.poll_event() {
+            match event {
+                Event::StreamReadable(id) => {
+                    if let Some(w) = self.readers.remove(&id) {
+                        w.wake();
+                    }
+                }
+                Event::StreamWritable(id) => {
+                    if let Some(w) = self.writers.remove(&id) {
+                        w.wake();
+                    }
+                }
+                Event::StreamOpened(_) | Event::Established { .. } | Event::PeerClosed => self.wake_state(),
+                Event::Closed { .. } => {
+                    self.wake_state();
+                    for (_, w) in self.readers.drain() {
+                        w.wake();
+                    }
+                    for (_, w) in self.writers.drain() {
+                        w.wake();
+                    }
+                    self.push_app_event(event);
+                }
+                other => self.push_app_event(other),
+            }
+        }
+    }
+
+    fn push_app_event(&mut self, event: Event) {
+        if self.app_events.len() == MAX_APP_EVENTS {
+            self.app_events.pop_front();
+        }
+        self.app_events.push_back(event);
+    }
+
+    pub(crate) fn driver_finished(&mut self) {
+        self.driver_done = true;
+        self.wake_state();
+        for (_, w) in self.readers.drain() {
+            w.wake();
+        }
+        for (_, w) in self.writers.drain() {
+            w.wake();
+        }
+    }
+}
+
+#[derive(Clone)]
+pub(crate) struct Shared(pub(crate) Arc<Mutex<Inner>>);
+
+impl Shared {
+    pub(crate) fn new(proto: tcpls_proto::Session) -> Self {
+        Self(Arc::new(Mutex::new(Inner::new(proto))))
+    }
+
+    /// A panic while holding the lock leaves the core in an unknown state; we keep going with
+    /// it rather than poisoning every handle (the core itself never panics on input).
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}

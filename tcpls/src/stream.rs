@@ -1,0 +1,185 @@
+//! Stream halves as tokio `AsyncWrite` / `AsyncRead`.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use crate::session::stream_error;
+use crate::shared::Shared;
+use tcpls_proto::StreamId;
+
+/// The sending half of a stream. `shutdown()` sends FIN; dropping it does too.
+pub struct SendStream {
+    shared: Shared,
+    id: StreamId,
+    finished: bool,
+}
+
+impl SendStream {
+    pub(crate) fn new(shared: Shared, id: StreamId) -> Self {
+        Self { shared, id, finished: false }
+    }
+
+    pub fn id(&self) -> StreamId {
+        self.id
+    }
+
+    /// Aborts the stream: queued bytes are dropped and the peer's reader gets `error_code`.
+    pub fn reset(&mut self, error_code: u32) -> io::Result<()> {
+        self.finished = true;
+        let mut inner = self.shared.lock();
+        inner.proto.reset_stream(self.id, error_code).map_err(stream_error)?;
+        inner.wake_driver();
+        Ok(())
+    }
+
+    /// Sends FIN after the queued bytes (same as `shutdown()`).
+    pub fn finish(&mut self) -> io::Result<()> {
+        if self.finished {
+            return Ok(());
+        }
+        self.finished = true;
+        let mut inner = self.shared.lock();
+        inner.proto.finish(self.id).map_err(stream_error)?;
+        inner.wake_driver();
+        Ok(())
+    }
+}
+
+impl AsyncWrite for SendStream {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let mut inner = self.shared.lock();
+        match inner.proto.write(self.id, buf) {
+            Ok(0) if !buf.is_empty() => {
+                inner.writers.insert(self.id, cx.waker().clone());
+                inner.wake_driver();
+                Poll::Pending
+            }
+            Ok(n) => {
+                inner.wake_driver();
+                Poll::Ready(Ok(n))
+            }
+            Err(e) => Poll::Ready(Err(stream_error(e))),
+        }
+    }
+
+    /// Bytes handed to `poll_write` are already queued in the session, which sends them as fast
+    /// as flow control and the socket allow; there is nothing more to flush.
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(self.finish())
+    }
+}
+
+impl Drop for SendStream {
+    fn drop(&mut self) {
+        if !self.finished {
+            let mut inner = self.shared.lock();
+            let _ = inner.proto.finish(self.id);
+            inner.writers.remove(&self.id);
+            inner.wake_driver();
+        }
+    }
+}
+
+/// The receiving half of a stream. Reading 0 bytes means the peer finished the stream.
+pub struct RecvStream {
+    shared: Shared,
+    id: StreamId,
+    done: bool,
+}
+
+impl RecvStream {
+    pub(crate) fn new(shared: Shared, id: StreamId) -> Self {
+        Self { shared, id, done: false }
+    }
+
+    pub fn id(&self) -> StreamId {
+        self.id
+    }
+
+    /// Reads without an intermediate buffer: `f` sees the contiguous bytes available (empty at
+    /// the end of the stream) and returns how many it consumed.
+    pub async fn read_chunk_with<F: FnMut(&[u8]) -> usize>(&mut self, mut f: F) -> io::Result<usize> {
+        std::future::poll_fn(|cx| {
+            if self.done {
+                return Poll::Ready(Ok(0));
+            }
+            let mut inner = self.shared.lock();
+            match inner.proto.recv_chunk(self.id) {
+                Ok(Some(chunk)) if chunk.is_empty() => {
+                    self.done = true;
+                    Poll::Ready(Ok(0))
+                }
+                Ok(Some(chunk)) => {
+                    let n = f(chunk).min(chunk.len());
+                    inner.proto.consume(self.id, n);
+                    if inner.proto.wants_transmit() {
+                        inner.wake_driver();
+                    }
+                    Poll::Ready(Ok(n))
+                }
+                Ok(None) => {
+                    inner.readers.insert(self.id, cx.waker().clone());
+                    Poll::Pending
+                }
+                Err(e) => {
+                    self.done = true;
+                    Poll::Ready(Err(stream_error(e)))
+                }
+            }
+        })
+        .await
+    }
+}
+
+impl AsyncRead for RecvStream {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        if self.done {
+            return Poll::Ready(Ok(()));
+        }
+        let id = self.id;
+        let mut inner = self.shared.lock();
+        let out = buf.initialize_unfilled();
+        match inner.proto.read(id, out) {
+            Ok(Some(0)) => {
+                drop(inner);
+                self.done = true;
+                Poll::Ready(Ok(()))
+            }
+            Ok(Some(n)) => {
+                buf.advance(n);
+                // Only a credit update (Max Stream Data) needs the driver after a read.
+                if inner.proto.wants_transmit() {
+                    inner.wake_driver();
+                }
+                Poll::Ready(Ok(()))
+            }
+            Ok(None) => {
+                inner.readers.insert(id, cx.waker().clone());
+                Poll::Pending
+            }
+            Err(e) => {
+                drop(inner);
+                self.done = true;
+                Poll::Ready(Err(stream_error(e)))
+            }
+        }
+    }
+}
+
+impl Drop for RecvStream {
+    fn drop(&mut self) {
+        let mut inner = self.shared.lock();
+        inner.readers.remove(&self.id);
+        if !self.done {
+            inner.proto.stop_reading(self.id);
+            inner.wake_driver();
+        }
+    }
+}
