@@ -9,6 +9,7 @@
 
 mod conn;
 mod control;
+mod danger;
 mod frames;
 mod packetize;
 mod streams;

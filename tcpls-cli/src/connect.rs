@@ -1,0 +1,47 @@
+//! `tcpls connect`: stdin to stream 0, stream 0 to stdout (like `openssl s_client -quiet`).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use rustls::pki_types::ServerName;
+use tcpls::TcplsConnector;
+use tokio::io::AsyncWriteExt;
+
+pub async fn run(addr: SocketAddr, server_name: ServerName<'static>, tls: rustls::ClientConfig) -> Result<(), String> {
+    let session = TcplsConnector::new(Arc::new(tls))
+        .connect(addr, server_name)
+        .await
+        .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
+    if session.is_fallback() {
+        let alpn = session
+            .handshake_info()
+            .and_then(|i| i.alpn)
+            .map(|a| String::from_utf8_lossy(&a).into_owned())
+            .unwrap_or_else(|| "none".into());
+        eprintln!("tcpls connect: {addr} does not speak TCPLS; using plain TLS (ALPN: {alpn})");
+    }
+    let (mut send, mut recv) = session.open_stream().map_err(|e| format!("cannot open a stream: {e}"))?;
+    let upload = tokio::spawn(async move {
+        let mut stdin = tokio::io::stdin();
+        let r = tokio::io::copy(&mut stdin, &mut send).await;
+        let _ = send.shutdown().await;
+        r
+    });
+    let mut stdout = tokio::io::stdout();
+    let copied = tokio::io::copy(&mut recv, &mut stdout).await;
+    let _ = stdout.flush().await;
+    copied.map_err(|e| format!("receiving failed: {e}"))?;
+    // The peer finished its side; stop reading stdin (it may never end, e.g. a terminal).
+    if !upload.is_finished() {
+        upload.abort();
+        session.abort();
+        return Ok(());
+    }
+    if let Ok(Err(e)) = upload.await {
+        return Err(format!("sending failed: {e}"));
+    }
+    match session.close().await {
+        None => Ok(()),
+        Some(e) => Err(format!("session ended with an error: {e}")),
+    }
+}

@@ -1,0 +1,74 @@
+//! The `tcpls perf` payload: a deterministic pseudo-random byte stream per stream.
+//!
+//! Byte `i` of the stream with seed `s` is `TABLE[(i + s * STRIDE) % TABLE_LEN]`. The table is
+//! generated once; senders write slices of it and receivers compare against it, so neither side
+//! spends CPU generating data and every byte (its value and its position) is checked. The table
+//! length is not a power of two, so records never align with its period.
+
+use std::sync::OnceLock;
+
+const TABLE_LEN: usize = (1 << 20) + 4099;
+const STRIDE: u64 = 104_729;
+
+fn table() -> &'static [u8] {
+    static TABLE: OnceLock<Vec<u8>> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        let mut x: u64 = 0x243F_6A88_85A3_08D3;
+        let mut v: Vec<u8> = (0..TABLE_LEN)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 24) as u8
+            })
+            .collect();
+        // Stored twice so any window of TABLE_LEN bytes is one contiguous slice.
+        v.extend_from_within(..);
+        v
+    })
+}
+
+/// Position of the stream's pattern at byte `offset`.
+fn start(seed: u64, offset: u64) -> usize {
+    ((offset.wrapping_add(seed.wrapping_mul(STRIDE))) % TABLE_LEN as u64) as usize
+}
+
+/// The next at most `max` pattern bytes from `offset` (a borrow of the table, no copy).
+pub fn chunk(seed: u64, offset: u64, max: usize) -> &'static [u8] {
+    let s = start(seed, offset);
+    let t = table();
+    &t[s..s + max.min(TABLE_LEN)]
+}
+
+/// Whether `data` is the pattern at `offset`.
+pub fn verify(seed: u64, offset: u64, data: &[u8]) -> bool {
+    let mut done = 0;
+    while done < data.len() {
+        let expect = chunk(seed, offset + done as u64, data.len() - done);
+        if data[done..done + expect.len()] != *expect {
+            return false;
+        }
+        done += expect.len();
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_verify_and_detect_errors() {
+        let mut stream = Vec::new();
+        while stream.len() < 3 * TABLE_LEN {
+            stream.extend_from_slice(chunk(3, stream.len() as u64, 70_000));
+        }
+        assert!(verify(3, 0, &stream));
+        assert!(verify(3, 12345, &stream[12345..200_000]));
+        assert!(!verify(4, 0, &stream[..1000]), "another stream's pattern differs");
+        assert!(!verify(3, 1, &stream[..1000]), "a shifted position differs");
+        let mut bad = stream[..5000].to_vec();
+        bad[4321] ^= 1;
+        assert!(!verify(3, 0, &bad));
+    }
+}

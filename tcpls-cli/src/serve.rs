@@ -1,0 +1,187 @@
+//! `tcpls serve`: a TCPLS server (also serving plain TLS clients) in perf, echo or discard mode.
+
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+use tcpls::{RecvStream, SendStream, Session, SessionConfig, TcplsListener};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::Semaphore;
+
+use crate::perf_proto::{encode_report, Direction, Request, REQUEST_LEN};
+use crate::transfer::{deadline, receive_pattern, send_pattern};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// Answer `tcpls perf` requests.
+    Perf,
+    /// Send every stream's bytes back on the same stream.
+    Echo,
+    /// Read every stream and drop the bytes.
+    Discard,
+}
+
+pub struct ServeOptions {
+    pub mode: Mode,
+    pub max_sessions: usize,
+    pub json: bool,
+    /// No per-session lines (the demo prints its own report).
+    pub quiet: bool,
+    /// Stop after this many sessions (tests and demos).
+    pub sessions_limit: Option<u64>,
+}
+
+#[derive(Serialize)]
+struct SessionReport {
+    event: &'static str,
+    peer: String,
+    fallback: bool,
+    cipher: String,
+    streams: u64,
+    bytes_received: u64,
+    bytes_sent: u64,
+    seconds: f64,
+    error: Option<String>,
+}
+
+/// Binds every `--listen` address.
+pub async fn bind(listen: &[SocketAddr], tls: rustls::ServerConfig, settings: SessionConfig) -> Result<Vec<TcplsListener>, String> {
+    let tls = Arc::new(tls);
+    let mut listeners = Vec::new();
+    for addr in listen {
+        let l = TcplsListener::bind_with(*addr, tls.clone(), settings.clone())
+            .await
+            .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+        listeners.push(l);
+    }
+    Ok(listeners)
+}
+
+/// Serves until interrupted (or `sessions_limit` sessions have ended).
+pub async fn run(listeners: Vec<TcplsListener>, opts: ServeOptions) -> Result<(), String> {
+    let limit = Arc::new(Semaphore::new(opts.max_sessions.max(1)));
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let mut accepts = tokio::task::JoinSet::new();
+    for listener in listeners {
+        let (limit, done_tx) = (limit.clone(), done_tx.clone());
+        let (mode, json, quiet) = (opts.mode, opts.json, opts.quiet);
+        accepts.spawn(async move {
+            while let Some((session, peer)) = listener.accept().await {
+                let Ok(permit) = limit.clone().try_acquire_owned() else {
+                    eprintln!("tcpls serve: refusing session from {peer}: --max-sessions reached");
+                    session.abort();
+                    continue;
+                };
+                let done_tx = done_tx.clone();
+                tokio::spawn(async move {
+                    serve_session(session, peer, mode, json, quiet).await;
+                    drop(permit);
+                    let _ = done_tx.send(());
+                });
+            }
+        });
+    }
+    drop(done_tx);
+    let mut ended = 0u64;
+    loop {
+        tokio::select! {
+            r = done_rx.recv() => {
+                if r.is_none() { break; }
+                ended += 1;
+                if opts.sessions_limit.is_some_and(|n| ended >= n) { break; }
+            }
+            _ = tokio::signal::ctrl_c() => {
+                eprintln!("tcpls serve: interrupted");
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn serve_session(session: Session, peer: SocketAddr, mode: Mode, json: bool, quiet: bool) {
+    let start = Instant::now();
+    let mut streams = 0u64;
+    let mut tasks = tokio::task::JoinSet::new();
+    while let Some((send, recv)) = session.accept_stream().await {
+        streams += 1;
+        tasks.spawn(async move {
+            let r = match mode {
+                Mode::Perf => perf_stream(send, recv).await,
+                Mode::Echo => echo_stream(send, recv).await,
+                Mode::Discard => discard_stream(send, recv).await,
+            };
+            if let Err(e) = r {
+                eprintln!("tcpls serve: stream error: {e}");
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    let error = session.close().await.map(|e| e.to_string());
+    let conns = session.connections();
+    let report = SessionReport {
+        event: "session_closed",
+        peer: peer.to_string(),
+        fallback: session.is_fallback(),
+        cipher: session.handshake_info().map(|i| i.cipher_suite).unwrap_or_default(),
+        streams,
+        bytes_received: conns.iter().map(|c| c.bytes_received).sum(),
+        bytes_sent: conns.iter().map(|c| c.bytes_sent).sum(),
+        seconds: start.elapsed().as_secs_f64(),
+        error,
+    };
+    if json {
+        println!("{}", serde_json::to_string(&report).unwrap_or_default());
+    } else if !quiet {
+        eprintln!(
+            "tcpls serve: session from {} ended after {:.2}s: {} streams, {} bytes in, {} bytes out{}{}",
+            report.peer,
+            report.seconds,
+            report.streams,
+            report.bytes_received,
+            report.bytes_sent,
+            if report.fallback { ", plain TLS (fallback)" } else { "" },
+            report.error.as_deref().map(|e| format!(", error: {e}")).unwrap_or_default()
+        );
+    }
+}
+
+async fn perf_stream(mut send: SendStream, mut recv: RecvStream) -> std::io::Result<()> {
+    let mut header = [0u8; REQUEST_LEN];
+    recv.read_exact(&mut header).await?;
+    let request = Request::decode(&header).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+    let counter = AtomicU64::new(0);
+    // The pattern position counts payload bytes only, so the client's header does not shift it.
+    match request.direction {
+        Direction::Download => {
+            let mut rest = Vec::new();
+            recv.read_to_end(&mut rest).await?;
+            send_pattern(&mut send, request.seed.into(), request.bytes, deadline(request.millis), &counter).await?;
+        }
+        Direction::Upload => {
+            let (received, verified) = receive_pattern(&mut recv, request.seed.into(), &counter).await?;
+            send.write_all(&encode_report(received, verified)).await?;
+            send.shutdown().await?;
+        }
+    }
+    Ok(())
+}
+
+async fn echo_stream(mut send: SendStream, mut recv: RecvStream) -> std::io::Result<()> {
+    tokio::io::copy(&mut recv, &mut send).await?;
+    send.shutdown().await
+}
+
+async fn discard_stream(mut send: SendStream, mut recv: RecvStream) -> std::io::Result<()> {
+    let sink = AtomicU64::new(0);
+    loop {
+        let n = recv.read_chunk_with(|c| c.len()).await?;
+        if n == 0 {
+            break;
+        }
+        sink.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+    send.shutdown().await
+}

@@ -1,0 +1,143 @@
+//! rustls configurations for the CLI: certificates, trust, cipher suite order.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{aws_lc_rs, CryptoProvider};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, ServerConfig, SignatureScheme};
+
+/// aws-lc-rs with the TLS 1.3 suites in our order (AES-128-GCM first: fastest here and the
+/// protocol's default), then TLS 1.2 suites for plain-TLS fallback peers. `cipher` restricts
+/// the TLS 1.3 suites to one (aes128, aes256, chacha20).
+pub fn provider(cipher: Option<&str>) -> Result<Arc<CryptoProvider>, String> {
+    use aws_lc_rs::cipher_suite as cs;
+    let tls13 = match cipher {
+        None => vec![cs::TLS13_AES_128_GCM_SHA256, cs::TLS13_AES_256_GCM_SHA384, cs::TLS13_CHACHA20_POLY1305_SHA256],
+        Some("aes128") => vec![cs::TLS13_AES_128_GCM_SHA256],
+        Some("aes256") => vec![cs::TLS13_AES_256_GCM_SHA384],
+        Some("chacha20") => vec![cs::TLS13_CHACHA20_POLY1305_SHA256],
+        Some(other) => return Err(format!("unknown cipher {other:?}: use aes128, aes256 or chacha20")),
+    };
+    let mut suites = tls13;
+    suites.extend(
+        aws_lc_rs::default_provider()
+            .cipher_suites
+            .into_iter()
+            .filter(|s| s.version() == &rustls::version::TLS12),
+    );
+    Ok(Arc::new(CryptoProvider { cipher_suites: suites, ..aws_lc_rs::default_provider() }))
+}
+
+pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let data = std::fs::read(path).map_err(|e| format!("cannot read certificate {}: {e}", path.display()))?;
+    let certs: Result<Vec<_>, _> = rustls_pemfile::certs(&mut &data[..]).collect();
+    let certs = certs.map_err(|e| format!("invalid PEM in {}: {e}", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!("no certificate found in {}", path.display()));
+    }
+    Ok(certs)
+}
+
+pub fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
+    let data = std::fs::read(path).map_err(|e| format!("cannot read key {}: {e}", path.display()))?;
+    rustls_pemfile::private_key(&mut &data[..])
+        .map_err(|e| format!("invalid PEM in {}: {e}", path.display()))?
+        .ok_or_else(|| format!("no private key found in {}", path.display()))
+}
+
+/// A self-signed certificate for localhost, 127.0.0.1, ::1 and `names` (PEM cert, PEM key).
+pub fn self_signed(names: &[String]) -> Result<(String, String), String> {
+    let mut all: Vec<String> = names.to_vec();
+    for n in ["localhost", "127.0.0.1", "::1"] {
+        if !all.iter().any(|x| x == n) {
+            all.push(n.to_string());
+        }
+    }
+    let ck = rcgen::generate_simple_self_signed(all).map_err(|e| format!("certificate generation failed: {e}"))?;
+    Ok((ck.cert.pem(), ck.key_pair.serialize_pem()))
+}
+
+pub fn server_config(
+    certs: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+    alpn: &[String],
+) -> Result<ServerConfig, String> {
+    let mut config = ServerConfig::builder_with_provider(provider(None)?)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| format!("certificate and key do not match: {e}"))?;
+    // Plain TLS clients may offer these (after tcpls/1, which the library puts first).
+    config.alpn_protocols = alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
+    Ok(config)
+}
+
+/// Trust: `--ca FILE`, `--insecure`, or the system's roots.
+pub fn client_config(ca: Option<&Path>, insecure: bool, alpn: &[String], cipher: Option<&str>) -> Result<ClientConfig, String> {
+    let builder = ClientConfig::builder_with_provider(provider(cipher)?)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?;
+    let mut config = if insecure {
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(NoVerification(provider(cipher)?)))
+            .with_no_client_auth()
+    } else {
+        let mut roots = RootCertStore::empty();
+        match ca {
+            Some(path) => {
+                for cert in load_certs(path)? {
+                    roots.add(cert).map_err(|e| format!("bad CA certificate in {}: {e}", path.display()))?;
+                }
+            }
+            None => {
+                for cert in rustls_native_certs::load_native_certs().certs {
+                    let _ = roots.add(cert);
+                }
+            }
+        }
+        builder.with_root_certificates(roots).with_no_client_auth()
+    };
+    config.alpn_protocols = alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
+    Ok(config)
+}
+
+/// `--insecure`: accepts any certificate (signatures are still checked, so the handshake
+/// is a real one; only the identity is not).
+#[derive(Debug)]
+struct NoVerification(Arc<CryptoProvider>);
+
+impl ServerCertVerifier for NoVerification {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}

@@ -1,0 +1,46 @@
+//! Dangerous hooks for tests and fuzzing: they let a session behave like a hostile peer.
+//!
+//! Nothing here is needed to run TCPLS, and nothing here is safe to use in a real application:
+//! [`Session::danger_seal_raw`] puts any record on the wire with the connection's real keys,
+//! bypassing every rule the packetizer follows. The names carry `danger` (the rustls
+//! convention) and the items are hidden from the documentation. They exist so that
+//! `tests/bad_input.rs` and the fuzz targets can hand a victim session well-encrypted but
+//! ill-formed records, which is the only way to reach the frame and session checks behind the
+//! AEAD.
+
+use crate::error::{Error, TransportError};
+use crate::event::ConnId;
+
+use super::conn::ConnState;
+use super::Session;
+
+impl Session {
+    /// **Dangerous, for tests and fuzzing only.** Seals one record whose inner plaintext is
+    /// `plaintext || content_type` with the current sending key of connection `conn` (the next
+    /// record sequence number is used up) and appends it to that connection's transmit buffer.
+    /// Nothing is checked: the content may be any bytes, `content_type` any value (0 with an
+    /// all-zero `plaintext` makes a record without a content type).
+    ///
+    /// Fails when `conn` is unknown, not a TCPLS connection with keys (handshaking, fallback,
+    /// failed), or when the inner plaintext exceeds what one record may carry (2^14 + 1 bytes).
+    #[doc(hidden)]
+    pub fn danger_seal_raw(&mut self, conn: ConnId, content_type: u8, plaintext: &[u8]) -> Result<(), Error> {
+        let c = self
+            .conn_mut(conn)
+            .ok_or_else(|| TransportError::internal(format!("danger_seal_raw: no connection {conn}")))?;
+        let ConnState::Tcpls(layer) = &mut c.state else {
+            return Err(TransportError::internal("danger_seal_raw: the connection has no TCPLS record layer").into());
+        };
+        layer.tx.seal(content_type, plaintext, &mut c.tx)?;
+        c.stats.records_sent += 1;
+        Ok(())
+    }
+
+    /// **For tests and fuzzing.** Bytes of memory held by the receive halves of all streams
+    /// (storage plus out-of-order bookkeeping), to check that a hostile peer cannot make them
+    /// grow past what flow control allows.
+    #[doc(hidden)]
+    pub fn danger_buffered_bytes(&self) -> usize {
+        self.core.streams.values().map(|s| s.recv.allocated()).sum()
+    }
+}
