@@ -101,7 +101,7 @@ impl Future for Driver {
                 }
                 if !sock.write_shut && inner.proto.should_shutdown_write(sock.id) {
                     // TCP FIN after our close_notify, as TLS over TCP does.
-                    if let Poll::Ready(_) = Pin::new(&mut *stream).poll_shutdown(cx) {
+                    if Pin::new(&mut *stream).poll_shutdown(cx).is_ready() {
                         sock.write_shut = true;
                     }
                 }

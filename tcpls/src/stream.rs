@@ -112,7 +112,7 @@ impl RecvStream {
             }
             let mut inner = self.shared.lock();
             match inner.proto.recv_chunk(self.id) {
-                Ok(Some(chunk)) if chunk.is_empty() => {
+                Ok(Some([])) => {
                     self.done = true;
                     Poll::Ready(Ok(0))
                 }

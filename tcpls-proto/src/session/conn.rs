@@ -25,7 +25,8 @@ pub(crate) struct RecordLayer {
 #[derive(Debug)]
 pub(crate) enum ConnState {
     Handshaking(Handshake, crate::tls::handshake_exposed::Exposed),
-    Tcpls(RecordLayer),
+    /// Boxed: the keys are large next to the other states.
+    Tcpls(Box<RecordLayer>),
     Fallback(FallbackTls),
     /// A fatal alert is queued or the socket failed: only flushing remains.
     Failed,
@@ -112,14 +113,14 @@ impl Connection {
                 let info = match hs.finish()? {
                     HandshakeOutcome::Tcpls { tx, rx, kernel, info } => {
                         let tx_key_since = tx.seq();
-                        self.state = ConnState::Tcpls(RecordLayer {
+                        self.state = ConnState::Tcpls(Box::new(RecordLayer {
                             tx,
                             rx,
                             kernel,
                             tx_key_since,
                             key_updates_sent: 0,
                             key_updates_received: 0,
-                        });
+                        }));
                         info
                     }
                     HandshakeOutcome::Fallback { tls, info } => {

@@ -36,6 +36,7 @@ pub struct HandshakeInfo {
 }
 
 /// How a connection continues after its handshake.
+#[allow(clippy::large_enum_variant)] // produced once per connection, moved once
 pub enum HandshakeOutcome {
     /// `tcpls/1` on TLS 1.3: our record layer with these keys.
     Tcpls { tx: RecordKey, rx: RecordKey, kernel: Kernel, info: HandshakeInfo },
