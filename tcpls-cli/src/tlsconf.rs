@@ -14,7 +14,7 @@ use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, ServerConfig, S
 pub fn provider(cipher: Option<&str>) -> Result<Arc<CryptoProvider>, String> {
     use aws_lc_rs::cipher_suite as cs;
     let tls13 = match cipher {
-        None => vec![cs::TLS13_AES_128_GCM_SHA256, cs::TLS13_AES_256_GCM_SHA384, cs::TLS13_CHACHA20_POLY1305_SHA256],
+        None => return Ok(Arc::new(tcpls::crypto_provider())),
         Some("aes128") => vec![cs::TLS13_AES_128_GCM_SHA256],
         Some("aes256") => vec![cs::TLS13_AES_256_GCM_SHA384],
         Some("chacha20") => vec![cs::TLS13_CHACHA20_POLY1305_SHA256],

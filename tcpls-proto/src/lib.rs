@@ -18,4 +18,4 @@ pub use config::{system_random, RandomSource, SessionConfig};
 pub use error::{AlertCode, Error, StreamError, TransportError};
 pub use event::{ConnId, Event, StreamId};
 pub use session::{tcpls_client_config, tcpls_server_config, ConnStats, Session, SessionStats, Side};
-pub use tls::{HandshakeInfo, ALPN_TCPLS};
+pub use tls::{crypto_provider, HandshakeInfo, ALPN_TCPLS};

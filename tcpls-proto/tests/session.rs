@@ -276,3 +276,56 @@ fn plain_server(config: rustls::ServerConfig) -> tcpls_proto::Session {
     config.enable_secret_extraction = true;
     tcpls_proto::Session::server(std::sync::Arc::new(config), util::test_config()).unwrap()
 }
+
+#[test]
+fn key_update_on_request_is_answered() {
+    let mut p = Pair::default_pair();
+    p.drive();
+    p.client.update_keys(0, true).unwrap();
+    let id = p.client.open_stream().unwrap();
+    p.client.write(id, b"after the update").unwrap();
+    p.client.finish(id).unwrap();
+    p.drive();
+    assert_eq!(p.server.key_updates(0), (1, 1), "server rotated its own key because the client asked");
+    assert_eq!(p.client.key_updates(0), (1, 1));
+    assert_eq!(p.read_to_end(true, id), b"after the update");
+    let sid = p.server.open_stream().unwrap();
+    p.server.write(sid, b"server side, new key").unwrap();
+    p.server.finish(sid).unwrap();
+    p.drive();
+    assert_eq!(p.read_to_end(false, sid), b"server side, new key");
+}
+
+#[test]
+fn all_three_cipher_suites() {
+    use rustls::crypto::aws_lc_rs::cipher_suite as cs;
+    for suite in [cs::TLS13_AES_128_GCM_SHA256, cs::TLS13_AES_256_GCM_SHA384, cs::TLS13_CHACHA20_POLY1305_SHA256] {
+        let pki = Pki::new();
+        let mut client = pki.client_config_with_suites(&[suite]);
+        client.alpn_protocols.clear();
+        let mut p = Pair::new(client, pki.server_config(&[]), util::test_config());
+        p.drive();
+        let info = p.client.handshake_info().unwrap().clone();
+        assert!(info.cipher_suite.contains(&format!("{:?}", suite.suite())), "{info:?}");
+        let id = p.client.open_stream().unwrap();
+        let data = pattern(100_000, 11);
+        p.client.write(id, &data).unwrap();
+        p.client.finish(id).unwrap();
+        p.drive();
+        assert!(p.read_to_end(true, id) == data);
+    }
+}
+
+#[test]
+fn tickets_reach_the_client_and_the_next_session_resumes() {
+    let pki = Pki::new();
+    let client = std::sync::Arc::new(tcpls_proto::tcpls_client_config(&pki.client_config(&[])));
+    let server = std::sync::Arc::new(tcpls_proto::tcpls_server_config(&pki.server_config(&[])));
+    let mut first = Pair::from_arcs(client.clone(), server.clone(), util::test_config());
+    first.drive();
+    assert!(!first.client.handshake_info().unwrap().resumed);
+    let mut second = Pair::from_arcs(client, server, util::test_config());
+    second.drive();
+    assert!(second.client.handshake_info().unwrap().resumed, "tickets from the first session were handed to rustls");
+    assert!(!second.client.is_fallback());
+}

@@ -23,4 +23,4 @@ pub use connector::{server_name_for, TcplsConnector};
 pub use listener::{TcplsListener, HANDSHAKE_TIMEOUT};
 pub use session::{ConnectionInfo, Session};
 pub use stream::{RecvStream, SendStream};
-pub use tcpls_proto::{self as proto, Error, Event, SessionConfig, StreamError};
+pub use tcpls_proto::{self as proto, crypto_provider, Error, Event, SessionConfig, StreamError};

@@ -213,6 +213,14 @@ impl Connection {
         Ok(())
     }
 
+    /// Sends KeyUpdate now, asking the peer to update too when `request_peer`.
+    pub(crate) fn update_key(&mut self, request_peer: bool) -> Result<(), TransportError> {
+        match &mut self.state {
+            ConnState::Tcpls(layer) if !self.close_sent => send_key_update(layer, request_peer, &mut self.tx),
+            _ => Err(TransportError::internal("KeyUpdate needs an open TCPLS connection")),
+        }
+    }
+
     /// Seals a close_notify alert (once).
     pub(crate) fn send_close_notify(&mut self) -> Result<(), Error> {
         if self.close_sent || self.dead {

@@ -223,6 +223,13 @@ impl Session {
         self.conn(conn).map(|c| c.key_updates()).unwrap_or_default()
     }
 
+    /// Rotates our sending key on `conn` (TLS KeyUpdate); with `request_peer` the peer rotates
+    /// its key too. Keys also rotate by themselves before the AEAD usage limit.
+    pub fn update_keys(&mut self, conn: ConnId, request_peer: bool) -> Result<(), Error> {
+        let c = self.conn_mut(conn).ok_or_else(|| Error::ConnectionLost(format!("no connection {conn}")))?;
+        c.update_key(request_peer).map_err(Error::Local)
+    }
+
     /// Join tokens received from the server (client side) or issued (server side).
     pub fn tokens(&self) -> &[(u32, [u8; 32])] {
         &self.core.tokens

@@ -23,6 +23,16 @@ use rustls::server::ServerConnectionData;
 use crate::error::TransportError;
 use crate::record::RecordKey;
 
+/// rustls' aws-lc-rs provider with the TLS 1.3 suites in TCPLS's order: AES-128-GCM first
+/// (PROTOCOL.md §2; the fastest here), then AES-256-GCM and ChaCha20-Poly1305, then the TLS 1.2
+/// suites, which only plain-TLS fallback peers may use.
+pub fn crypto_provider() -> rustls::crypto::CryptoProvider {
+    use rustls::crypto::aws_lc_rs::{cipher_suite as cs, default_provider};
+    let mut suites = vec![cs::TLS13_AES_128_GCM_SHA256, cs::TLS13_AES_256_GCM_SHA384, cs::TLS13_CHACHA20_POLY1305_SHA256];
+    suites.extend(default_provider().cipher_suites.into_iter().filter(|s| s.version() == &rustls::version::TLS12));
+    rustls::crypto::CryptoProvider { cipher_suites: suites, ..default_provider() }
+}
+
 /// The ALPN protocol id that selects TCPLS (PROTOCOL.md §1).
 pub const ALPN_TCPLS: &[u8] = b"tcpls/1";
 

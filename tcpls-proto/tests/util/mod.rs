@@ -32,6 +32,20 @@ impl Pki {
         c
     }
 
+    pub fn client_config_with_suites(&self, suites: &[rustls::SupportedCipherSuite]) -> ClientConfig {
+        let mut roots = RootCertStore::empty();
+        roots.add(self.cert.clone()).unwrap();
+        let provider = rustls::crypto::CryptoProvider {
+            cipher_suites: suites.to_vec(),
+            ..rustls::crypto::aws_lc_rs::default_provider()
+        };
+        ClientConfig::builder_with_provider(Arc::new(provider))
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth()
+    }
+
     pub fn server_config(&self, alpn: &[&[u8]]) -> ServerConfig {
         let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key.clone()));
         let mut s = ServerConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
@@ -77,6 +91,21 @@ impl Pair {
         )
         .unwrap();
         let server = Session::server(Arc::new(tcpls_server_config(&server)), settings).unwrap();
+        Pair {
+            client,
+            server,
+            now: Instant::now(),
+            client_events: vec![],
+            server_events: vec![],
+            client_writes: vec![],
+            server_writes: vec![],
+        }
+    }
+
+    /// Sessions from shared configs (a client config reused across sessions keeps its tickets).
+    pub fn from_arcs(client: Arc<ClientConfig>, server: Arc<ServerConfig>, settings: SessionConfig) -> Self {
+        let client = Session::client(client, ServerName::try_from("localhost").unwrap(), settings.clone()).unwrap();
+        let server = Session::server(server, settings).unwrap();
         Pair {
             client,
             server,
