@@ -25,14 +25,23 @@ struct Socket {
 pub(crate) struct Driver {
     shared: Shared,
     sockets: Vec<Socket>,
+    /// Last time idle stream and connection buffers were given back.
+    last_trim: Instant,
 }
+
+/// How often a quiet session returns the memory of drained buffers.
+const TRIM_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Rounds of read/transmit per poll before yielding to other tasks (fairness between sessions).
 const ROUNDS_PER_POLL: usize = 16;
 
 impl Driver {
     pub(crate) fn new(shared: Shared, conn: ConnId, stream: TcpStream) -> Self {
-        Self { shared, sockets: vec![Socket { id: conn, stream: Some(stream), write_shut: false }] }
+        Self {
+            shared,
+            sockets: vec![Socket { id: conn, stream: Some(stream), write_shut: false }],
+            last_trim: Instant::now(),
+        }
     }
 }
 
@@ -113,6 +122,10 @@ impl Future for Driver {
             inner.dispatch_events();
             if !progress {
                 busy = false;
+                if now.duration_since(this.last_trim) >= TRIM_INTERVAL {
+                    this.last_trim = now;
+                    inner.proto.release_idle_memory();
+                }
                 break;
             }
         }

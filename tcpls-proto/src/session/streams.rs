@@ -275,6 +275,19 @@ impl Session {
         self.core.maybe_remove(id);
     }
 
+    /// Returns the memory of drained stream buffers and idle connection buffers. Cheap enough
+    /// to call about once a second; the tokio layer does so when the session is quiet.
+    pub fn release_idle_memory(&mut self) {
+        for s in self.core.streams.values_mut() {
+            s.recv.release_if_drained();
+            s.send.release_if_idle();
+        }
+        for c in &mut self.conns {
+            c.rx.shrink();
+            c.tx.shrink();
+        }
+    }
+
     /// Number of streams currently known (open in at least one direction).
     pub fn stream_count(&self) -> usize {
         self.core.streams.len()

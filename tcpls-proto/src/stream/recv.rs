@@ -148,13 +148,23 @@ impl RecvBuf {
         self.read_offset += n as u64;
         self.start += n;
         if self.read_offset == self.max_end {
-            // Drained: restart at index 0 for free instead of compacting later.
+            // Drained: restart at index 0 for free instead of compacting later. The storage is
+            // kept: a stream being read drains often, and re-growing it each time costs a
+            // page-faulting allocation per cycle. `release_if_drained` returns it when idle.
             self.start = 0;
-            if self.buf.len() > RETAIN {
-                self.buf = Vec::new();
-                self.ooo.release();
-            }
         }
+    }
+
+    /// Frees the storage of a drained buffer larger than the initial window (the session calls
+    /// this for idle streams, so thousands of quiet streams do not keep their last burst's memory).
+    pub fn release_if_drained(&mut self) -> bool {
+        if self.read_offset == self.max_end && self.buf.len() > RETAIN {
+            self.buf = Vec::new();
+            self.ooo.release();
+            self.start = 0;
+            return true;
+        }
+        false
     }
 
     /// Copies readable bytes into `out`, consumes them, and returns how many.

@@ -288,12 +288,19 @@ impl SendBuf {
         self.head_idx += (new_head - self.head) as usize;
         self.head = new_head;
         if self.head_idx == self.buf.len() {
+            // Keep the allocation: a bulk writer refills it at once. `release_if_idle` frees it.
             self.head_idx = 0;
-            if self.buf.capacity() > RETAIN {
-                self.buf = Vec::new();
-            } else {
-                self.buf.clear();
-            }
+            self.buf.clear();
         }
+    }
+
+    /// Frees the storage when nothing is buffered and it is larger than the initial window.
+    pub fn release_if_idle(&mut self) -> bool {
+        if self.head_idx == self.buf.len() && self.buf.capacity() > RETAIN {
+            self.buf = Vec::new();
+            self.head_idx = 0;
+            return true;
+        }
+        false
     }
 }
