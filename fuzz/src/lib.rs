@@ -17,12 +17,10 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, Serve
 use rustls::{ClientConfig, DigitallySignedStruct, ServerConfig, SignatureScheme};
 use tcpls_proto::frame::FrameReader;
 use tcpls_proto::record::{
-    next_record, RecordKey, RxBuf, TxBuf, CT_ALERT, CT_APPLICATION_DATA, CT_HANDSHAKE, HEADER_LEN,
-    MAX_CIPHERTEXT, MAX_PLAINTEXT, TAG_LEN,
+    next_record, RecordKey, RxBuf, TxBuf, CT_ALERT, CT_APPLICATION_DATA, CT_HANDSHAKE, HEADER_LEN, MAX_CIPHERTEXT,
+    MAX_PLAINTEXT, TAG_LEN,
 };
-use tcpls_proto::{
-    tcpls_client_config, tcpls_server_config, AlertCode, Error, Event, Session, SessionConfig,
-};
+use tcpls_proto::{tcpls_client_config, tcpls_server_config, AlertCode, Error, Event, Session, SessionConfig};
 
 // ---------------------------------------------------------------------------------- deframer
 
@@ -110,8 +108,7 @@ fn seal_inner(inner: &[u8], seq: u64) -> Vec<u8> {
     let len = u16::try_from(body).unwrap();
     let header = [CT_APPLICATION_DATA, 3, 3, (len >> 8) as u8, len as u8];
     let mut sealed = inner.to_vec();
-    key.seal_in_place_append_tag(Nonce::assume_unique_for_key(nonce), Aad::from(header), &mut sealed)
-        .unwrap();
+    key.seal_in_place_append_tag(Nonce::assume_unique_for_key(nonce), Aad::from(header), &mut sealed).unwrap();
     let mut record = header.to_vec();
     record.extend_from_slice(&sealed);
     record
@@ -321,10 +318,7 @@ fn configs() -> &'static Configs {
             .with_no_client_auth()
             .with_single_cert(vec![CertificateDer::from(CERT_DER.to_vec())], key)
             .unwrap();
-        Configs {
-            client: Arc::new(tcpls_client_config(&client)),
-            server: Arc::new(tcpls_server_config(&server)),
-        }
+        Configs { client: Arc::new(tcpls_client_config(&client)), server: Arc::new(tcpls_server_config(&server)) }
     })
 }
 
@@ -410,10 +404,7 @@ fn victim_turn(victim: &mut Session, app_reads: bool, now: Instant) {
 /// what flow control allows.
 fn check_victim(victim: &Session, handshake_done: bool) {
     match victim.error() {
-        None => assert!(
-            !victim.is_closed() || victim.peer_closed(),
-            "closed with no error and no close_notify"
-        ),
+        None => assert!(!victim.is_closed() || victim.peer_closed(), "closed with no error and no close_notify"),
         Some(Error::Local(e)) => {
             assert!(
                 matches!(
@@ -483,9 +474,7 @@ fn sealed_records(flags: u8, body: &[u8]) {
     let (victim, attacker) = duo.roles(flags & 1 == 0);
     let mut rest = body;
     while let [sel, hi, lo, tail @ ..] = rest {
-        let len = usize::from(u16::from_be_bytes([*hi, *lo]))
-            .min(tail.len())
-            .min(MAX_PLAINTEXT);
+        let len = usize::from(u16::from_be_bytes([*hi, *lo])).min(tail.len()).min(MAX_PLAINTEXT);
         let (content, next) = tail.split_at(len);
         rest = next;
         let content_type = match sel & 7 {

@@ -1,1 +1,94 @@
-fn main() {}
+//! `tcpls-bench compare`: bulk-transfer goodput and CPU cost of TCP, TLS 1.3 (tokio-rustls) and
+//! TCPLS side by side on loopback, in one invocation. See README.md.
+
+mod child;
+mod compare;
+mod pki;
+mod proto;
+mod sys;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::proto::Proto;
+
+pub type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+#[derive(Parser)]
+#[command(name = "tcpls-bench", about = "Throughput comparison on loopback: TCP, TLS 1.3 (rustls), TCPLS")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Alternating repetitions of a client-to-server bulk transfer for every protocol.
+    #[command(after_help = "Example:\n  cargo run --release -p tcpls-bench -- compare --bytes 2G --reps 3")]
+    Compare(compare::Options),
+    /// Receiving end of one transfer (spawned by `compare`).
+    #[command(hide = true)]
+    Server {
+        #[arg(long)]
+        proto: Proto,
+        #[arg(long, value_parser = compare::parse_size)]
+        bytes: u64,
+        #[arg(long, default_value_t = 2)]
+        worker_threads: usize,
+    },
+    /// Sending end of one transfer (spawned by `compare`).
+    #[command(hide = true)]
+    Client {
+        #[arg(long)]
+        proto: Proto,
+        #[arg(long)]
+        port: u16,
+        #[arg(long, value_parser = compare::parse_size)]
+        bytes: u64,
+        #[arg(long, default_value_t = 2)]
+        worker_threads: usize,
+    },
+}
+
+/// Runs `fut` as a task on a runtime with `workers` worker threads (0: current-thread runtime),
+/// so that the application code runs on a worker like in a server, not on the blocked main thread.
+fn run_on_runtime<F>(workers: usize, fut: F) -> Res<proto::SideReport>
+where
+    F: std::future::Future<Output = Res<proto::SideReport>> + Send + 'static,
+{
+    let rt = if workers == 0 {
+        tokio::runtime::Builder::new_current_thread().enable_all().build()?
+    } else {
+        tokio::runtime::Builder::new_multi_thread().worker_threads(workers).enable_all().build()?
+    };
+    let report = rt.block_on(async move { tokio::spawn(fut).await })??;
+    // Sockets are closed; do not wait for stray tasks.
+    rt.shutdown_background();
+    Ok(report)
+}
+
+fn print_report(report: &proto::SideReport) -> Res<()> {
+    println!("{}", serde_json::to_string(report)?);
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Compare(opts) => compare::run(opts),
+        Command::Server { proto, bytes, worker_threads } => {
+            run_on_runtime(worker_threads, child::server(proto, bytes)).and_then(|r| print_report(&r))
+        }
+        Command::Client { proto, port, bytes, worker_threads } => {
+            run_on_runtime(worker_threads, child::client(proto, port, bytes)).and_then(|r| print_report(&r))
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tcpls-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

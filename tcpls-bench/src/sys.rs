@@ -35,7 +35,10 @@ impl Cpu {
     }
 
     pub fn since(self, earlier: Cpu) -> Cpu {
-        Cpu { user_ns: self.user_ns.saturating_sub(earlier.user_ns), sys_ns: self.sys_ns.saturating_sub(earlier.sys_ns) }
+        Cpu {
+            user_ns: self.user_ns.saturating_sub(earlier.user_ns),
+            sys_ns: self.sys_ns.saturating_sub(earlier.sys_ns),
+        }
     }
 }
 
@@ -45,4 +48,31 @@ pub fn kill_child(pid: u32) {
     unsafe {
         libc::kill(pid as libc::pid_t, libc::SIGKILL);
     }
+}
+
+/// CPU time (user + system) of all reaped children of this process so far, in nanoseconds.
+pub fn children_cpu_ns() -> u64 {
+    // SAFETY: rusage is plain old data; all-zero is a valid value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid, writable rusage; getrusage only writes to it.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut ru) };
+    if rc != 0 {
+        return 0;
+    }
+    let ns = |tv: libc::timeval| (tv.tv_sec as u64) * 1_000_000_000 + (tv.tv_usec as u64) * 1_000;
+    ns(ru.ru_utime) + ns(ru.ru_stime)
+}
+
+/// CPU time all CPUs of the machine spent busy (user, nice, system, irq, softirq) so far, in
+/// nanoseconds, from /proc/stat; `None` where that is unavailable.
+pub fn machine_busy_ns() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let f: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+    // user nice system idle iowait irq softirq steal ...
+    let busy = f.first()? + f.get(1)? + f.get(2)? + f.get(5)? + f.get(6)?;
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let hz = if hz > 0 { hz as u64 } else { 100 };
+    Some(busy * (1_000_000_000 / hz))
 }

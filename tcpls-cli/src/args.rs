@@ -63,10 +63,8 @@ pub fn resolve(addr: &str) -> Result<Vec<SocketAddr>, String> {
     } else {
         format!("{addr}:{DEFAULT_PORT}")
     };
-    let list: Vec<SocketAddr> = target
-        .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve {addr:?}: {e}"))?
-        .collect();
+    let list: Vec<SocketAddr> =
+        target.to_socket_addrs().map_err(|e| format!("cannot resolve {addr:?}: {e}"))?.collect();
     if list.is_empty() {
         return Err(format!("{addr:?} resolved to no address"));
     }

@@ -2,10 +2,10 @@
 
 mod args;
 mod connect;
+mod pattern;
 mod perf;
 mod perf_proto;
 mod serve;
-mod pattern;
 mod tlsconf;
 mod transfer;
 
@@ -39,7 +39,9 @@ enum Command {
         name: Vec<String>,
     },
     /// Run a TCPLS server (plain TLS clients are served too, through fallback).
-    #[command(after_help = "Examples:\n  tcpls serve --listen 127.0.0.1:4443 --cert tcpls-cert/cert.pem --key tcpls-cert/key.pem\n  tcpls serve --mode echo --listen [::1]:4443 --listen 127.0.0.1:4443")]
+    #[command(
+        after_help = "Examples:\n  tcpls serve --listen 127.0.0.1:4443 --cert tcpls-cert/cert.pem --key tcpls-cert/key.pem\n  tcpls serve --mode echo --listen [::1]:4443 --listen 127.0.0.1:4443"
+    )]
     Serve(ServeArgs),
     /// Connect and relay stdin to stream 0 and stream 0 to stdout (plain TLS servers work too).
     #[command(after_help = "Example:\n  echo hello | tcpls connect 127.0.0.1:4443 --ca tcpls-cert/cert.pem")]
@@ -53,9 +55,12 @@ enum Command {
         alpn: Vec<String>,
     },
     /// Measure goodput against `tcpls serve --mode perf`; every byte is verified.
-    #[command(after_help = "Examples:\n  tcpls perf 127.0.0.1:4443 --insecure --bytes 2G\n  tcpls perf 127.0.0.1:4443 --insecure --streams 64 --bytes 256M --download --json")]
+    #[command(
+        after_help = "Examples:\n  tcpls perf 127.0.0.1:4443 --insecure --bytes 2G\n  tcpls perf 127.0.0.1:4443 --insecure --streams 64 --bytes 256M --download --json"
+    )]
     Perf(PerfArgs),
     /// Start a server and a client on loopback and measure (no setup needed).
+    #[command(after_help = "Example:\n  tcpls demo --bytes 256M")]
     Demo {
         /// Bytes for the single-stream runs.
         #[arg(long, value_parser = parse_size, default_value = "1G")]
@@ -227,7 +232,11 @@ fn write_private(path: &Path, data: &[u8]) -> Result<(), String> {
     f.write_all(data).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
-fn client_setup(addr: &str, trust: &TrustArgs, alpn: &[String]) -> Result<(SocketAddr, rustls::pki_types::ServerName<'static>, rustls::ClientConfig), String> {
+fn client_setup(
+    addr: &str,
+    trust: &TrustArgs,
+    alpn: &[String],
+) -> Result<(SocketAddr, rustls::pki_types::ServerName<'static>, rustls::ClientConfig), String> {
     let target = *resolve(addr)?.first().ok_or("no address")?;
     let name = trust.server_name.clone().unwrap_or_else(|| host_of(addr));
     let name = tcpls::server_name_for(&name).map_err(|e| e.to_string())?;
@@ -241,8 +250,10 @@ fn server_tls(cert: Option<&Path>, key: Option<&Path>, alpn: &[String]) -> Resul
         _ => {
             eprintln!("tcpls: no --cert/--key: using an ephemeral self-signed certificate (clients need --insecure)");
             let (c, k) = tlsconf::self_signed(&[])?;
-            let certs = rustls_pemfile::certs(&mut c.as_bytes()).collect::<Result<Vec<_>, _>>().map_err(|e| e.to_string())?;
-            let key = rustls_pemfile::private_key(&mut k.as_bytes()).map_err(|e| e.to_string())?.ok_or("no key generated")?;
+            let certs =
+                rustls_pemfile::certs(&mut c.as_bytes()).collect::<Result<Vec<_>, _>>().map_err(|e| e.to_string())?;
+            let key =
+                rustls_pemfile::private_key(&mut k.as_bytes()).map_err(|e| e.to_string())?.ok_or("no key generated")?;
             (certs, key)
         }
     };
@@ -264,7 +275,17 @@ async fn serve_cmd(a: ServeArgs) -> Result<(), String> {
     for l in &listeners {
         eprintln!("tcpls serve: listening on {} (mode {:?})", l.local_addr(), a.mode);
     }
-    serve::run(listeners, serve::ServeOptions { mode: a.mode, max_sessions: a.max_sessions, json: a.json, quiet: false, sessions_limit: a.sessions }).await
+    serve::run(
+        listeners,
+        serve::ServeOptions {
+            mode: a.mode,
+            max_sessions: a.max_sessions,
+            json: a.json,
+            quiet: false,
+            sessions_limit: a.sessions,
+        },
+    )
+    .await
 }
 
 fn not_yet(what: &str) -> String {
@@ -326,13 +347,24 @@ fn output(report: &perf::PerfReport, json: bool) -> Result<(), String> {
 /// A loopback server and client in one process: the quickest way to see TCPLS work.
 async fn demo(bytes: u64, json: bool) -> Result<(), String> {
     let tls = server_tls_quiet()?;
-    let listeners = serve::bind(&["127.0.0.1:0".parse().map_err(|_| "bad address")?], tls, SessionConfig::default()).await?;
+    let listeners =
+        serve::bind(&["127.0.0.1:0".parse().map_err(|_| "bad address")?], tls, SessionConfig::default()).await?;
     let addr = listeners[0].local_addr();
-    tokio::spawn(serve::run(listeners, serve::ServeOptions { mode: serve::Mode::Perf, max_sessions: 16, json: false, quiet: true, sessions_limit: None }));
+    tokio::spawn(serve::run(
+        listeners,
+        serve::ServeOptions {
+            mode: serve::Mode::Perf,
+            max_sessions: 16,
+            json: false,
+            quiet: true,
+            sessions_limit: None,
+        },
+    ));
     if !json {
         println!("TCPLS demo: server on {addr}, client in the same process, payload verified byte for byte\n");
     }
-    let runs = [(Direction::Upload, 1u32, bytes), (Direction::Download, 1, bytes), (Direction::Download, 64, bytes / 4)];
+    let runs =
+        [(Direction::Upload, 1u32, bytes), (Direction::Download, 1, bytes), (Direction::Download, 64, bytes / 4)];
     let mut reports = Vec::new();
     for (direction, streams, bytes) in runs {
         let name = tcpls::server_name_for("localhost").map_err(|e| e.to_string())?;

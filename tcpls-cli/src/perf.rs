@@ -65,10 +65,14 @@ pub async fn run(opts: PerfOptions) -> Result<PerfReport, String> {
         .map_err(|e| format!("cannot connect to {}: {e}", opts.addr))?;
     let handshake_ms = t0.elapsed().as_secs_f64() * 1e3;
     if session.is_fallback() {
-        return Err(format!("{} does not speak TCPLS (plain TLS only): tcpls perf needs `tcpls serve --mode perf`", opts.addr));
+        return Err(format!(
+            "{} does not speak TCPLS (plain TLS only): tcpls perf needs `tcpls serve --mode perf`",
+            opts.addr
+        ));
     }
     let progress = Arc::new(AtomicU64::new(0));
-    let ticker = (!opts.json && !opts.quiet && std::io::stderr().is_terminal()).then(|| spawn_progress(progress.clone()));
+    let ticker =
+        (!opts.json && !opts.quiet && std::io::stderr().is_terminal()).then(|| spawn_progress(progress.clone()));
     let per_stream = opts.bytes.map(|b| b / u64::from(opts.streams.max(1)));
     let start = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
@@ -104,7 +108,8 @@ pub async fn run(opts: PerfOptions) -> Result<PerfReport, String> {
     let mut total = 0u64;
     let mut verified = true;
     while let Some(joined) = tasks.join_next().await {
-        let (bytes, ok) = joined.map_err(|e| format!("stream task failed: {e}"))?.map_err(|e| format!("stream failed: {e}"))?;
+        let (bytes, ok) =
+            joined.map_err(|e| format!("stream task failed: {e}"))?.map_err(|e| format!("stream failed: {e}"))?;
         total += bytes;
         verified &= ok;
     }

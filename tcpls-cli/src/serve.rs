@@ -47,7 +47,11 @@ struct SessionReport {
 }
 
 /// Binds every `--listen` address.
-pub async fn bind(listen: &[SocketAddr], tls: rustls::ServerConfig, settings: SessionConfig) -> Result<Vec<TcplsListener>, String> {
+pub async fn bind(
+    listen: &[SocketAddr],
+    tls: rustls::ServerConfig,
+    settings: SessionConfig,
+) -> Result<Vec<TcplsListener>, String> {
     let tls = Arc::new(tls);
     let mut listeners = Vec::new();
     for addr in listen {

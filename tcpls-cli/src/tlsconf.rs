@@ -22,10 +22,7 @@ pub fn provider(cipher: Option<&str>) -> Result<Arc<CryptoProvider>, String> {
     };
     let mut suites = tls13;
     suites.extend(
-        aws_lc_rs::default_provider()
-            .cipher_suites
-            .into_iter()
-            .filter(|s| s.version() == &rustls::version::TLS12),
+        aws_lc_rs::default_provider().cipher_suites.into_iter().filter(|s| s.version() == &rustls::version::TLS12),
     );
     Ok(Arc::new(CryptoProvider { cipher_suites: suites, ..aws_lc_rs::default_provider() }))
 }
@@ -76,7 +73,12 @@ pub fn server_config(
 }
 
 /// Trust: `--ca FILE`, `--insecure`, or the system's roots.
-pub fn client_config(ca: Option<&Path>, insecure: bool, alpn: &[String], cipher: Option<&str>) -> Result<ClientConfig, String> {
+pub fn client_config(
+    ca: Option<&Path>,
+    insecure: bool,
+    alpn: &[String],
+    cipher: Option<&str>,
+) -> Result<ClientConfig, String> {
     let builder = ClientConfig::builder_with_provider(provider(cipher)?)
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?;

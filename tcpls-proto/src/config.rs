@@ -17,9 +17,7 @@ pub fn system_random() -> RandomSource {
         // SystemRandom fails only if the OS has no entropy source at all; zeroed tokens would
         // be guessable, so this is the one place where we prefer to stop.
         #[allow(clippy::expect_used)]
-        aws_lc_rs::rand::SystemRandom::new()
-            .fill(buf)
-            .expect("operating system random source failed");
+        aws_lc_rs::rand::SystemRandom::new().fill(buf).expect("operating system random source failed");
     })
 }
 

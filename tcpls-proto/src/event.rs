@@ -13,7 +13,9 @@ pub type StreamId = u32;
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     /// The first handshake completed; `fallback` when the peer speaks plain TLS only.
-    Established { fallback: bool },
+    Established {
+        fallback: bool,
+    },
     /// The peer opened a stream: accept it with `accept_stream`.
     StreamOpened(StreamId),
     /// New bytes, the end of the stream, or a reset can be read.
@@ -21,29 +23,64 @@ pub enum Event {
     /// A blocked writer may write again.
     StreamWritable(StreamId),
     /// The server handed out join tokens (client side).
-    TokensReceived { total: usize },
+    TokensReceived {
+        total: usize,
+    },
     /// The peer announced another address of its own.
-    PeerAddressAdded { address_id: u8, addr: SocketAddr },
-    PeerAddressRemoved { address_id: u8 },
+    PeerAddressAdded {
+        address_id: u8,
+        addr: SocketAddr,
+    },
+    PeerAddressRemoved {
+        address_id: u8,
+    },
     /// The peer asks us to use this TCP user timeout on a connection's socket.
-    UserTimeoutRequested { conn: ConnId, timeout_ms: u32 },
+    UserTimeoutRequested {
+        conn: ConnId,
+        timeout_ms: u32,
+    },
     /// The peer asks us to switch the TCP congestion control of a connection.
-    CongestionControlRequested { conn: ConnId, name: String },
+    CongestionControlRequested {
+        conn: ConnId,
+        name: String,
+    },
     /// The peer wants our tcp_info view of a connection: answer with `send_tcp_info`.
-    TcpInfoRequested { conn: ConnId },
-    PeerTcpInfo { conn: ConnId, info: PeerTcpInfo },
+    TcpInfoRequested {
+        conn: ConnId,
+    },
+    PeerTcpInfo {
+        conn: ConnId,
+        info: PeerTcpInfo,
+    },
     /// Round-trip time measured with RTT Probe / RTT Echo.
-    RttMeasured { conn: ConnId, rtt_us: u64 },
+    RttMeasured {
+        conn: ConnId,
+        rtt_us: u64,
+    },
     /// The address and port the peer sees for our end of a connection.
-    AddressEchoed { conn: ConnId, addr: SocketAddr },
+    AddressEchoed {
+        conn: ConnId,
+        addr: SocketAddr,
+    },
     /// The peer caps our sending rate on a connection (0 = no cap).
-    RateLimited { conn: ConnId, bytes_per_second: u64 },
+    RateLimited {
+        conn: ConnId,
+        bytes_per_second: u64,
+    },
     /// The peer asks that a stream be sent on another connection.
-    SteerRequested { stream: StreamId, conn: ConnId },
+    SteerRequested {
+        stream: StreamId,
+        conn: ConnId,
+    },
     /// The peer sent close_notify on every connection: it sends and opens nothing more.
     PeerClosed,
     /// One TCP connection ended; `error` is None after a clean close_notify exchange.
-    ConnectionClosed { conn: ConnId, error: Option<Error> },
+    ConnectionClosed {
+        conn: ConnId,
+        error: Option<Error>,
+    },
     /// The whole session ended.
-    Closed { error: Option<Error> },
+    Closed {
+        error: Option<Error>,
+    },
 }

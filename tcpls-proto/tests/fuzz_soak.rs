@@ -138,40 +138,38 @@ fn record_open_input(rng: &mut Rng) -> Vec<u8> {
 fn frame_bytes(rng: &mut Rng, own: u32, out: &mut Vec<u8>) {
     let len = rng.len(1200);
     let data = rng.bytes(len);
-    let stream_id = match rng.below(10) {
+    // Mostly legal values, so that sessions live long enough to reach deeper states.
+    let stream_id = match rng.below(30) {
         0 => rng.next() as u32,
         1 => own ^ 1, // a stream of the receiver's, maybe never opened
         _ => 2 * rng.below(24) as u32 + own,
     };
-    let offset = match rng.below(8) {
+    let offset = match rng.below(30) {
         0 => rng.next(),
-        1 => 65536 - rng.below(2000) as u64,
-        2 => 65536 + rng.below(100) as u64,
+        1 => 65536 + rng.below(100) as u64,
+        2..=5 => 65536 - rng.below(2000) as u64,
         _ => rng.below(3000) as u64,
     };
     let connection_id = if rng.chance(4) { rng.next() as u32 } else { 0 };
-    let addr: SocketAddr = if rng.chance(2) {
-        "192.0.2.1:443".parse().unwrap()
-    } else {
-        "[2001:db8::1]:8443".parse().unwrap()
-    };
+    let addr: SocketAddr =
+        if rng.chance(2) { "192.0.2.1:443".parse().unwrap() } else { "[2001:db8::1]:8443".parse().unwrap() };
     let token = [rng.u8(); 32];
     let name: &[u8] = match rng.below(3) {
         0 => b"bbr",
         1 => b"",
         _ => b"cubic",
     };
-    let frame = match rng.below(24) {
-        0..=6 => Frame::Stream { stream_id, offset, fin: rng.chance(4), data: &data },
+    let frame = match rng.below(40) {
+        24..=39 | 0..=6 => Frame::Stream { stream_id, offset, fin: rng.chance(8), data: &data },
         7 => Frame::Padding,
         8 => Frame::Ping,
         9 => Frame::Ack { connection_id, highest_record_seq: rng.next() },
-        10 => Frame::NewToken { sequence: rng.below(100) as u32, token },
+        10 if own == 1 || rng.chance(4) => Frame::NewToken { sequence: rng.below(100) as u32, token },
         11 => Frame::ConnectionReset { connection_id: connection_id | 1 },
         12 => Frame::NewAddress { address_id: rng.u8(), addr },
         13 => Frame::RemoveAddress { address_id: rng.u8() },
         14 => Frame::StreamChange { next_stream_id: stream_id, next_offset: offset },
-        15 => Frame::Join { token },
+        15 if rng.chance(4) => Frame::Join { token },
         16 => Frame::StreamReset { stream_id, final_size: offset, error_code: rng.next() as u32 },
         17 => Frame::MaxStreamData { stream_id, maximum_offset: offset },
         18 => Frame::UserTimeout { timeout_ms: rng.next() as u32 },
@@ -220,7 +218,7 @@ fn session_input(rng: &mut Rng) -> Vec<u8> {
                 for _ in 0..1 + rng.below(5) {
                     frame_bytes(rng, own, &mut frames);
                 }
-                if rng.chance(4) {
+                if rng.chance(8) {
                     mutate(rng, &mut frames);
                 }
                 frames.truncate(1 << 14);
@@ -264,5 +262,27 @@ fn session_soak() {
     let mut rng = Rng::new(4);
     for _ in 0..2000 {
         fuzz::session(&session_input(&mut rng));
+    }
+}
+
+/// Writes small seed corpora for the fuzz targets from the generators above:
+/// `TCPLS_WRITE_SEEDS=1 cargo test -p tcpls-proto --test fuzz_soak -- --ignored`.
+#[test]
+#[ignore = "writes files into fuzz/corpus; run by hand"]
+fn write_seed_corpora() {
+    if std::env::var_os("TCPLS_WRITE_SEEDS").is_none() {
+        return;
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus");
+    type Generator = fn(&mut Rng) -> Vec<u8>;
+    let generators: [(&str, Generator); 3] =
+        [("deframer", deframer_input), ("record_open", record_open_input), ("session", session_input)];
+    for (target, generate) in generators {
+        let dir = root.join(target);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut rng = Rng::new(99);
+        for i in 0..12 {
+            std::fs::write(dir.join(format!("seed-{i:02}")), generate(&mut rng)).unwrap();
+        }
     }
 }

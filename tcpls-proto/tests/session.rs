@@ -329,3 +329,21 @@ fn tickets_reach_the_client_and_the_next_session_resumes() {
     assert!(second.client.handshake_info().unwrap().resumed, "tickets from the first session were handed to rustls");
     assert!(!second.client.is_fallback());
 }
+
+/// A client that does not trust the server's certificate fails cleanly: an error, an alert for
+/// the server, and no panic (rustls once panicked when its alert was flushed the wrong way).
+#[test]
+fn untrusted_certificate_fails_with_an_alert_not_a_panic() {
+    let server_pki = Pki::new();
+    let other = Pki::new();
+    let mut p = Pair::new(other.client_config(&[]), server_pki.server_config(&[]), util::test_config());
+    p.drive();
+    assert!(!p.client.is_established());
+    assert!(matches!(p.client.error(), Some(tcpls_proto::Error::Tls(_))), "{:?}", p.client.error());
+    assert!(
+        matches!(p.server.error(), Some(tcpls_proto::Error::Tls(_))),
+        "server got the alert: {:?}",
+        p.server.error()
+    );
+    assert!(p.client.is_closed());
+}

@@ -15,7 +15,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // A throwaway certificate; real deployments load theirs (see `tcpls cert`).
     let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()])?;
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(ck.key_pair.serialize_der()));
-    let server_tls = rustls::ServerConfig::builder().with_no_client_auth().with_single_cert(vec![ck.cert.der().clone()], key)?;
+    let server_tls =
+        rustls::ServerConfig::builder().with_no_client_auth().with_single_cert(vec![ck.cert.der().clone()], key)?;
     let mut roots = rustls::RootCertStore::empty();
     roots.add(ck.cert.der().clone())?;
     let client_tls = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();

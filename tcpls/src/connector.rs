@@ -64,7 +64,13 @@ impl TcplsConnector {
         let shared = Shared::new(proto);
         tokio::spawn(Driver::new(shared.clone(), 0, stream));
         let session = Session::new(shared);
-        session.established().await.map_err(handshake_error)?;
+        match tokio::time::timeout(crate::HANDSHAKE_TIMEOUT, session.established()).await {
+            Ok(result) => result.map_err(handshake_error)?,
+            Err(_) => {
+                session.abort();
+                return Err(io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"));
+            }
+        }
         Ok(session)
     }
 }
@@ -82,4 +88,3 @@ pub fn server_name_for(host: &str) -> io::Result<ServerName<'static>> {
     ServerName::try_from(host.trim_start_matches('[').trim_end_matches(']').to_string())
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("invalid server name {host:?}: {e}")))
 }
-

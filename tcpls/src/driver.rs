@@ -143,6 +143,14 @@ impl Future for Driver {
     }
 }
 
+/// If the driver ends for any reason, a panic included, the session's waiters must learn it
+/// rather than wait forever.
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.shared.lock().driver_finished();
+    }
+}
+
 /// `AsyncRead::poll_read` under a name that does not clash with our imports.
 trait PollReadPriv {
     fn poll_read_priv(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<usize>>;

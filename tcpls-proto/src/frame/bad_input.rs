@@ -40,10 +40,7 @@ fn malformed_fields_are_rejected() {
     malformed(&[0, 80, 1, 2, 3, 4, 5, 1, 0x07], 0x07);
     malformed(&[0, 80, 1, 2, 3, 4, 5, 0, 0, 0, 1, 0x19], 0x19);
     // A Stream frame whose Length (3) exceeds the 2 bytes before it.
-    malformed(
-        &[b'a', b'b', 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0x02],
-        0x02,
-    );
+    malformed(&[b'a', b'b', 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0x02], 0x02);
     // A Stream frame ending beyond 2^64.
     let mut over = vec![b'a', 0, 1];
     over.extend_from_slice(&u64::MAX.to_be_bytes());
@@ -66,20 +63,13 @@ fn short_fixed_fields_are_truncated() {
             // Cutting into the data is Malformed; only the fixed trailer can be truncated.
             for cut in data.len() + 1..bytes.len() {
                 let err = first_error(&bytes[cut..]);
-                assert_eq!(
-                    err,
-                    Some(FrameError::Truncated {
-                        frame_type: bytes[bytes.len() - 1]
-                    })
-                );
+                assert_eq!(err, Some(FrameError::Truncated { frame_type: bytes[bytes.len() - 1] }));
             }
             continue;
         }
         for cut in 1..bytes.len() {
             match first_error(&bytes[cut..]) {
-                Some(
-                    FrameError::Truncated { frame_type } | FrameError::Malformed { frame_type, .. },
-                ) => {
+                Some(FrameError::Truncated { frame_type } | FrameError::Malformed { frame_type, .. }) => {
                     assert_eq!(frame_type, frame.frame_type() as u8);
                 }
                 other => panic!("{frame:?} cut by {cut}: {other:?}"),

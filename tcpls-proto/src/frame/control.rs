@@ -12,10 +12,7 @@ use crate::coding::TailReader;
 pub(super) fn decode_ack<'a>(r: &mut TailReader<'a>) -> Result<Frame<'a>, BodyError> {
     let connection_id = r.u32()?;
     let highest_record_seq = r.u64()?;
-    Ok(Frame::Ack {
-        connection_id,
-        highest_record_seq,
-    })
+    Ok(Frame::Ack { connection_id, highest_record_seq })
 }
 
 /// New Token 0x05: Token(256), Sequence(32), Type.

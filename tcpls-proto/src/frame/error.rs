@@ -22,9 +22,7 @@ impl FrameError {
     /// The type byte of the frame that failed, for logs and statistics.
     pub fn frame_type(&self) -> u8 {
         match *self {
-            Self::UnknownType(t)
-            | Self::Truncated { frame_type: t }
-            | Self::Malformed { frame_type: t, .. } => t,
+            Self::UnknownType(t) | Self::Truncated { frame_type: t } | Self::Malformed { frame_type: t, .. } => t,
         }
     }
 }
@@ -34,10 +32,7 @@ impl fmt::Display for FrameError {
         match self {
             Self::UnknownType(t) => write!(f, "unknown frame type {t:#04x}"),
             Self::Truncated { frame_type } => {
-                write!(
-                    f,
-                    "frame of type {frame_type:#04x} runs past the start of the record"
-                )
+                write!(f, "frame of type {frame_type:#04x} runs past the start of the record")
             }
             Self::Malformed { frame_type, what } => {
                 write!(f, "malformed frame of type {frame_type:#04x}: {what}")

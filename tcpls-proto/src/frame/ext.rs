@@ -13,15 +13,9 @@ pub(super) fn decode_rtt<'a>(r: &mut TailReader<'a>, echo: bool) -> Result<Frame
     let connection_id = r.u32()?;
     let timestamp_us = r.u64()?;
     Ok(if echo {
-        Frame::RttEcho {
-            connection_id,
-            timestamp_us,
-        }
+        Frame::RttEcho { connection_id, timestamp_us }
     } else {
-        Frame::RttProbe {
-            connection_id,
-            timestamp_us,
-        }
+        Frame::RttProbe { connection_id, timestamp_us }
     })
 }
 
@@ -53,14 +47,7 @@ pub(super) fn decode_tcp_info<'a>(r: &mut TailReader<'a>) -> Result<Frame<'a>, B
     let rtt_us = r.u32()?;
     Ok(Frame::TcpInfo {
         connection_id,
-        info: PeerTcpInfo {
-            rtt_us,
-            rttvar_us,
-            cwnd,
-            total_retrans,
-            delivery_rate,
-            bytes_acked,
-        },
+        info: PeerTcpInfo { rtt_us, rttvar_us, cwnd, total_retrans, delivery_rate, bytes_acked },
     })
 }
 
@@ -68,10 +55,7 @@ pub(super) fn decode_tcp_info<'a>(r: &mut TailReader<'a>) -> Result<Frame<'a>, B
 pub(super) fn decode_rate_limit<'a>(r: &mut TailReader<'a>) -> Result<Frame<'a>, BodyError> {
     let connection_id = r.u32()?;
     let bytes_per_second = r.u64()?;
-    Ok(Frame::RateLimit {
-        connection_id,
-        bytes_per_second,
-    })
+    Ok(Frame::RateLimit { connection_id, bytes_per_second })
 }
 
 /// Congestion Control 0x1B: Name(Name Length bytes), Name Length(8), Connection ID(32), Type.
@@ -79,9 +63,7 @@ pub(super) fn decode_rate_limit<'a>(r: &mut TailReader<'a>) -> Result<Frame<'a>,
 /// The name is checked here, not by the session, so that no caller ever passes an empty name or
 /// one with control characters, spaces or non-ASCII bytes to a `setsockopt(TCP_CONGESTION)` or a
 /// log line.
-pub(super) fn decode_congestion_control<'a>(
-    r: &mut TailReader<'a>,
-) -> Result<Frame<'a>, BodyError> {
+pub(super) fn decode_congestion_control<'a>(r: &mut TailReader<'a>) -> Result<Frame<'a>, BodyError> {
     let connection_id = r.u32()?;
     let len = r.u8()?;
     if len == 0 {
@@ -91,12 +73,7 @@ pub(super) fn decode_congestion_control<'a>(
         .bytes(usize::from(len))
         .map_err(|_| BodyError::Malformed("congestion control name length exceeds the record"))?;
     if !name.iter().all(u8::is_ascii_graphic) {
-        return Err(BodyError::Malformed(
-            "congestion control name is not ASCII graphic",
-        ));
+        return Err(BodyError::Malformed("congestion control name is not ASCII graphic"));
     }
-    Ok(Frame::CongestionControl {
-        connection_id,
-        name,
-    })
+    Ok(Frame::CongestionControl { connection_id, name })
 }

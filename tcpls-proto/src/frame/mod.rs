@@ -79,15 +79,9 @@ pub enum Frame<'a> {
         data: &'a [u8],
     },
     /// Highest record sequence number decrypted on a connection. Not ack-eliciting.
-    Ack {
-        connection_id: u32,
-        highest_record_seq: u64,
-    },
+    Ack { connection_id: u32, highest_record_seq: u64 },
     /// A token the client may spend to join a connection whose Connection ID will be `sequence`.
-    NewToken {
-        sequence: u32,
-        token: [u8; TOKEN_LEN],
-    },
+    NewToken { sequence: u32, token: [u8; TOKEN_LEN] },
     /// The sender saw this connection fail; the receiver fails its records over.
     ConnectionReset { connection_id: u32 },
     /// Another address of the sender that the peer may connect to.
@@ -96,51 +90,29 @@ pub enum Frame<'a> {
     RemoveAddress { address_id: u8 },
     /// Which stream and offset the next record on this connection carries, so the receiver can
     /// decrypt it in place.
-    StreamChange {
-        next_stream_id: u32,
-        next_offset: u64,
-    },
+    StreamChange { next_stream_id: u32, next_offset: u64 },
     /// Binds a new TCP connection to a session; spends a token.
     Join { token: [u8; TOKEN_LEN] },
     /// Aborts one direction of a stream.
-    StreamReset {
-        stream_id: u32,
-        final_size: u64,
-        error_code: u32,
-    },
+    StreamReset { stream_id: u32, final_size: u64, error_code: u32 },
     /// Raises the sender's credit for a stream to `maximum_offset`.
     MaxStreamData { stream_id: u32, maximum_offset: u64 },
     /// Asks the peer to use this TCP_USER_TIMEOUT.
     UserTimeout { timeout_ms: u32 },
     /// Round-trip measurement request, echoed back verbatim.
-    RttProbe {
-        connection_id: u32,
-        timestamp_us: u64,
-    },
+    RttProbe { connection_id: u32, timestamp_us: u64 },
     /// Echo of an RTT Probe.
-    RttEcho {
-        connection_id: u32,
-        timestamp_us: u64,
-    },
+    RttEcho { connection_id: u32, timestamp_us: u64 },
     /// Asks for a TCP Info frame about a connection.
     TcpInfoRequest { connection_id: u32 },
     /// The sender's kernel statistics for a connection.
-    TcpInfo {
-        connection_id: u32,
-        info: PeerTcpInfo,
-    },
+    TcpInfo { connection_id: u32, info: PeerTcpInfo },
     /// Asks which address and port the peer sees for a connection (NAT detection).
     AddressProbe { connection_id: u32 },
     /// Answer to an Address Probe.
-    AddressEcho {
-        connection_id: u32,
-        addr: SocketAddr,
-    },
+    AddressEcho { connection_id: u32, addr: SocketAddr },
     /// Caps the peer's send rate on a connection; 0 removes the cap.
-    RateLimit {
-        connection_id: u32,
-        bytes_per_second: u64,
-    },
+    RateLimit { connection_id: u32, bytes_per_second: u64 },
     /// Asks the peer to use this TCP congestion control (1..=255 ASCII graphic bytes).
     CongestionControl { connection_id: u32, name: &'a [u8] },
     /// Asks the peer to send this stream's data on that connection.
@@ -221,20 +193,12 @@ impl Frame<'_> {
         // Each arm writes the fields in wire order, left to right; the type byte follows.
         match *self {
             Self::Padding | Self::Ping => {}
-            Self::Stream {
-                stream_id,
-                offset,
-                fin: _,
-                data,
-            } => {
+            Self::Stream { stream_id, offset, fin: _, data } => {
                 let len = u16::try_from(data.len()).expect("Stream frame data exceeds u16::MAX");
                 out.extend_from_slice(data);
                 stream::put_trailer_fields(out, stream_id, offset, len);
             }
-            Self::Ack {
-                connection_id,
-                highest_record_seq,
-            } => {
+            Self::Ack { connection_id, highest_record_seq } => {
                 put_u64(out, highest_record_seq);
                 put_u32(out, connection_id);
             }
@@ -250,76 +214,44 @@ impl Frame<'_> {
                 put_u8(out, address_id);
             }
             Self::RemoveAddress { address_id } => put_u8(out, address_id),
-            Self::StreamChange {
-                next_stream_id,
-                next_offset,
-            } => {
+            Self::StreamChange { next_stream_id, next_offset } => {
                 put_u32(out, next_stream_id);
                 put_u64(out, next_offset);
             }
             Self::Join { token } => out.extend_from_slice(&token),
-            Self::StreamReset {
-                stream_id,
-                final_size,
-                error_code,
-            } => {
+            Self::StreamReset { stream_id, final_size, error_code } => {
                 put_u32(out, error_code);
                 put_u64(out, final_size);
                 put_u32(out, stream_id);
             }
-            Self::MaxStreamData {
-                stream_id,
-                maximum_offset,
-            } => {
+            Self::MaxStreamData { stream_id, maximum_offset } => {
                 put_u64(out, maximum_offset);
                 put_u32(out, stream_id);
             }
             Self::UserTimeout { timeout_ms } => put_u32(out, timeout_ms),
-            Self::RttProbe {
-                connection_id,
-                timestamp_us,
-            }
-            | Self::RttEcho {
-                connection_id,
-                timestamp_us,
-            } => {
+            Self::RttProbe { connection_id, timestamp_us } | Self::RttEcho { connection_id, timestamp_us } => {
                 put_u64(out, timestamp_us);
                 put_u32(out, connection_id);
             }
-            Self::TcpInfo {
-                connection_id,
-                info,
-            } => {
+            Self::TcpInfo { connection_id, info } => {
                 ext::put_tcp_info(out, &info);
                 put_u32(out, connection_id);
             }
-            Self::AddressEcho {
-                connection_id,
-                addr,
-            } => {
+            Self::AddressEcho { connection_id, addr } => {
                 multipath::put_address(out, &addr);
                 put_u32(out, connection_id);
             }
-            Self::RateLimit {
-                connection_id,
-                bytes_per_second,
-            } => {
+            Self::RateLimit { connection_id, bytes_per_second } => {
                 put_u64(out, bytes_per_second);
                 put_u32(out, connection_id);
             }
-            Self::CongestionControl {
-                connection_id,
-                name,
-            } => {
+            Self::CongestionControl { connection_id, name } => {
                 let len = u8::try_from(name.len()).expect("congestion control name too long");
                 out.extend_from_slice(name);
                 put_u8(out, len);
                 put_u32(out, connection_id);
             }
-            Self::StreamSteer {
-                stream_id,
-                connection_id,
-            } => {
+            Self::StreamSteer { stream_id, connection_id } => {
                 put_u32(out, connection_id);
                 put_u32(out, stream_id);
             }

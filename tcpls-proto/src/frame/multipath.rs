@@ -69,8 +69,5 @@ pub(super) fn decode_address_probe<'a>(r: &mut TailReader<'a>) -> Result<Frame<'
 pub(super) fn decode_address_echo<'a>(r: &mut TailReader<'a>) -> Result<Frame<'a>, BodyError> {
     let connection_id = r.u32()?;
     let addr = decode_address(r)?;
-    Ok(Frame::AddressEcho {
-        connection_id,
-        addr,
-    })
+    Ok(Frame::AddressEcho { connection_id, addr })
 }

@@ -20,10 +20,7 @@ pub struct FrameReader<'a> {
 impl<'a> FrameReader<'a> {
     /// Starts at the end of `plaintext` (the record's content, without the inner content type).
     pub fn new(plaintext: &'a [u8]) -> Self {
-        Self {
-            reader: TailReader::new(plaintext),
-            failed: false,
-        }
+        Self { reader: TailReader::new(plaintext), failed: false }
     }
 
     /// Number of bytes not yet parsed at the front of the plaintext.

@@ -17,13 +17,7 @@ pub fn encode_stream_trailer(out: &mut Vec<u8>, stream_id: u32, offset: u64, len
 
 /// Like [`encode_stream_trailer`], for a packetizer that reserved the trailer's room in a
 /// fixed buffer before the data length was known.
-pub fn write_stream_trailer(
-    out: &mut [u8; STREAM_FRAME_OVERHEAD],
-    stream_id: u32,
-    offset: u64,
-    len: u16,
-    fin: bool,
-) {
+pub fn write_stream_trailer(out: &mut [u8; STREAM_FRAME_OVERHEAD], stream_id: u32, offset: u64, len: u16, fin: bool) {
     let (len_bytes, rest) = out.split_at_mut(2);
     let (offset_bytes, rest) = rest.split_at_mut(8);
     let (id_bytes, type_byte) = rest.split_at_mut(4);
@@ -58,28 +52,18 @@ pub(super) fn decode_stream<'a>(r: &mut TailReader<'a>, fin: bool) -> Result<Fra
     let stream_id = r.u32()?;
     let offset = r.u64()?;
     let len = r.u16()?;
-    let data = r
-        .bytes(usize::from(len))
-        .map_err(|_| BodyError::Malformed("stream data length exceeds the record"))?;
+    let data = r.bytes(usize::from(len)).map_err(|_| BodyError::Malformed("stream data length exceeds the record"))?;
     if offset.checked_add(u64::from(len)).is_none() {
         return Err(BodyError::Malformed("stream data ends beyond 2^64"));
     }
-    Ok(Frame::Stream {
-        stream_id,
-        offset,
-        fin,
-        data,
-    })
+    Ok(Frame::Stream { stream_id, offset, fin, data })
 }
 
 /// Stream Change 0x09: Next Stream ID(32), Next Offset(64), Type.
 pub(super) fn decode_stream_change<'a>(r: &mut TailReader<'a>) -> Result<Frame<'a>, BodyError> {
     let next_offset = r.u64()?;
     let next_stream_id = r.u32()?;
-    Ok(Frame::StreamChange {
-        next_stream_id,
-        next_offset,
-    })
+    Ok(Frame::StreamChange { next_stream_id, next_offset })
 }
 
 /// Stream Reset 0x11: Error Code(32), Final Size(64), Stream ID(32), Type.
@@ -87,29 +71,19 @@ pub(super) fn decode_stream_reset<'a>(r: &mut TailReader<'a>) -> Result<Frame<'a
     let stream_id = r.u32()?;
     let final_size = r.u64()?;
     let error_code = r.u32()?;
-    Ok(Frame::StreamReset {
-        stream_id,
-        final_size,
-        error_code,
-    })
+    Ok(Frame::StreamReset { stream_id, final_size, error_code })
 }
 
 /// Max Stream Data 0x12: Maximum Offset(64), Stream ID(32), Type.
 pub(super) fn decode_max_stream_data<'a>(r: &mut TailReader<'a>) -> Result<Frame<'a>, BodyError> {
     let stream_id = r.u32()?;
     let maximum_offset = r.u64()?;
-    Ok(Frame::MaxStreamData {
-        stream_id,
-        maximum_offset,
-    })
+    Ok(Frame::MaxStreamData { stream_id, maximum_offset })
 }
 
 /// Stream Steer 0x1C: Connection ID(32), Stream ID(32), Type.
 pub(super) fn decode_stream_steer<'a>(r: &mut TailReader<'a>) -> Result<Frame<'a>, BodyError> {
     let stream_id = r.u32()?;
     let connection_id = r.u32()?;
-    Ok(Frame::StreamSteer {
-        stream_id,
-        connection_id,
-    })
+    Ok(Frame::StreamSteer { stream_id, connection_id })
 }

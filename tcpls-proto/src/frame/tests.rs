@@ -20,103 +20,32 @@ pub(super) fn samples(buf: &[u8]) -> Vec<Frame<'_>> {
     vec![
         Frame::Padding,
         Frame::Ping,
-        Frame::Stream {
-            stream_id: 0,
-            offset: 0,
-            fin: false,
-            data: &[],
-        },
-        Frame::Stream {
-            stream_id: 7,
-            offset: 1 << 40,
-            fin: true,
-            data: &[],
-        },
-        Frame::Stream {
-            stream_id: u32::MAX,
-            offset: 3,
-            fin: false,
-            data: buf,
-        },
-        Frame::Stream {
-            stream_id: 2,
-            offset: u64::MAX - 300,
-            fin: true,
-            data: buf,
-        },
-        Frame::Ack {
-            connection_id: u32::MAX,
-            highest_record_seq: u64::MAX,
-        },
-        Frame::NewToken {
-            sequence: 9,
-            token: [0xee; TOKEN_LEN],
-        },
+        Frame::Stream { stream_id: 0, offset: 0, fin: false, data: &[] },
+        Frame::Stream { stream_id: 7, offset: 1 << 40, fin: true, data: &[] },
+        Frame::Stream { stream_id: u32::MAX, offset: 3, fin: false, data: buf },
+        Frame::Stream { stream_id: 2, offset: u64::MAX - 300, fin: true, data: buf },
+        Frame::Ack { connection_id: u32::MAX, highest_record_seq: u64::MAX },
+        Frame::NewToken { sequence: 9, token: [0xee; TOKEN_LEN] },
         Frame::ConnectionReset { connection_id: 3 },
-        Frame::NewAddress {
-            address_id: 0,
-            addr: v4,
-        },
-        Frame::NewAddress {
-            address_id: 255,
-            addr: v6,
-        },
+        Frame::NewAddress { address_id: 0, addr: v4 },
+        Frame::NewAddress { address_id: 255, addr: v6 },
         Frame::RemoveAddress { address_id: 255 },
-        Frame::StreamChange {
-            next_stream_id: 1,
-            next_offset: 2,
-        },
-        Frame::Join {
-            token: [0x11; TOKEN_LEN],
-        },
-        Frame::StreamReset {
-            stream_id: 5,
-            final_size: 6,
-            error_code: 0x100,
-        },
-        Frame::MaxStreamData {
-            stream_id: 5,
-            maximum_offset: 65536,
-        },
+        Frame::StreamChange { next_stream_id: 1, next_offset: 2 },
+        Frame::Join { token: [0x11; TOKEN_LEN] },
+        Frame::StreamReset { stream_id: 5, final_size: 6, error_code: 0x100 },
+        Frame::MaxStreamData { stream_id: 5, maximum_offset: 65536 },
         Frame::UserTimeout { timeout_ms: 0 },
-        Frame::RttProbe {
-            connection_id: 1,
-            timestamp_us: 2,
-        },
-        Frame::RttEcho {
-            connection_id: 3,
-            timestamp_us: 4,
-        },
+        Frame::RttProbe { connection_id: 1, timestamp_us: 2 },
+        Frame::RttEcho { connection_id: 3, timestamp_us: 4 },
         Frame::TcpInfoRequest { connection_id: 8 },
-        Frame::TcpInfo {
-            connection_id: 9,
-            info,
-        },
+        Frame::TcpInfo { connection_id: 9, info },
         Frame::AddressProbe { connection_id: 10 },
-        Frame::AddressEcho {
-            connection_id: 11,
-            addr: v4,
-        },
-        Frame::AddressEcho {
-            connection_id: 12,
-            addr: v6,
-        },
-        Frame::RateLimit {
-            connection_id: 13,
-            bytes_per_second: 0,
-        },
-        Frame::CongestionControl {
-            connection_id: 14,
-            name: b"cubic",
-        },
-        Frame::CongestionControl {
-            connection_id: 15,
-            name: &[b'~'; MAX_CC_NAME_LEN],
-        },
-        Frame::StreamSteer {
-            stream_id: 16,
-            connection_id: 17,
-        },
+        Frame::AddressEcho { connection_id: 11, addr: v4 },
+        Frame::AddressEcho { connection_id: 12, addr: v6 },
+        Frame::RateLimit { connection_id: 13, bytes_per_second: 0 },
+        Frame::CongestionControl { connection_id: 14, name: b"cubic" },
+        Frame::CongestionControl { connection_id: 15, name: &[b'~'; MAX_CC_NAME_LEN] },
+        Frame::StreamSteer { stream_id: 16, connection_id: 17 },
     ]
 }
 
@@ -173,12 +102,7 @@ fn a_record_of_all_samples_reads_back_in_reverse() {
 fn stream_trailer_helpers_match_encode() {
     let data = sample_data();
     for (fin, offset) in [(false, 0), (true, 0x0102_0304_0506_0708)] {
-        let frame = Frame::Stream {
-            stream_id: 0xa0b0_c0d0,
-            offset,
-            fin,
-            data: &data,
-        };
+        let frame = Frame::Stream { stream_id: 0xa0b0_c0d0, offset, fin, data: &data };
         let len = u16::try_from(data.len()).expect("short data");
 
         let mut zero_copy = data.clone();
@@ -194,16 +118,8 @@ fn stream_trailer_helpers_match_encode() {
 #[test]
 fn remaining_points_at_stream_data() {
     let data = b"payload";
-    let stream = Frame::Stream {
-        stream_id: 4,
-        offset: 10,
-        fin: false,
-        data,
-    };
-    let msd = Frame::MaxStreamData {
-        stream_id: 1,
-        maximum_offset: 1 << 20,
-    };
+    let stream = Frame::Stream { stream_id: 4, offset: 10, fin: false, data };
+    let msd = Frame::MaxStreamData { stream_id: 1, maximum_offset: 1 << 20 };
 
     // Zero-copy layout: data at byte 0.
     let mut record = Vec::new();
@@ -255,17 +171,9 @@ fn ack_eliciting_is_all_but_padding_and_ack() {
 
 #[test]
 fn errors_display_their_type() {
-    assert_eq!(
-        FrameError::UnknownType(0x1d).to_string(),
-        "unknown frame type 0x1d"
-    );
-    let e = FrameError::Malformed {
-        frame_type: 0x07,
-        what: "address version is not 4 or 6",
-    };
+    assert_eq!(FrameError::UnknownType(0x1d).to_string(), "unknown frame type 0x1d");
+    let e = FrameError::Malformed { frame_type: 0x07, what: "address version is not 4 or 6" };
     assert_eq!(e.frame_type(), 0x07);
     assert!(e.to_string().contains("0x07") && e.to_string().contains("version"));
-    assert!(FrameError::Truncated { frame_type: 2 }
-        .to_string()
-        .contains("0x02"));
+    assert!(FrameError::Truncated { frame_type: 2 }.to_string().contains("0x02"));
 }

@@ -30,20 +30,12 @@ pub(super) fn doc_vectors() -> Vec<DocVector> {
             continue;
         }
         if let Some(name) = line.strip_prefix("vector:") {
-            vectors.push(DocVector {
-                name: name.trim().to_owned(),
-                frames: Vec::new(),
-                bytes: Vec::new(),
-            });
+            vectors.push(DocVector { name: name.trim().to_owned(), frames: Vec::new(), bytes: Vec::new() });
         } else if let Some(frame) = line.strip_prefix("frame:") {
-            let v = vectors
-                .last_mut()
-                .expect("frame: line before any vector: line");
+            let v = vectors.last_mut().expect("frame: line before any vector: line");
             v.frames.push(frame.trim().to_owned());
         } else if let Some(hex) = line.strip_prefix("hex:") {
-            let v = vectors
-                .last_mut()
-                .expect("hex: line before any vector: line");
+            let v = vectors.last_mut().expect("hex: line before any vector: line");
             assert!(v.bytes.is_empty(), "vector {} has two hex lines", v.name);
             v.bytes = parse_hex(hex);
         }
@@ -77,59 +69,21 @@ pub(super) fn expected(name: &str) -> Option<Vec<Frame<'static>>> {
     match name {
         "padding" => one(Frame::Padding),
         "ping" => one(Frame::Ping),
-        "stream" => one(Frame::Stream {
-            stream_id: 2,
-            offset: 0,
-            fin: false,
-            data: b"abc",
-        }),
-        "stream-fin" => one(Frame::Stream {
-            stream_id: 4,
-            offset: 65536,
-            fin: true,
-            data: b"hello",
-        }),
-        "ack" => one(Frame::Ack {
-            connection_id: 1,
-            highest_record_seq: 0x1234,
-        }),
-        "new-token" => one(Frame::NewToken {
-            sequence: 1,
-            token: token(0x00),
-        }),
+        "stream" => one(Frame::Stream { stream_id: 2, offset: 0, fin: false, data: b"abc" }),
+        "stream-fin" => one(Frame::Stream { stream_id: 4, offset: 65536, fin: true, data: b"hello" }),
+        "ack" => one(Frame::Ack { connection_id: 1, highest_record_seq: 0x1234 }),
+        "new-token" => one(Frame::NewToken { sequence: 1, token: token(0x00) }),
         "connection-reset" => one(Frame::ConnectionReset { connection_id: 2 }),
-        "new-address-v4" => one(Frame::NewAddress {
-            address_id: 1,
-            addr: addr("192.0.2.10:443"),
-        }),
-        "new-address-v6" => one(Frame::NewAddress {
-            address_id: 2,
-            addr: addr("[2001:db8::1]:8443"),
-        }),
+        "new-address-v4" => one(Frame::NewAddress { address_id: 1, addr: addr("192.0.2.10:443") }),
+        "new-address-v6" => one(Frame::NewAddress { address_id: 2, addr: addr("[2001:db8::1]:8443") }),
         "remove-address" => one(Frame::RemoveAddress { address_id: 1 }),
-        "stream-change" => one(Frame::StreamChange {
-            next_stream_id: 6,
-            next_offset: 16384,
-        }),
+        "stream-change" => one(Frame::StreamChange { next_stream_id: 6, next_offset: 16384 }),
         "join" => one(Frame::Join { token: token(0xa0) }),
-        "stream-reset" => one(Frame::StreamReset {
-            stream_id: 8,
-            final_size: 1000,
-            error_code: 2,
-        }),
-        "max-stream-data" => one(Frame::MaxStreamData {
-            stream_id: 4,
-            maximum_offset: 131072,
-        }),
+        "stream-reset" => one(Frame::StreamReset { stream_id: 8, final_size: 1000, error_code: 2 }),
+        "max-stream-data" => one(Frame::MaxStreamData { stream_id: 4, maximum_offset: 131072 }),
         "user-timeout" => one(Frame::UserTimeout { timeout_ms: 30000 }),
-        "rtt-probe" => one(Frame::RttProbe {
-            connection_id: 1,
-            timestamp_us: 1_000_000,
-        }),
-        "rtt-echo" => one(Frame::RttEcho {
-            connection_id: 1,
-            timestamp_us: 1_000_000,
-        }),
+        "rtt-probe" => one(Frame::RttProbe { connection_id: 1, timestamp_us: 1_000_000 }),
+        "rtt-echo" => one(Frame::RttEcho { connection_id: 1, timestamp_us: 1_000_000 }),
         "tcp-info-request" => one(Frame::TcpInfoRequest { connection_id: 0 }),
         "tcp-info" => one(Frame::TcpInfo {
             connection_id: 1,
@@ -143,38 +97,15 @@ pub(super) fn expected(name: &str) -> Option<Vec<Frame<'static>>> {
             },
         }),
         "address-probe" => one(Frame::AddressProbe { connection_id: 1 }),
-        "address-echo-v4" => one(Frame::AddressEcho {
-            connection_id: 1,
-            addr: addr("198.51.100.7:50000"),
-        }),
-        "address-echo-v6" => one(Frame::AddressEcho {
-            connection_id: 2,
-            addr: addr("[2001:db8:1::2]:50001"),
-        }),
-        "rate-limit" => one(Frame::RateLimit {
-            connection_id: 1,
-            bytes_per_second: 12_500_000,
-        }),
-        "congestion-control" => one(Frame::CongestionControl {
-            connection_id: 1,
-            name: b"bbr",
-        }),
-        "stream-steer" => one(Frame::StreamSteer {
-            stream_id: 4,
-            connection_id: 1,
-        }),
+        "address-echo-v4" => one(Frame::AddressEcho { connection_id: 1, addr: addr("198.51.100.7:50000") }),
+        "address-echo-v6" => one(Frame::AddressEcho { connection_id: 2, addr: addr("[2001:db8:1::2]:50001") }),
+        "rate-limit" => one(Frame::RateLimit { connection_id: 1, bytes_per_second: 12_500_000 }),
+        "congestion-control" => one(Frame::CongestionControl { connection_id: 1, name: b"bbr" }),
+        "stream-steer" => one(Frame::StreamSteer { stream_id: 4, connection_id: 1 }),
         "record-stream-max-stream-data-padding" => Some(vec![
             Frame::Padding,
-            Frame::MaxStreamData {
-                stream_id: 1,
-                maximum_offset: 131072,
-            },
-            Frame::Stream {
-                stream_id: 0,
-                offset: 0,
-                fin: false,
-                data: b"hi",
-            },
+            Frame::MaxStreamData { stream_id: 1, maximum_offset: 131072 },
+            Frame::Stream { stream_id: 0, offset: 0, fin: false, data: b"hi" },
         ]),
         _ => None,
     }
@@ -214,33 +145,18 @@ const NAMES: [&str; 26] = [
 /// tokens are hex, which is how a reader of the document wants to see them.
 fn render(frame: &Frame<'_>) -> String {
     let hex = |t: &[u8]| t.iter().map(|b| format!("{b:02x}")).collect::<String>();
-    let text = |b: &[u8]| {
-        format!(
-            "{:?}",
-            std::str::from_utf8(b).expect("vector bytes are text")
-        )
-    };
+    let text = |b: &[u8]| format!("{:?}", std::str::from_utf8(b).expect("vector bytes are text"));
     match frame {
-        Frame::Stream {
-            stream_id,
-            offset,
-            fin,
-            data,
-        } => format!(
-            "Stream {{ stream_id: {stream_id}, offset: {offset}, fin: {fin}, data: {} }}",
-            text(data)
-        ),
+        Frame::Stream { stream_id, offset, fin, data } => {
+            format!("Stream {{ stream_id: {stream_id}, offset: {offset}, fin: {fin}, data: {} }}", text(data))
+        }
         Frame::NewToken { sequence, token } => {
             format!("NewToken {{ sequence: {sequence}, token: {} }}", hex(token))
         }
         Frame::Join { token } => format!("Join {{ token: {} }}", hex(token)),
-        Frame::CongestionControl {
-            connection_id,
-            name,
-        } => format!(
-            "CongestionControl {{ connection_id: {connection_id}, name: {} }}",
-            text(name)
-        ),
+        Frame::CongestionControl { connection_id, name } => {
+            format!("CongestionControl {{ connection_id: {connection_id}, name: {} }}", text(name))
+        }
         other => format!("{other:?}"),
     }
 }
@@ -273,23 +189,13 @@ fn doc_vectors_match_the_codec() {
 
 #[test]
 fn vectors_cover_every_frame_type_and_address_family() {
-    let frames: Vec<Frame<'static>> = NAMES
-        .into_iter()
-        .flat_map(|n| expected(n).expect("named vector"))
-        .collect();
+    let frames: Vec<Frame<'static>> = NAMES.into_iter().flat_map(|n| expected(n).expect("named vector")).collect();
     for t in FrameType::ALL {
-        assert!(
-            frames.iter().any(|f| f.frame_type() == t),
-            "no vector for {t:?}"
-        );
+        assert!(frames.iter().any(|f| f.frame_type() == t), "no vector for {t:?}");
     }
     for v6 in [false, true] {
-        assert!(frames
-            .iter()
-            .any(|f| matches!(f, Frame::NewAddress { addr, .. } if addr.is_ipv6() == v6)));
-        assert!(frames
-            .iter()
-            .any(|f| matches!(f, Frame::AddressEcho { addr, .. } if addr.is_ipv6() == v6)));
+        assert!(frames.iter().any(|f| matches!(f, Frame::NewAddress { addr, .. } if addr.is_ipv6() == v6)));
+        assert!(frames.iter().any(|f| matches!(f, Frame::AddressEcho { addr, .. } if addr.is_ipv6() == v6)));
     }
 }
 
@@ -303,10 +209,7 @@ fn cut_vectors_fail_or_parse_differently() {
             for item in &parsed {
                 if let Err(e) = item {
                     assert!(
-                        matches!(
-                            e,
-                            FrameError::Truncated { .. } | FrameError::Malformed { .. }
-                        ),
+                        matches!(e, FrameError::Truncated { .. } | FrameError::Malformed { .. }),
                         "vector {} cut by {cut}: {e:?}",
                         v.name
                     );

@@ -32,18 +32,14 @@ impl RecordKey {
         let (alg, key, iv): (&'static Algorithm, &[u8], &[u8]) = match secrets {
             ConnectionTrafficSecrets::Aes128Gcm { key, iv } => (&AES_128_GCM, key.as_ref(), iv.as_ref()),
             ConnectionTrafficSecrets::Aes256Gcm { key, iv } => (&AES_256_GCM, key.as_ref(), iv.as_ref()),
-            ConnectionTrafficSecrets::Chacha20Poly1305 { key, iv } => {
-                (&CHACHA20_POLY1305, key.as_ref(), iv.as_ref())
-            }
+            ConnectionTrafficSecrets::Chacha20Poly1305 { key, iv } => (&CHACHA20_POLY1305, key.as_ref(), iv.as_ref()),
             _ => return Err(TransportError::internal("negotiated cipher suite is not a TLS 1.3 AEAD we support")),
         };
         Self::from_raw(alg, key, iv, seq)
     }
 
     pub fn from_raw(alg: &'static Algorithm, key: &[u8], iv: &[u8], seq: u64) -> Result<Self, TransportError> {
-        let iv: [u8; 12] = iv
-            .try_into()
-            .map_err(|_| TransportError::internal("traffic IV is not 12 bytes"))?;
+        let iv: [u8; 12] = iv.try_into().map_err(|_| TransportError::internal("traffic IV is not 12 bytes"))?;
         let key = UnboundKey::new(alg, key).map_err(|_| TransportError::internal("bad traffic key length"))?;
         Ok(Self { key: LessSafeKey::new(key), iv, seq })
     }
@@ -63,10 +59,8 @@ impl RecordKey {
 
     fn next_seq(&mut self) -> Result<(), TransportError> {
         // A key is rotated long before this; wrapping would reuse a nonce, so refuse instead.
-        self.seq = self
-            .seq
-            .checked_add(1)
-            .ok_or_else(|| TransportError::internal("record sequence number exhausted"))?;
+        self.seq =
+            self.seq.checked_add(1).ok_or_else(|| TransportError::internal("record sequence number exhausted"))?;
         Ok(())
     }
 
@@ -102,16 +96,15 @@ impl RecordKey {
     /// and the range of the content within `record`. Nothing of the plaintext is exposed when the
     /// tag does not verify.
     pub fn open_in_place(&mut self, record: &mut [u8]) -> Result<(u8, Range<usize>), TransportError> {
-        if record.len() < HEADER_LEN + TAG_LEN + 1 {
-            return Err(TransportError::decode("record too short to hold a tag and a content type"));
+        // A body of just a tag may be authentic: its empty plaintext lacks a content type, which
+        // is unexpected_message below, as for an all-zero one (RFC 8446 §5.4).
+        if record.len() < HEADER_LEN + TAG_LEN {
+            return Err(TransportError::decode("record too short to hold a tag"));
         }
         let mut header = [0u8; HEADER_LEN];
         header.copy_from_slice(&record[..HEADER_LEN]);
         if header[0] != CT_APPLICATION_DATA {
-            return Err(TransportError::unexpected(format!(
-                "protected record with outer content type {}",
-                header[0]
-            )));
+            return Err(TransportError::unexpected(format!("protected record with outer content type {}", header[0])));
         }
         let nonce = self.nonce();
         let plain_len = self
@@ -120,14 +113,16 @@ impl RecordKey {
             .map_err(|_| TransportError::new(AlertCode::BadRecordMac, "record authentication failed"))?
             .len();
         self.next_seq()?;
+        // The limit is on the whole TLSInnerPlaintext, zero padding included (RFC 8446 §5.4,
+        // PROTOCOL.md §2.2): checking only the content let a peer pad a record past it.
+        if plain_len > MAX_PLAINTEXT + 1 {
+            return Err(TransportError::new(AlertCode::RecordOverflow, "record plaintext too long"));
+        }
         let plain = &record[HEADER_LEN..HEADER_LEN + plain_len];
         // Strip the zero padding; the last non-zero byte is the content type.
         let Some(type_pos) = plain.iter().rposition(|&b| b != 0) else {
             return Err(TransportError::unexpected("record without a content type"));
         };
-        if type_pos > MAX_PLAINTEXT {
-            return Err(TransportError::new(AlertCode::RecordOverflow, "record plaintext too long"));
-        }
         Ok((plain[type_pos], HEADER_LEN..HEADER_LEN + type_pos))
     }
 }
@@ -139,10 +134,7 @@ mod tests {
     fn pair(alg: &'static Algorithm, key_len: usize) -> (RecordKey, RecordKey) {
         let key = vec![7u8; key_len];
         let iv = [9u8; 12];
-        (
-            RecordKey::from_raw(alg, &key, &iv, 0).unwrap(),
-            RecordKey::from_raw(alg, &key, &iv, 0).unwrap(),
-        )
+        (RecordKey::from_raw(alg, &key, &iv, 0).unwrap(), RecordKey::from_raw(alg, &key, &iv, 0).unwrap())
     }
 
     #[test]

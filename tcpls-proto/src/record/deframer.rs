@@ -22,15 +22,10 @@ pub fn next_record(buf: &[u8]) -> Result<Option<RecordSpan>, TransportError> {
     };
     let content_type = header[0];
     if !(20..=23).contains(&content_type) {
-        return Err(TransportError::decode(format!(
-            "invalid record content type {content_type}"
-        )));
+        return Err(TransportError::decode(format!("invalid record content type {content_type}")));
     }
     if header[1] != 3 {
-        return Err(TransportError::decode(format!(
-            "invalid record version {:02x}{:02x}",
-            header[1], header[2]
-        )));
+        return Err(TransportError::decode(format!("invalid record version {:02x}{:02x}", header[1], header[2])));
     }
     let body = u16::from_be_bytes([header[3], header[4]]) as usize;
     if body > MAX_CIPHERTEXT {

@@ -7,7 +7,10 @@ use std::net::SocketAddr;
 
 use crate::error::{AlertCode, Error, TransportError};
 use crate::event::ConnId;
-use crate::record::{next_record, RecordKey, RxBuf, TxBuf, CT_ALERT, CT_APPLICATION_DATA, CT_HANDSHAKE, HS_KEY_UPDATE, HS_NEW_SESSION_TICKET};
+use crate::record::{
+    next_record, RecordKey, RxBuf, TxBuf, CT_ALERT, CT_APPLICATION_DATA, CT_HANDSHAKE, HS_KEY_UPDATE,
+    HS_NEW_SESSION_TICKET,
+};
 use crate::tls::{FallbackTls, Handshake, HandshakeInfo, HandshakeOutcome, Kernel, Progress};
 
 /// Our record layer on an established TCPLS connection.
@@ -132,7 +135,7 @@ impl Connection {
                 Ok(Some(info))
             }
             Err(e) => {
-                hs.take_alert(&mut self.tx);
+                hs.take_alert(&mut self.rx, *exposed, &mut self.tx);
                 self.state = ConnState::Failed;
                 Err(e)
             }
@@ -294,6 +297,9 @@ fn post_handshake(layer: &mut RecordLayer, mut content: &[u8], tx: &mut TxBuf) -
                 let request = match body {
                     [0] => false,
                     [1] => true,
+                    // RFC 8446 §4.6.3: a request_update other than 0 or 1 is illegal_parameter;
+                    // only a body of the wrong length is a decode_error.
+                    [_] => return Err(TransportError::illegal("KeyUpdate request_update is not 0 or 1")),
                     _ => return Err(TransportError::decode("malformed KeyUpdate")),
                 };
                 if !content.is_empty() {

@@ -6,8 +6,10 @@
 
 use std::collections::VecDeque;
 
-use crate::event::ConnId;
+use crate::event::{ConnId, StreamId};
 use crate::frame::Frame;
+
+use super::streams::RESET_REFUSED;
 
 #[derive(Debug)]
 struct Queued {
@@ -19,6 +21,16 @@ struct Queued {
 #[derive(Debug, Default)]
 pub(crate) struct ControlQueue {
     frames: VecDeque<Queued>,
+    // The two kinds of frames below answer a peer's frames one for one, so a hostile peer
+    // could have us queue them by the million: they are kept compact, and encoded only when a
+    // record has room for them.
+    /// ACKs to send, at most one per connection: only the highest sequence number matters, so a
+    /// flood of Pings costs one entry.
+    acks: Vec<(ConnId, u64)>,
+    /// Peer streams refused over our concurrency limit (PROTOCOL.md §4.3), as ranges
+    /// `(first, last)` of IDs of one parity, each owed a Stream Reset 0x1. A single Stream
+    /// frame may refuse thousands of streams (every lower ID it opens).
+    refused: VecDeque<(StreamId, StreamId)>,
 }
 
 impl ControlQueue {
@@ -28,19 +40,68 @@ impl ControlQueue {
         self.frames.push_back(Queued { conn, bytes });
     }
 
+    /// Queues an ACK of record `seq` of connection `conn` (answering a Ping), or raises the one
+    /// already queued for that connection.
+    pub(crate) fn push_ack(&mut self, conn: ConnId, seq: u64) {
+        match self.acks.iter_mut().find(|(c, _)| *c == conn) {
+            Some((_, highest)) => *highest = (*highest).max(seq),
+            None => self.acks.push((conn, seq)),
+        }
+    }
+
+    /// Queues Stream Reset 0x1 (refused) for the peer streams `first..=last` (one parity).
+    pub(crate) fn push_refused(&mut self, first: StreamId, last: StreamId) {
+        match self.refused.back_mut() {
+            Some((_, end)) if end.checked_add(2) == Some(first) => *end = last,
+            _ => self.refused.push_back((first, last)),
+        }
+    }
+
+    /// Entries held (a range of refusals or a coalesced ACK counts as one): what the queue's
+    /// memory grows with.
+    pub(crate) fn entries(&self) -> usize {
+        self.frames.len() + self.acks.len() + self.refused.len()
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
-        self.frames.is_empty()
+        self.frames.is_empty() && self.acks.is_empty() && self.refused.is_empty()
     }
 
     /// Whether something is waiting that `conn` may carry.
     pub(crate) fn has_for(&self, conn: ConnId) -> bool {
-        self.frames.iter().any(|f| f.conn.is_none_or(|c| c == conn))
+        !self.acks.is_empty()
+            || !self.refused.is_empty()
+            || self.frames.iter().any(|f| f.conn.is_none_or(|c| c == conn))
     }
 
     /// Appends to `out` the queued frames `conn` may carry, in order, while they fit in
     /// `budget` bytes. Returns the number of bytes appended.
     pub(crate) fn take_into(&mut self, conn: ConnId, budget: usize, out: &mut Vec<u8>) -> usize {
         let mut used = 0;
+        // ACKs and refusals may travel on any connection.
+        while let Some(&(connection_id, highest_record_seq)) = self.acks.last() {
+            let ack = Frame::Ack { connection_id, highest_record_seq };
+            if used + ack.encoded_len() > budget {
+                break;
+            }
+            used += ack.encoded_len();
+            ack.encode(out);
+            self.acks.pop();
+        }
+        while let Some((first, last)) = self.refused.front_mut() {
+            let reset = Frame::StreamReset { stream_id: *first, final_size: 0, error_code: RESET_REFUSED };
+            if used + reset.encoded_len() > budget {
+                break;
+            }
+            used += reset.encoded_len();
+            reset.encode(out);
+            match first.checked_add(2) {
+                Some(next) if next <= *last => *first = next,
+                _ => {
+                    self.refused.pop_front();
+                }
+            }
+        }
         let mut i = 0;
         while i < self.frames.len() {
             let f = &self.frames[i];

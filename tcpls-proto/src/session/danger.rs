@@ -43,4 +43,12 @@ impl Session {
     pub fn danger_buffered_bytes(&self) -> usize {
         self.core.streams.values().map(|s| s.recv.allocated()).sum()
     }
+
+    /// **For tests and fuzzing.** Entries in the queue of control frames waiting for a record
+    /// (a range of refused streams or a coalesced ACK counts as one), to check that frames a
+    /// hostile peer makes us answer do not pile up one by one.
+    #[doc(hidden)]
+    pub fn danger_control_queue_entries(&self) -> usize {
+        self.core.control.entries()
+    }
 }

@@ -11,7 +11,6 @@ use crate::frame::{Frame, FrameError, FrameReader};
 use crate::stream::RecvError;
 use crate::tls::HandshakeInfo;
 
-use super::streams::RESET_REFUSED;
 use super::{Core, Inbound, Side};
 
 /// Most join tokens or peer addresses we keep; more are ignored (a peer cannot grow our memory).
@@ -25,6 +24,8 @@ pub(crate) enum ConnAction {
     Reset(ConnId),
     /// Answer an Address Probe about `about` on connection `on`.
     EchoAddress { on: ConnId, about: ConnId },
+    /// Answer an RTT Probe on the probed connection, if we have it.
+    EchoRtt { conn: ConnId, timestamp_us: u64 },
 }
 
 fn frame_error(e: FrameError) -> TransportError {
@@ -51,10 +52,7 @@ impl Core {
     fn on_frame(&mut self, conn: ConnId, seq: u64, frame: Frame<'_>) -> Result<(), TransportError> {
         match frame {
             Frame::Padding | Frame::StreamChange { .. } => {}
-            Frame::Ping => {
-                let ack = Frame::Ack { connection_id: conn, highest_record_seq: seq };
-                self.control.push(&ack, None);
-            }
+            Frame::Ping => self.control.push_ack(conn, seq),
             Frame::Stream { stream_id, offset, fin, data } => self.on_stream_frame(stream_id, offset, data, fin)?,
             Frame::Ack { .. } => {
                 // Acknowledgements free retained frames once failover keeps them; until then
@@ -71,7 +69,9 @@ impl Core {
                 }
                 self.events.push_back(Event::TokensReceived { total: self.tokens.len() });
             }
-            Frame::ConnectionReset { connection_id } => self.actions.push(super::frames::ConnAction::Reset(connection_id)),
+            Frame::ConnectionReset { connection_id } => {
+                self.actions.push(super::frames::ConnAction::Reset(connection_id))
+            }
             Frame::NewAddress { address_id, addr } => {
                 self.peer_addresses.retain(|(id, _)| *id != address_id);
                 if self.peer_addresses.len() < MAX_PEER_ADDRESSES {
@@ -109,11 +109,14 @@ impl Core {
                     self.schedule(stream_id);
                 }
             }
-            Frame::UserTimeout { timeout_ms } => self.events.push_back(Event::UserTimeoutRequested { conn, timeout_ms }),
+            Frame::UserTimeout { timeout_ms } => {
+                self.events.push_back(Event::UserTimeoutRequested { conn, timeout_ms })
+            }
             Frame::RttProbe { connection_id, timestamp_us } => {
                 // The echo must come back on the probed connection for the RTT to mean anything.
-                let echo = Frame::RttEcho { connection_id, timestamp_us };
-                self.control.push(&echo, Some(connection_id));
+                // Queued only if that connection exists: one bound to a connection we do not
+                // have would never leave the queue (a leak per hostile probe).
+                self.actions.push(ConnAction::EchoRtt { conn: connection_id, timestamp_us });
             }
             Frame::RttEcho { connection_id, timestamp_us } => {
                 let now_us = self.micros_since_start();
@@ -124,8 +127,12 @@ impl Core {
             Frame::TcpInfoRequest { connection_id } => {
                 self.events.push_back(Event::TcpInfoRequested { conn: connection_id });
             }
-            Frame::TcpInfo { connection_id, info } => self.events.push_back(Event::PeerTcpInfo { conn: connection_id, info }),
-            Frame::AddressProbe { connection_id } => self.actions.push(ConnAction::EchoAddress { on: conn, about: connection_id }),
+            Frame::TcpInfo { connection_id, info } => {
+                self.events.push_back(Event::PeerTcpInfo { conn: connection_id, info })
+            }
+            Frame::AddressProbe { connection_id } => {
+                self.actions.push(ConnAction::EchoAddress { on: conn, about: connection_id })
+            }
             Frame::AddressEcho { connection_id, addr } => {
                 self.events.push_back(Event::AddressEchoed { conn: connection_id, addr });
             }
@@ -166,18 +173,17 @@ impl Core {
             )));
         }
         let mut next = self.next_peer_stream;
-        while next <= u64::from(id) {
-            let sid = next as StreamId;
-            if self.peer_streams_open < max {
-                self.create_stream(sid, true);
-            } else {
-                self.stats.streams_refused += 1;
-                let reset = Frame::StreamReset { stream_id: sid, final_size: 0, error_code: RESET_REFUSED };
-                self.control.push(&reset, None);
-            }
+        while next <= u64::from(id) && self.peer_streams_open < max {
+            self.create_stream(next as StreamId, true);
             next += 2;
         }
-        self.next_peer_stream = next;
+        if next <= u64::from(id) {
+            // The rest is refused, in one step: queueing a Stream Reset per ID let one 15-byte
+            // frame cost thousands of queued frames (and a record full of them, gigabytes).
+            self.stats.streams_refused += (u64::from(id) - next) / 2 + 1;
+            self.control.push_refused(next as StreamId, id);
+        }
+        self.next_peer_stream = u64::from(id) + 2;
         Ok(())
     }
 
@@ -189,7 +195,9 @@ impl Core {
             return Ok(());
         };
         if s.recv_reset.is_some() {
-            return Ok(());
+            // The data is dropped, but the final size the reset stated still binds (PROTOCOL.md
+            // §4.1): `insert` checks it and stores nothing after a reset.
+            return s.recv.insert(offset, data, fin).map_err(|e| recv_error(id, e));
         }
         let before = s.recv.readable();
         s.recv.insert(offset, data, fin).map_err(|e| recv_error(id, e))?;

@@ -42,6 +42,9 @@ pub enum Side {
 /// Bytes the IO layer should be able to read in one go (large reads: fewer syscalls).
 pub const READ_CHUNK: usize = 256 * 1024;
 
+/// Queued control frames beyond which we stop reading (see [`Session::read_buffer`]).
+const MAX_QUEUED_CONTROL: usize = 4096;
+
 /// Everything of a session except its connections, so frame handling can borrow both.
 pub(crate) struct Core {
     pub(crate) side: Side,
@@ -126,7 +129,11 @@ pub fn tcpls_server_config(config: &ServerConfig) -> ServerConfig {
 impl Session {
     /// A client session whose initial connection (ID 0) starts its handshake now. `config`
     /// must come from [`tcpls_client_config`] (the tokio layer does this for you).
-    pub fn client(config: Arc<ClientConfig>, server_name: ServerName<'static>, settings: SessionConfig) -> Result<Self, Error> {
+    pub fn client(
+        config: Arc<ClientConfig>,
+        server_name: ServerName<'static>,
+        settings: SessionConfig,
+    ) -> Result<Self, Error> {
         let mut session = Self::new(Side::Client, settings);
         session.conns.push(Connection::new(0, Handshake::client(config, server_name)?));
         session.drive_handshakes();
@@ -265,9 +272,15 @@ impl Session {
     /// Free space to read socket bytes of `conn` into; report how many with [`Session::handle_read`].
     /// Empty when the connection should not be read now (finished, or backpressure).
     pub fn read_buffer(&mut self, conn: ConnId) -> &mut [u8] {
-        let backpressure = self.core.fallback && self.core.fallback_stream_full();
+        // Stop reading while answers to the peer pile up (it sends probes or KeyUpdate requests
+        // but does not read): TCP then pushes back on it instead of our memory growing.
+        let replies_backed_up = self.core.control.entries() > MAX_QUEUED_CONTROL;
+        let backpressure = replies_backed_up || (self.core.fallback && self.core.fallback_stream_full());
+        let tx_cap = 2 * self.core.config.transmit_high_water;
         match self.conns.iter_mut().find(|c| c.id == conn) {
-            Some(c) if !c.is_finished() && !c.close_received && !backpressure => c.rx.spare(READ_CHUNK),
+            Some(c) if !c.is_finished() && !c.close_received && !backpressure && c.tx.len() < tx_cap => {
+                c.rx.spare(READ_CHUNK)
+            }
             _ => &mut [],
         }
     }
@@ -384,6 +397,12 @@ impl Session {
                         if c.error.is_none() {
                             c.error = Some(Error::ConnectionLost("the peer reported this connection as failed".into()));
                         }
+                    }
+                }
+                frames::ConnAction::EchoRtt { conn, timestamp_us } => {
+                    if self.conn(conn).is_some_and(Connection::is_usable) {
+                        let echo = crate::frame::Frame::RttEcho { connection_id: conn, timestamp_us };
+                        self.core.control.push(&echo, Some(conn));
                     }
                 }
                 frames::ConnAction::EchoAddress { on, about } => {

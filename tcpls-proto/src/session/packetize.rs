@@ -32,11 +32,7 @@ impl Session {
             if !c.is_usable() {
                 continue;
             }
-            let result = if c.is_tcpls() {
-                self.core.fill_tcpls(c)
-            } else {
-                self.core.fill_fallback(c)
-            };
+            let result = if c.is_tcpls() { self.core.fill_tcpls(c) } else { self.core.fill_fallback(c) };
             if let Err(e) = result {
                 c.fail(e);
                 failed = true;
@@ -113,7 +109,12 @@ impl Core {
         result
     }
 
-    fn fill_tcpls_records(&mut self, c: &mut Connection, record_size: usize, trailer: &mut Vec<u8>) -> Result<(), Error> {
+    fn fill_tcpls_records(
+        &mut self,
+        c: &mut Connection,
+        record_size: usize,
+        trailer: &mut Vec<u8>,
+    ) -> Result<(), Error> {
         {
             while c.tx.len() < self.config.transmit_high_water {
                 let stream = self.next_ready();

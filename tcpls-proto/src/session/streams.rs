@@ -56,7 +56,8 @@ impl Stream {
 
     fn recv_done(&self) -> bool {
         self.recv_observed_end
-            || (self.recv_stopped && (self.recv_reset.is_some() || self.recv.final_size().is_some_and(|f| self.recv.read_offset() >= f)))
+            || (self.recv_stopped
+                && (self.recv_reset.is_some() || self.recv.final_size().is_some_and(|f| self.recv.read_offset() >= f)))
     }
 }
 

@@ -103,10 +103,7 @@ impl RangeSet {
     }
 
     pub fn contains(&self, offset: u64) -> bool {
-        self.map
-            .range(..=offset)
-            .next_back()
-            .is_some_and(|(_, &e)| e > offset)
+        self.map.range(..=offset).next_back().is_some_and(|(_, &e)| e > offset)
     }
 
     /// Whether any offset of `range` is in the set.

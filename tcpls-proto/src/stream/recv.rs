@@ -40,10 +40,7 @@ impl fmt::Display for RecvError {
             }
             FinalSize { known, got } => write!(f, "stream final size {got} contradicts {known}"),
             BeyondFinalSize { final_size, end } => {
-                write!(
-                    f,
-                    "stream data up to {end} exceeds the final size {final_size}"
-                )
+                write!(f, "stream data up to {end} exceeds the final size {final_size}")
             }
         }
     }
@@ -278,12 +275,7 @@ impl RecvBuf {
     /// received, with the same checks as [`insert`](Self::insert). Committing anything but a
     /// prefix of that slot, or after another mutation, is a caller bug: it is ignored (and
     /// asserts in debug builds).
-    pub fn commit_direct(
-        &mut self,
-        offset: u64,
-        data_len: usize,
-        fin: bool,
-    ) -> Result<(), RecvError> {
+    pub fn commit_direct(&mut self, offset: u64, data_len: usize, fin: bool) -> Result<(), RecvError> {
         let slot = self.slot.take();
         let end = self.check(offset, data_len, fin)?;
         if self.reset {
@@ -310,9 +302,7 @@ impl RecvBuf {
         let end = sum.unwrap_or(u64::MAX);
         match self.final_size {
             Some(known) if fin && end != known => return Err(FinalSize { known, got: end }),
-            Some(final_size) if end > final_size => {
-                return Err(BeyondFinalSize { final_size, end })
-            }
+            Some(final_size) if end > final_size => return Err(BeyondFinalSize { final_size, end }),
             None if fin && end < self.max_end => {
                 let (final_size, end) = (end, self.max_end);
                 return Err(BeyondFinalSize { final_size, end });
@@ -393,10 +383,7 @@ impl RecvBuf {
             self.compact(live);
         }
         if self.start + need > self.buf.len() {
-            let target = (2 * self.buf.len())
-                .max(MIN_ALLOC)
-                .min(bound)
-                .max(self.start + need);
+            let target = (2 * self.buf.len()).max(MIN_ALLOC).min(bound).max(self.start + need);
             self.buf.reserve_exact(target - self.buf.len());
             self.buf.resize(target, 0);
         }

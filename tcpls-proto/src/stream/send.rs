@@ -85,10 +85,7 @@ impl SendBuf {
             let need = self.buf.len() + n;
             if need > self.buf.capacity() {
                 let bound = self.capacity.saturating_mul(2).max(need);
-                let target = (2 * self.buf.capacity())
-                    .max(MIN_ALLOC)
-                    .min(bound)
-                    .max(need);
+                let target = (2 * self.buf.capacity()).max(MIN_ALLOC).min(bound).max(need);
                 self.buf.reserve_exact(target - self.buf.len());
             }
         }

@@ -58,17 +58,9 @@ mod ranges {
                 let a = rng.below(N);
                 let b = (a + rng.below(40)).min(N);
                 let insert = rng.below(3) != 0;
-                let changed = if insert {
-                    set.insert(a..b)
-                } else {
-                    set.remove(a..b)
-                };
+                let changed = if insert { set.insert(a..b) } else { set.remove(a..b) };
                 let before = model[a as usize..b as usize].iter().filter(|&&x| x).count();
-                let expect = if insert {
-                    (b - a) as usize - before
-                } else {
-                    before
-                };
+                let expect = if insert { (b - a) as usize - before } else { before };
                 assert_eq!(changed as usize, expect);
                 model[a as usize..b as usize].fill(insert);
                 check(&set, &model);
@@ -244,11 +236,7 @@ mod recv {
                     }
                 }
                 assert_eq!(r.chunk().len(), r.readable());
-                let take = if rng.below(4) == 0 {
-                    usize::MAX
-                } else {
-                    rng.below(5000) as usize
-                };
+                let take = if rng.below(4) == 0 { usize::MAX } else { rng.below(5000) as usize };
                 let n = take.min(r.readable());
                 out.extend_from_slice(&r.chunk()[..n]);
                 r.consume(take);
@@ -257,10 +245,7 @@ mod recv {
                 }
                 peak_credit = peak_credit.max(r.limit() - r.read_offset());
                 let alloc = r.allocated() as u64;
-                assert!(
-                    alloc <= peak_credit + peak_credit / 8 + 64,
-                    "{alloc} {peak_credit}"
-                );
+                assert!(alloc <= peak_credit + peak_credit / 8 + 64, "{alloc} {peak_credit}");
             }
             assert_eq!(out.len(), len, "seed {seed}");
             assert!(out == data, "seed {seed}");
@@ -310,18 +295,11 @@ mod recv {
         let mut r = RecvBuf::new(MIB);
         assert_eq!(r.insert(90, &[1; 10], true), Ok(()));
         assert_eq!(r.final_size(), Some(100));
-        assert_eq!(
-            r.insert(90, &[1; 10], true),
-            Ok(()),
-            "same final size again"
-        );
+        assert_eq!(r.insert(90, &[1; 10], true), Ok(()), "same final size again");
         let fs = |got| Err(RecvError::FinalSize { known: 100, got });
         assert_eq!(r.insert(80, &[1; 10], true), fs(90));
         assert_eq!(r.insert(100, &[1], true), fs(101));
-        let beyond = Err(RecvError::BeyondFinalSize {
-            final_size: 100,
-            end: 101,
-        });
+        let beyond = Err(RecvError::BeyondFinalSize { final_size: 100, end: 101 });
         assert_eq!(r.insert(100, &[1], false), beyond);
         assert_eq!(r.reset(99), fs(99));
         assert_eq!(r.insert(0, &[2; 90], false), Ok(()));
@@ -333,19 +311,10 @@ mod recv {
 
         let mut r = RecvBuf::new(MIB);
         assert_eq!(r.insert(150, &[1; 50], false), Ok(()));
-        let err = Err(RecvError::BeyondFinalSize {
-            final_size: 120,
-            end: 200,
-        });
+        let err = Err(RecvError::BeyondFinalSize { final_size: 120, end: 200 });
         assert_eq!(r.insert(100, &[1; 20], true), err);
         assert_eq!(r.final_size(), None);
-        assert_eq!(
-            r.insert(0, &[], true),
-            Err(RecvError::BeyondFinalSize {
-                final_size: 0,
-                end: 200
-            })
-        );
+        assert_eq!(r.insert(0, &[], true), Err(RecvError::BeyondFinalSize { final_size: 0, end: 200 }));
 
         let mut r = RecvBuf::new(MIB);
         assert_eq!(r.insert(0, &[], true), Ok(()));
@@ -358,16 +327,10 @@ mod recv {
         assert_eq!(r.insert(0, &[1; 1000], false), Ok(()));
         assert_eq!(r.insert(5000, &[1; 1000], false), Ok(()));
         r.consume(10);
-        let beyond = Err(RecvError::BeyondFinalSize {
-            final_size: 5999,
-            end: 6000,
-        });
+        let beyond = Err(RecvError::BeyondFinalSize { final_size: 5999, end: 6000 });
         assert_eq!(r.reset(5999), beyond);
         let limit = INITIAL_MAX_STREAM_DATA;
-        let flow = Err(RecvError::FlowControl {
-            limit,
-            end: limit + 1,
-        });
+        let flow = Err(RecvError::FlowControl { limit, end: limit + 1 });
         assert_eq!(r.reset(limit + 1), flow);
         assert!(!r.is_reset());
         assert_eq!(r.reset(7000), Ok(()));
@@ -376,28 +339,10 @@ mod recv {
         assert_eq!(r.chunk(), &[] as &[u8]);
         assert_eq!(r.insert(1000, &[1; 100], false), Ok(()), "ignored");
         assert_eq!(r.readable(), 0);
-        assert_eq!(
-            r.insert(6990, &[1; 20], false),
-            Err(RecvError::BeyondFinalSize {
-                final_size: 7000,
-                end: 7010
-            })
-        );
-        assert_eq!(
-            r.insert(0, &[], true),
-            Err(RecvError::FinalSize {
-                known: 7000,
-                got: 0
-            })
-        );
+        assert_eq!(r.insert(6990, &[1; 20], false), Err(RecvError::BeyondFinalSize { final_size: 7000, end: 7010 }));
+        assert_eq!(r.insert(0, &[], true), Err(RecvError::FinalSize { known: 7000, got: 0 }));
         assert_eq!(r.reset(7000), Ok(()));
-        assert_eq!(
-            r.reset(7001),
-            Err(RecvError::FinalSize {
-                known: 7000,
-                got: 7001
-            })
-        );
+        assert_eq!(r.reset(7001), Err(RecvError::FinalSize { known: 7000, got: 7001 }));
         assert_eq!(r.poll_max_data_update(), None);
         assert_eq!(r.direct_slot(7000, 1, 0).map(|s| s.len()), None);
     }
@@ -433,11 +378,7 @@ mod recv {
         assert_eq!(r.allocated(), 0, "a large drained buffer is freed on request");
         assert_eq!(r.insert(limit + 16 * MIB - 1, b"x", false), Ok(()));
         let credit = 15 * MIB as usize;
-        assert!(
-            r.allocated() <= credit + credit / 8 + 64,
-            "{}",
-            r.allocated()
-        );
+        assert!(r.allocated() <= credit + credit / 8 + 64, "{}", r.allocated());
     }
 
     #[test]
@@ -451,11 +392,7 @@ mod recv {
             assert_eq!(r.insert(i * 1000, &[7; 1000], false), Ok(()));
             r.consume(1000);
             let _ = r.poll_max_data_update();
-            assert_eq!(
-                r.allocated(),
-                kept,
-                "no reallocation while the reader keeps up"
-            );
+            assert_eq!(r.allocated(), kept, "no reallocation while the reader keeps up");
         }
     }
 
@@ -510,10 +447,7 @@ mod recv {
         slot.fill(4);
         assert_eq!(r.commit_direct(3000, 100, true), Ok(()));
         assert_eq!(r.final_size(), Some(3100));
-        assert!(
-            r.direct_slot(2950, 60, 0).is_none(),
-            "overlaps out-of-order bytes"
-        );
+        assert!(r.direct_slot(2950, 60, 0).is_none(), "overlaps out-of-order bytes");
         assert_eq!(r.insert(1500, &[3; 1500], false), Ok(()));
         assert_eq!(r.readable(), 3000);
         assert_eq!(r.chunk()[2900..], [4; 100]);
@@ -526,15 +460,10 @@ mod recv {
         let limit = INITIAL_MAX_STREAM_DATA;
         let mut r = RecvBuf::new(MIB);
         assert!(r.direct_slot(limit - 100, 200, 99).is_none());
-        let slot = r
-            .direct_slot(limit - 100, 200, 100)
-            .expect("slack covers the tail");
+        let slot = r.direct_slot(limit - 100, 200, 100).expect("slack covers the tail");
         assert_eq!(slot.len(), 200);
         assert!(r.allocated() <= (limit + 100 + limit / 8) as usize + 64);
-        let flow = Err(RecvError::FlowControl {
-            limit,
-            end: limit + 1,
-        });
+        let flow = Err(RecvError::FlowControl { limit, end: limit + 1 });
         assert_eq!(r.commit_direct(limit - 100, 101, false), flow);
         // The failed commit consumed the slot: a new one is needed.
         assert!(r.direct_slot(limit - 100, 200, 100).is_some());
@@ -572,18 +501,12 @@ mod recv {
             let end = offset.saturating_add(len);
             match self.final_size {
                 Some(known) if fin && end != known => Err(RecvError::FinalSize { known, got: end }),
-                Some(final_size) if end > final_size => {
-                    Err(RecvError::BeyondFinalSize { final_size, end })
+                Some(final_size) if end > final_size => Err(RecvError::BeyondFinalSize { final_size, end }),
+                None if fin && end < self.max_end => {
+                    Err(RecvError::BeyondFinalSize { final_size: end, end: self.max_end })
                 }
-                None if fin && end < self.max_end => Err(RecvError::BeyondFinalSize {
-                    final_size: end,
-                    end: self.max_end,
-                }),
                 _ if offset.checked_add(len).is_none() || end > self.limit => {
-                    Err(RecvError::FlowControl {
-                        limit: self.limit,
-                        end,
-                    })
+                    Err(RecvError::FlowControl { limit: self.limit, end })
                 }
                 _ => Ok(end),
             }
@@ -642,10 +565,7 @@ mod recv {
                 match rng.below(10) {
                     0..=3 => {
                         let res = r.insert(offset, &data, fin);
-                        assert_eq!(
-                            res.clone().map(|_| offset + len),
-                            m.expect(offset, len, fin)
-                        );
+                        assert_eq!(res.clone().map(|_| offset + len), m.expect(offset, len, fin));
                         if res.is_ok() {
                             m.store(offset, &data, fin);
                         }
@@ -654,10 +574,8 @@ mod recv {
                         let slack = rng.below(300) as usize;
                         let end = offset.checked_add(len);
                         let free = (offset..end.unwrap_or(0)).all(|i| m.get(i).is_none());
-                        let ok = !m.reset
-                            && offset >= m.read
-                            && end.is_some_and(|e| e <= m.limit + slack as u64)
-                            && free;
+                        let ok =
+                            !m.reset && offset >= m.read && end.is_some_and(|e| e <= m.limit + slack as u64) && free;
                         let slot = r.direct_slot(offset, len as usize, slack);
                         assert_eq!(slot.is_some(), ok, "seed {seed} step {step}");
                         if let Some(slot) = slot {
@@ -768,25 +686,15 @@ mod send {
         let data = pattern(10_000, 4);
         let mut s = SendBuf::new(8000);
         assert_eq!(s.write(&data), 8000);
-        assert_eq!(
-            (s.writable(), s.buffered(), s.write_offset()),
-            (0, 8000, 8000)
-        );
+        assert_eq!((s.writable(), s.buffered(), s.write_offset()), (0, 8000, 8000));
         assert_eq!(s.write(&data[8000..]), 0);
         assert!(s.has_pending());
         assert_eq!(s.sendable(), 8000);
         let first = s.next_chunk(3000).map(|(o, b, f)| (o, b.to_vec(), f));
-        assert_eq!(
-            first,
-            s.next_chunk(3000).map(|(o, b, f)| (o, b.to_vec(), f)),
-            "pure"
-        );
+        assert_eq!(first, s.next_chunk(3000).map(|(o, b, f)| (o, b.to_vec(), f)), "pure");
         let chunks = drain(&mut s, 3000);
         let lens: Vec<_> = chunks.iter().map(|c| (c.0, c.1.len(), c.2)).collect();
-        assert_eq!(
-            lens,
-            [(0, 3000, false), (3000, 3000, false), (6000, 2000, false)]
-        );
+        assert_eq!(lens, [(0, 3000, false), (3000, 3000, false), (6000, 2000, false)]);
         let sent: Vec<u8> = chunks.into_iter().flat_map(|c| c.1).collect();
         assert_eq!(sent, data[..8000]);
         assert!(!s.has_pending());
@@ -827,20 +735,14 @@ mod send {
         s.finish();
         assert_eq!(s.sendable(), INITIAL_MAX_STREAM_DATA as usize);
         let chunks = drain(&mut s, 16_384);
-        assert_eq!(
-            chunks.last().map(|c| c.0 + c.1.len() as u64),
-            Some(INITIAL_MAX_STREAM_DATA)
-        );
+        assert_eq!(chunks.last().map(|c| c.0 + c.1.len() as u64), Some(INITIAL_MAX_STREAM_DATA));
         assert!(chunks.iter().all(|c| !c.2));
         assert!(s.is_blocked() && !s.has_pending());
         assert_eq!(s.sendable(), 0);
         // Lost bytes go out even while blocked.
         s.retransmit(1000, 500, false);
         assert_eq!(s.sendable(), 500);
-        assert_eq!(
-            drain(&mut s, 16_384),
-            [(1000, data[1000..1500].to_vec(), false)]
-        );
+        assert_eq!(drain(&mut s, 16_384), [(1000, data[1000..1500].to_vec(), false)]);
         s.set_max_data(50_000);
         assert_eq!(s.max_data(), INITIAL_MAX_STREAM_DATA, "stale limit ignored");
         s.set_max_data(80_000);
@@ -867,13 +769,7 @@ mod send {
         s.retransmit(0, 9000, true);
         assert_eq!(s.sendable(), 6000);
         let again = drain(&mut s, 10_000);
-        assert_eq!(
-            again,
-            [
-                (0, data[..3000].to_vec(), false),
-                (6000, data[6000..].to_vec(), true)
-            ]
-        );
+        assert_eq!(again, [(0, data[..3000].to_vec(), false), (6000, data[6000..].to_vec(), true)]);
         // A late ack for a range queued again cancels it.
         s.retransmit(0, 9000, true);
         s.ack(0, 3000, false);

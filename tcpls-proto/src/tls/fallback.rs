@@ -31,7 +31,12 @@ pub struct FallbackRead {
 impl FallbackTls {
     /// Decrypts every whole record in `rx`, passing application bytes to `deliver`; also sends
     /// what rustls must answer (KeyUpdate) into `tx`.
-    pub fn read(&mut self, rx: &mut RxBuf, tx: &mut TxBuf, deliver: &mut dyn FnMut(&[u8])) -> Result<FallbackRead, Error> {
+    pub fn read(
+        &mut self,
+        rx: &mut RxBuf,
+        tx: &mut TxBuf,
+        deliver: &mut dyn FnMut(&[u8]),
+    ) -> Result<FallbackRead, Error> {
         match self {
             FallbackTls::Client(c) => read(&mut **c, rx, tx, deliver),
             FallbackTls::Server(s) => read(&mut **s, rx, tx, deliver),
@@ -75,7 +80,12 @@ fn with_write_traffic<C: Unbuffered>(conn: &mut C, tx: &mut TxBuf, f: &mut Write
     Err(TransportError::internal("plain TLS connection did not become writable").into())
 }
 
-fn encrypt<D>(w: &mut rustls::unbuffered::WriteTraffic<'_, D>, data: &[u8], tx: &mut TxBuf, close: bool) -> Result<(), Error> {
+fn encrypt<D>(
+    w: &mut rustls::unbuffered::WriteTraffic<'_, D>,
+    data: &[u8],
+    tx: &mut TxBuf,
+    close: bool,
+) -> Result<(), Error> {
     let mut want = data.len() + data.len() / 16 + 64 * (1 + data.len() / 16384);
     loop {
         let out = tx.reserve(want);
@@ -91,7 +101,12 @@ fn encrypt<D>(w: &mut rustls::unbuffered::WriteTraffic<'_, D>, data: &[u8], tx: 
     }
 }
 
-fn read<C: Unbuffered>(conn: &mut C, rx: &mut RxBuf, tx: &mut TxBuf, deliver: &mut dyn FnMut(&[u8])) -> Result<FallbackRead, Error> {
+fn read<C: Unbuffered>(
+    conn: &mut C,
+    rx: &mut RxBuf,
+    tx: &mut TxBuf,
+    deliver: &mut dyn FnMut(&[u8]),
+) -> Result<FallbackRead, Error> {
     let mut result = FallbackRead::default();
     // Each pass consumes at least one record or stops; the bound only guards against a loop.
     for _ in 0..1_000_000 {

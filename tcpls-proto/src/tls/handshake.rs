@@ -65,15 +65,11 @@ pub struct Exposed(usize);
 
 impl Handshake {
     pub fn client(config: Arc<ClientConfig>, name: ServerName<'static>) -> Result<Self, Error> {
-        Ok(Handshake::Client(Box::new(
-            UnbufferedClientConnection::new(config, name).map_err(Error::Tls)?,
-        )))
+        Ok(Handshake::Client(Box::new(UnbufferedClientConnection::new(config, name).map_err(Error::Tls)?)))
     }
 
     pub fn server(config: Arc<ServerConfig>) -> Result<Self, Error> {
-        Ok(Handshake::Server(Box::new(
-            UnbufferedServerConnection::new(config).map_err(Error::Tls)?,
-        )))
+        Ok(Handshake::Server(Box::new(UnbufferedServerConnection::new(config).map_err(Error::Tls)?)))
     }
 
     /// Feeds what `rx` holds to rustls and appends what rustls wants to send to `tx`.
@@ -118,12 +114,14 @@ impl Handshake {
         }
     }
 
-    /// After a handshake error: the alert rustls queued for the peer, if any.
-    pub fn take_alert(&mut self, tx: &mut TxBuf) {
-        let mut empty = [0u8; 0];
+    /// After a handshake error: the alert rustls queued for the peer, if any. rustls must be
+    /// shown the same unconsumed bytes as before: it remembers positions in them, and an empty
+    /// buffer makes it panic (rustls 0.23.46, deframer/buffers.rs).
+    pub fn take_alert(&mut self, rx: &mut RxBuf, exposed: Exposed, tx: &mut TxBuf) {
+        let input = &mut rx.data_mut()[..exposed.0];
         match self {
-            Handshake::Client(c) => flush_pending(&mut **c, &mut empty, tx),
-            Handshake::Server(s) => flush_pending(&mut **s, &mut empty, tx),
+            Handshake::Client(c) => flush_pending(&mut **c, input, tx),
+            Handshake::Server(s) => flush_pending(&mut **s, input, tx),
         }
     }
 }
@@ -173,7 +171,10 @@ impl Unbuffered for UnbufferedServerConnection {
 }
 
 /// Encodes one handshake chunk into `tx`, growing the reservation if rustls asks for more.
-pub(super) fn encode_into<Data>(mut e: rustls::unbuffered::EncodeTlsData<'_, Data>, tx: &mut TxBuf) -> Result<(), Error> {
+pub(super) fn encode_into<Data>(
+    mut e: rustls::unbuffered::EncodeTlsData<'_, Data>,
+    tx: &mut TxBuf,
+) -> Result<(), Error> {
     let mut want = 4096;
     loop {
         match e.encode(tx.reserve(want)) {
@@ -187,7 +188,12 @@ pub(super) fn encode_into<Data>(mut e: rustls::unbuffered::EncodeTlsData<'_, Dat
     }
 }
 
-fn drive<C: Unbuffered>(conn: &mut C, rx: &mut RxBuf, tx: &mut TxBuf, exposed: &mut Exposed) -> Result<Progress, Error> {
+fn drive<C: Unbuffered>(
+    conn: &mut C,
+    rx: &mut RxBuf,
+    tx: &mut TxBuf,
+    exposed: &mut Exposed,
+) -> Result<Progress, Error> {
     loop {
         let was_handshaking = conn.handshaking();
         let UnbufferedStatus { discard, state } = conn.process(&mut rx.data_mut()[..exposed.0]);
@@ -234,9 +240,9 @@ fn drive<C: Unbuffered>(conn: &mut C, rx: &mut RxBuf, tx: &mut TxBuf, exposed: &
 }
 
 /// Drains records rustls still wants to send (an alert after a failure).
-fn flush_pending<C: Unbuffered>(conn: &mut C, empty: &mut [u8], tx: &mut TxBuf) {
+fn flush_pending<C: Unbuffered>(conn: &mut C, input: &mut [u8], tx: &mut TxBuf) {
     for _ in 0..4 {
-        let UnbufferedStatus { state, .. } = conn.process(empty);
+        let UnbufferedStatus { state, .. } = conn.process(input);
         match state {
             Ok(ConnectionState::EncodeTlsData(e)) => {
                 if encode_into(e, tx).is_err() {

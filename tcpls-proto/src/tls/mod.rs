@@ -28,7 +28,8 @@ use crate::record::RecordKey;
 /// suites, which only plain-TLS fallback peers may use.
 pub fn crypto_provider() -> rustls::crypto::CryptoProvider {
     use rustls::crypto::aws_lc_rs::{cipher_suite as cs, default_provider};
-    let mut suites = vec![cs::TLS13_AES_128_GCM_SHA256, cs::TLS13_AES_256_GCM_SHA384, cs::TLS13_CHACHA20_POLY1305_SHA256];
+    let mut suites =
+        vec![cs::TLS13_AES_128_GCM_SHA256, cs::TLS13_AES_256_GCM_SHA384, cs::TLS13_CHACHA20_POLY1305_SHA256];
     suites.extend(default_provider().cipher_suites.into_iter().filter(|s| s.version() == &rustls::version::TLS12));
     rustls::crypto::CryptoProvider { cipher_suites: suites, ..default_provider() }
 }
@@ -67,9 +68,9 @@ impl Kernel {
     /// A NewSessionTicket message body received on our record layer. Only servers send them.
     pub fn handle_new_session_ticket(&mut self, body: &[u8]) -> Result<(), TransportError> {
         match self {
-            Kernel::Client(k) => k
-                .handle_new_session_ticket(body)
-                .map_err(|e| TransportError::decode(format!("NewSessionTicket: {e}"))),
+            Kernel::Client(k) => {
+                k.handle_new_session_ticket(body).map_err(|e| TransportError::decode(format!("NewSessionTicket: {e}")))
+            }
             Kernel::Server(_) => Err(TransportError::unexpected("NewSessionTicket sent by a client")),
         }
     }

@@ -117,6 +117,30 @@ impl Pair {
         }
     }
 
+    /// Like [`Pair::new`], with different session settings on each side (e.g. a server with a
+    /// small stream limit facing a client without one).
+    pub fn with_settings(
+        client: ClientConfig,
+        server: ServerConfig,
+        client_settings: SessionConfig,
+        server_settings: SessionConfig,
+    ) -> Self {
+        let server_session = Session::server(Arc::new(tcpls_server_config(&server)), server_settings);
+        let mut pair = Self::new(client, server, client_settings);
+        pair.server = server_session.unwrap();
+        pair
+    }
+
+    /// A default pair whose handshake is done and whose events so far are drained.
+    pub fn established() -> Self {
+        let mut pair = Self::default_pair();
+        pair.drive();
+        assert!(pair.client.is_established() && pair.server.is_established());
+        pair.client_events.clear();
+        pair.server_events.clear();
+        pair
+    }
+
     pub fn default_pair() -> Self {
         let pki = Pki::new();
         Self::new(pki.client_config(&[]), pki.server_config(&[]), test_config())

@@ -1,0 +1,251 @@
+//! The two ends of one measured transfer, each run in its own process by `compare`.
+//!
+//! Server: binds 127.0.0.1:0, prints `{"port":..}`, accepts one connection or session, counts
+//! the bytes it receives (content is not verified), notes the time and its CPU use when the
+//! last expected byte has been read, waits for the end of the data and closes gracefully,
+//! then prints its [`SideReport`].
+//!
+//! Client: connects and completes the handshake, notes the time and CPU, writes the bytes in
+//! 256 KiB pieces of the fixed payload, closes its sending side and waits for the server's close
+//! (so that everything it had to send and encrypt is counted), then prints its report.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use tcpls::{server_name_for, TcplsConnector, TcplsListener};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::pki::{Pki, SERVER_NAME};
+use crate::proto::{payload, share, Proto, Ready, SideReport, IO_SIZE};
+use crate::sys::{monotonic_ns, Cpu};
+use crate::Res;
+
+/// Counts received bytes over all streams and records the moment the last expected one
+/// arrived (with the CPU time so far).
+struct Counter {
+    expected: u64,
+    state: Mutex<(u64, Option<(u64, Cpu)>)>,
+}
+
+impl Counter {
+    fn new(expected: u64) -> Arc<Self> {
+        Arc::new(Self { expected, state: Mutex::new((0, None)) })
+    }
+
+    fn add(&self, n: usize) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.0 += n as u64;
+        if st.1.is_none() && st.0 >= self.expected {
+            st.1 = Some((monotonic_ns(), Cpu::now()));
+        }
+    }
+
+    /// Total bytes, and the time and CPU at the last expected byte (or now, if it never came).
+    fn finish(&self, cpu0: Cpu) -> SideReport {
+        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let (t, cpu) = st.1.unwrap_or_else(|| (monotonic_ns(), Cpu::now()));
+        let cpu = cpu.since(cpu0);
+        SideReport { bytes: st.0, t_ns: t, cpu_user_ns: cpu.user_ns, cpu_sys_ns: cpu.sys_ns }
+    }
+}
+
+/// With `TCPLS_BENCH_DEBUG` set, prints the state of a TCPLS transfer to stderr every second
+/// (to find out where a transfer that does not finish is stuck).
+fn debug_ticker(side: &'static str, session: &tcpls::Session, progress: impl Fn() -> String + Send + 'static) {
+    if std::env::var_os("TCPLS_BENCH_DEBUG").is_none() {
+        return;
+    }
+    let session = session.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            let conns: Vec<_> = session.connections().iter().map(|c| (c.bytes_sent, c.bytes_received)).collect();
+            eprintln!("[{side}] {} stats {:?} conns (sent, received) {conns:?}", progress(), session.stats());
+        }
+    });
+}
+
+fn announce(port: u16) -> Res<()> {
+    println!("{}", serde_json::to_string(&Ready { port })?);
+    use std::io::Write;
+    std::io::stdout().flush()?;
+    Ok(())
+}
+
+fn localhost() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 0))
+}
+
+/// Reads into a 256 KiB buffer until EOF.
+async fn read_to_eof<R: AsyncRead + Unpin>(r: &mut R, counter: &Counter) -> Res<()> {
+    let mut buf = vec![0u8; IO_SIZE];
+    loop {
+        let n = r.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        counter.add(n);
+    }
+}
+
+/// Consumes a TCPLS stream in place until its FIN.
+async fn chunks_to_eof(recv: &mut tcpls::RecvStream, counter: &Counter) -> Res<()> {
+    loop {
+        let n = recv.read_chunk_with(|chunk| chunk.len()).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        counter.add(n);
+    }
+}
+
+pub async fn server(proto: Proto, bytes: u64) -> Res<SideReport> {
+    let pki = Pki::from_env()?;
+    let counter = Counter::new(bytes);
+    match proto {
+        Proto::Tcp | Proto::Tls => {
+            let listener = TcpListener::bind(localhost()).await?;
+            announce(listener.local_addr()?.port())?;
+            let (tcp, _) = listener.accept().await?;
+            tcp.set_nodelay(true)?;
+            if proto == Proto::Tcp {
+                let mut tcp = tcp;
+                let cpu0 = Cpu::now();
+                read_to_eof(&mut tcp, &counter).await?;
+                drop(tcp);
+                Ok(counter.finish(cpu0))
+            } else {
+                let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(pki.server_config()?));
+                let mut tls = acceptor.accept(tcp).await?;
+                let cpu0 = Cpu::now();
+                read_to_eof(&mut tls, &counter).await?;
+                tls.shutdown().await?;
+                Ok(counter.finish(cpu0))
+            }
+        }
+        Proto::Tcpls | Proto::TcplsRead | Proto::Tcpls64 => {
+            let listener = TcplsListener::bind(localhost(), Arc::new(pki.server_config()?)).await?;
+            announce(listener.local_addr().port())?;
+            let (session, _) = listener.accept().await.ok_or("TCPLS listener failed")?;
+            if session.is_fallback() {
+                return Err("client did not negotiate TCPLS".into());
+            }
+            let c = counter.clone();
+            debug_ticker("server", &session, move || format!("received {}", c.state.lock().map(|s| s.0).unwrap_or(0)));
+            let cpu0 = Cpu::now();
+            if proto.streams() == 1 {
+                let (_send, mut recv) = session.accept_stream().await.ok_or("session ended before a stream")?;
+                if proto == Proto::TcplsRead {
+                    read_to_eof(&mut recv, &counter).await?;
+                } else {
+                    chunks_to_eof(&mut recv, &counter).await?;
+                }
+            } else {
+                let mut tasks = tokio::task::JoinSet::new();
+                let mut keep = Vec::new();
+                for _ in 0..proto.streams() {
+                    let (send, mut recv) = session.accept_stream().await.ok_or("session ended early")?;
+                    keep.push(send);
+                    let counter = counter.clone();
+                    tasks.spawn(async move { chunks_to_eof(&mut recv, &counter).await.map_err(|e| e.to_string()) });
+                }
+                while let Some(r) = tasks.join_next().await {
+                    r??;
+                }
+            }
+            let report = counter.finish(cpu0);
+            if let Some(e) = session.close().await {
+                return Err(format!("TCPLS session failed: {e}").into());
+            }
+            Ok(report)
+        }
+    }
+}
+
+/// Writes `bytes` bytes as 256 KiB (or shorter, at the end) prefixes of the payload.
+async fn write_payload<W: AsyncWrite + Unpin>(w: &mut W, payload: &[u8], bytes: u64) -> Res<()> {
+    let mut left = bytes;
+    while left > 0 {
+        let n = left.min(payload.len() as u64) as usize;
+        w.write_all(&payload[..n]).await?;
+        left -= n as u64;
+    }
+    Ok(())
+}
+
+/// Waits for the peer's end of the connection, discarding whatever it sends.
+async fn wait_eof<R: AsyncRead + Unpin>(r: &mut R) -> Res<()> {
+    let mut sink = [0u8; 4096];
+    while r.read(&mut sink).await? != 0 {}
+    Ok(())
+}
+
+pub async fn client(proto: Proto, port: u16, bytes: u64) -> Res<SideReport> {
+    let pki = Pki::from_env()?;
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let data: Arc<[u8]> = payload().into();
+    let (t0, cpu0) = match proto {
+        Proto::Tcp | Proto::Tls => {
+            let tcp = TcpStream::connect(addr).await?;
+            tcp.set_nodelay(true)?;
+            if proto == Proto::Tcp {
+                let mut tcp = tcp;
+                let start = (monotonic_ns(), Cpu::now());
+                write_payload(&mut tcp, &data, bytes).await?;
+                tcp.shutdown().await?;
+                wait_eof(&mut tcp).await?;
+                start
+            } else {
+                let connector = tokio_rustls::TlsConnector::from(Arc::new(pki.client_config()?));
+                let mut tls = connector.connect(server_name_for(SERVER_NAME)?, tcp).await?;
+                let start = (monotonic_ns(), Cpu::now());
+                write_payload(&mut tls, &data, bytes).await?;
+                tls.shutdown().await?;
+                wait_eof(&mut tls).await?;
+                start
+            }
+        }
+        Proto::Tcpls | Proto::TcplsRead | Proto::Tcpls64 => {
+            let connector = TcplsConnector::new(Arc::new(pki.client_config()?));
+            let session = connector.connect(addr, server_name_for(SERVER_NAME)?).await?;
+            if session.is_fallback() {
+                return Err("server did not negotiate TCPLS".into());
+            }
+            let streams = proto.streams();
+            let mut pairs = Vec::new();
+            for _ in 0..streams {
+                pairs.push(session.open_stream()?);
+            }
+            let done = Arc::new(std::sync::atomic::AtomicU32::new(0));
+            let d = done.clone();
+            debug_ticker("client", &session, move || {
+                format!("writers done {}/{streams}", d.load(std::sync::atomic::Ordering::Relaxed))
+            });
+            let start = (monotonic_ns(), Cpu::now());
+            let mut tasks = tokio::task::JoinSet::new();
+            let mut keep = Vec::new();
+            for (i, (mut send, recv)) in pairs.into_iter().enumerate() {
+                keep.push(recv);
+                let data = data.clone();
+                let n = share(bytes, streams, i as u32);
+                let done = done.clone();
+                tasks.spawn(async move {
+                    write_payload(&mut send, &data, n).await.map_err(|e| e.to_string())?;
+                    send.shutdown().await.map_err(|e| e.to_string())?;
+                    done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    Ok::<(), String>(())
+                });
+            }
+            while let Some(r) = tasks.join_next().await {
+                r??;
+            }
+            if let Some(e) = session.close().await {
+                return Err(format!("TCPLS session failed: {e}").into());
+            }
+            start
+        }
+    };
+    let cpu = Cpu::now().since(cpu0);
+    Ok(SideReport { bytes, t_ns: t0, cpu_user_ns: cpu.user_ns, cpu_sys_ns: cpu.sys_ns })
+}

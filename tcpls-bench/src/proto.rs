@@ -1,0 +1,117 @@
+//! The protocols compared, and the messages the child processes print (one JSON object a line).
+
+use serde::{Deserialize, Serialize};
+
+/// Size of every application write and read buffer.
+pub const IO_SIZE: usize = 256 << 10;
+
+/// Streams of the `tcpls-64` variant.
+pub const MANY_STREAMS: u32 = 64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Proto {
+    /// Plain tokio TcpStream.
+    Tcp,
+    /// TLS 1.3 over TCP with tokio-rustls.
+    Tls,
+    /// One TCPLS stream, receiver consumes in place with `read_chunk_with`.
+    Tcpls,
+    /// One TCPLS stream, receiver uses `AsyncRead` into a 256 KiB buffer.
+    TcplsRead,
+    /// One TCPLS session, 64 streams sharing the bytes, receivers use `read_chunk_with`.
+    #[value(name = "tcpls-64")]
+    #[serde(rename = "tcpls-64")]
+    Tcpls64,
+}
+
+impl Proto {
+    pub const ALL: [Proto; 5] = [Proto::Tcp, Proto::Tls, Proto::Tcpls, Proto::TcplsRead, Proto::Tcpls64];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Proto::Tcp => "tcp",
+            Proto::Tls => "tls",
+            Proto::Tcpls => "tcpls",
+            Proto::TcplsRead => "tcpls-read",
+            Proto::Tcpls64 => "tcpls-64",
+        }
+    }
+
+    pub fn streams(self) -> u32 {
+        match self {
+            Proto::Tcpls64 => MANY_STREAMS,
+            _ => 1,
+        }
+    }
+
+    pub fn describe(self) -> &'static str {
+        match self {
+            Proto::Tcp => "tokio TcpStream, 256 KiB writes, 256 KiB read buffer",
+            Proto::Tls => "tokio-rustls, TLS 1.3 AES-128-GCM, 16 KiB records, 256 KiB writes/reads",
+            Proto::Tcpls => "TCPLS, 1 stream, 256 KiB write_all, receiver read_chunk_with (no copy)",
+            Proto::TcplsRead => "TCPLS, 1 stream, 256 KiB write_all, receiver AsyncRead into 256 KiB",
+            Proto::Tcpls64 => "TCPLS, 64 streams share the bytes, receivers read_chunk_with",
+        }
+    }
+}
+
+/// Bytes of stream `i` of `streams` when `total` bytes are split (the first ones carry the rest).
+pub fn share(total: u64, streams: u32, i: u32) -> u64 {
+    let n = u64::from(streams.max(1));
+    total / n + u64::from(u64::from(i) < total % n)
+}
+
+/// The server's first line: where to connect.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Ready {
+    pub port: u16,
+}
+
+/// What each side measured. Times are `CLOCK_MONOTONIC` nanoseconds (comparable across the
+/// two processes); CPU is user and system time of the whole process over its active window.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SideReport {
+    /// Bytes written (client) or received (server).
+    pub bytes: u64,
+    /// Client: just before the first write. Server: when the last expected byte was read.
+    pub t_ns: u64,
+    pub cpu_user_ns: u64,
+    pub cpu_sys_ns: u64,
+}
+
+/// A fixed pseudo-random payload (xorshift64), made once; every write sends a prefix of it.
+pub fn payload() -> Vec<u8> {
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut out = Vec::with_capacity(IO_SIZE);
+    while out.len() < IO_SIZE {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(IO_SIZE);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_add_up() {
+        for total in [0u64, 1, 63, 64, 65, 2 << 30, (2 << 30) + 17] {
+            let sum: u64 = (0..MANY_STREAMS).map(|i| share(total, MANY_STREAMS, i)).sum();
+            assert_eq!(sum, total);
+        }
+        assert_eq!(share(10, 1, 0), 10);
+    }
+
+    #[test]
+    fn payload_is_fixed_and_not_constant() {
+        let p = payload();
+        assert_eq!(p.len(), IO_SIZE);
+        assert_eq!(p, payload());
+        assert!(p.iter().any(|&b| b != p[0]));
+    }
+}
