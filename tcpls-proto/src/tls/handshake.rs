@@ -114,9 +114,7 @@ impl Handshake {
         }
     }
 
-    /// After a handshake error: the alert rustls queued for the peer, if any. rustls must be
-    /// shown the same unconsumed bytes as before: it remembers positions in them, and an empty
-    /// buffer makes it panic (rustls 0.23.46, deframer/buffers.rs).
+    /// After a handshake error: the alert rustls queued for the peer, if any.
     pub fn take_alert(&mut self, rx: &mut RxBuf, exposed: Exposed, tx: &mut TxBuf) {
         let input = &mut rx.data_mut()[..exposed.0];
         match self {
@@ -239,18 +237,13 @@ fn drive<C: Unbuffered>(
     }
 }
 
-/// Drains records rustls still wants to send (an alert after a failure).
+/// Takes the fatal alert rustls queued when it failed. rustls hands out queued records before it
+/// looks at the input again, so one call yields the alert; a second call would deframe the input
+/// again, which rustls does not expect after a fatal error (it asserts, or panics on stale
+/// positions), hence exactly one call.
 fn flush_pending<C: Unbuffered>(conn: &mut C, input: &mut [u8], tx: &mut TxBuf) {
-    for _ in 0..4 {
-        let UnbufferedStatus { state, .. } = conn.process(input);
-        match state {
-            Ok(ConnectionState::EncodeTlsData(e)) => {
-                if encode_into(e, tx).is_err() {
-                    return;
-                }
-            }
-            Ok(ConnectionState::TransmitTlsData(t)) => t.done(),
-            _ => return,
-        }
+    let UnbufferedStatus { state, .. } = conn.process(input);
+    if let Ok(ConnectionState::EncodeTlsData(e)) = state {
+        let _ = encode_into(e, tx);
     }
 }
