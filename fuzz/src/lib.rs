@@ -420,6 +420,7 @@ fn check_victim(victim: &Session, handshake_done: bool) {
             assert!(victim.is_closed(), "failed but not closed: {e}");
         }
         Some(Error::PeerAlert(_) | Error::ConnectionLost(_)) => assert!(victim.is_closed()),
+        Some(Error::NoToken) => panic!("NoToken is only returned by add_connection"),
         Some(Error::Tls(e)) => {
             assert!(!handshake_done, "rustls error after the handshake: {e}");
             assert!(victim.is_closed());

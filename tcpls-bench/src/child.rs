@@ -104,7 +104,7 @@ pub async fn server(proto: Proto, bytes: u64) -> Res<SideReport> {
     let pki = Pki::from_env()?;
     let counter = Counter::new(bytes);
     match proto {
-        Proto::Tcp | Proto::Tls => {
+        Proto::Tcp | Proto::Tls | Proto::TlsBufread => {
             let listener = TcpListener::bind(localhost()).await?;
             announce(listener.local_addr()?.port())?;
             let (tcp, _) = listener.accept().await?;
@@ -115,9 +115,16 @@ pub async fn server(proto: Proto, bytes: u64) -> Res<SideReport> {
                 read_to_eof(&mut tcp, &counter).await?;
                 drop(tcp);
                 Ok(counter.finish(cpu0))
-            } else {
+            } else if proto == Proto::Tls {
                 let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(pki.server_config()?));
                 let mut tls = acceptor.accept(tcp).await?;
+                let cpu0 = Cpu::now();
+                read_to_eof(&mut tls, &counter).await?;
+                tls.shutdown().await?;
+                Ok(counter.finish(cpu0))
+            } else {
+                let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(pki.server_config()?));
+                let mut tls = acceptor.accept(tokio::io::BufReader::with_capacity(IO_SIZE, tcp)).await?;
                 let cpu0 = Cpu::now();
                 read_to_eof(&mut tls, &counter).await?;
                 tls.shutdown().await?;
@@ -134,8 +141,10 @@ pub async fn server(proto: Proto, bytes: u64) -> Res<SideReport> {
             let c = counter.clone();
             debug_ticker("server", &session, move || format!("received {}", c.state.lock().map(|s| s.0).unwrap_or(0)));
             let cpu0 = Cpu::now();
+            let mut sends = Vec::new();
             if proto.streams() == 1 {
-                let (_send, mut recv) = session.accept_stream().await.ok_or("session ended before a stream")?;
+                let (send, mut recv) = session.accept_stream().await.ok_or("session ended before a stream")?;
+                sends.push(send);
                 if proto == Proto::TcplsRead {
                     read_to_eof(&mut recv, &counter).await?;
                 } else {
@@ -143,16 +152,20 @@ pub async fn server(proto: Proto, bytes: u64) -> Res<SideReport> {
                 }
             } else {
                 let mut tasks = tokio::task::JoinSet::new();
-                let mut keep = Vec::new();
                 for _ in 0..proto.streams() {
                     let (send, mut recv) = session.accept_stream().await.ok_or("session ended early")?;
-                    keep.push(send);
+                    sends.push(send);
                     let counter = counter.clone();
                     tasks.spawn(async move { chunks_to_eof(&mut recv, &counter).await.map_err(|e| e.to_string()) });
                 }
                 while let Some(r) = tasks.join_next().await {
                     r??;
                 }
+            }
+            // Tell the client everything arrived (see `client`), on the client's first stream.
+            if let Some(send) = sends.iter_mut().find(|s| s.id() == 0) {
+                send.write_all(DONE).await?;
+                send.shutdown().await?;
             }
             let report = counter.finish(cpu0);
             if let Some(e) = session.close().await {
@@ -162,6 +175,9 @@ pub async fn server(proto: Proto, bytes: u64) -> Res<SideReport> {
         }
     }
 }
+
+/// What the TCPLS server sends back on stream 0 once it has received every byte.
+const DONE: &[u8] = b"done";
 
 /// Writes `bytes` bytes as 256 KiB (or shorter, at the end) prefixes of the payload.
 async fn write_payload<W: AsyncWrite + Unpin>(w: &mut W, payload: &[u8], bytes: u64) -> Res<()> {
@@ -181,12 +197,16 @@ async fn wait_eof<R: AsyncRead + Unpin>(r: &mut R) -> Res<()> {
     Ok(())
 }
 
-pub async fn client(proto: Proto, port: u16, bytes: u64) -> Res<SideReport> {
+/// TCPLS: unless `close_early`, the client waits for the server's "done" on stream 0 before
+/// `Session::close()`. Closing right after the last `write_all` (`close_early`) can hang: the
+/// session sends close_notify while stream data still waits for flow-control credit (see
+/// README.md, "Known issue").
+pub async fn client(proto: Proto, port: u16, bytes: u64, close_early: bool) -> Res<SideReport> {
     let pki = Pki::from_env()?;
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let data: Arc<[u8]> = payload().into();
     let (t0, cpu0) = match proto {
-        Proto::Tcp | Proto::Tls => {
+        Proto::Tcp | Proto::Tls | Proto::TlsBufread => {
             let tcp = TcpStream::connect(addr).await?;
             tcp.set_nodelay(true)?;
             if proto == Proto::Tcp {
@@ -239,6 +259,13 @@ pub async fn client(proto: Proto, port: u16, bytes: u64) -> Res<SideReport> {
             }
             while let Some(r) = tasks.join_next().await {
                 r??;
+            }
+            if !close_early {
+                let mut reply = Vec::new();
+                keep.first_mut().ok_or("no stream")?.read_to_end(&mut reply).await?;
+                if reply != DONE {
+                    return Err(format!("server replied {reply:?} instead of \"done\"").into());
+                }
             }
             if let Some(e) = session.close().await {
                 return Err(format!("TCPLS session failed: {e}").into());

@@ -48,6 +48,10 @@ pub struct Options {
     /// Same for the server (receiver).
     #[arg(long, value_name = "CMD")]
     wrap_server: Option<String>,
+    /// TCPLS clients call `Session::close()` right after their last write instead of first
+    /// waiting for the server's "done" reply (reproduces a hang; see README.md).
+    #[arg(long)]
+    close_early: bool,
 }
 
 /// `1500`, `64K`, `256M`, `2G` (binary multiples; a trailing `B` or `iB` is accepted).
@@ -408,6 +412,9 @@ fn run_one(proto: Proto, rep: u32, opts: &Options, env: &[(&'static str, String)
         let ready: Ready = read_json(&mut server_out, "server")?;
         let mut args = common("client");
         args.extend(["--port".to_string(), ready.port.to_string()]);
+        if opts.close_early {
+            args.push("--close-early".into());
+        }
         let (client, mut client_out) = spawn_side(opts.wrap_client.as_deref(), &args, env)?;
         watchdog.watch(&client);
         children.0.push(client);

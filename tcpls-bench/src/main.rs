@@ -44,6 +44,9 @@ enum Command {
         proto: Proto,
         #[arg(long)]
         port: u16,
+        /// TCPLS: close the session right after writing, without waiting for the server's reply.
+        #[arg(long)]
+        close_early: bool,
         #[arg(long, value_parser = compare::parse_size)]
         bytes: u64,
         #[arg(long, default_value_t = 2)]
@@ -80,8 +83,9 @@ fn main() -> ExitCode {
         Command::Server { proto, bytes, worker_threads } => {
             run_on_runtime(worker_threads, child::server(proto, bytes)).and_then(|r| print_report(&r))
         }
-        Command::Client { proto, port, bytes, worker_threads } => {
-            run_on_runtime(worker_threads, child::client(proto, port, bytes)).and_then(|r| print_report(&r))
+        Command::Client { proto, port, bytes, worker_threads, close_early } => {
+            run_on_runtime(worker_threads, child::client(proto, port, bytes, close_early))
+                .and_then(|r| print_report(&r))
         }
     };
     match result {

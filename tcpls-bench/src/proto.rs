@@ -15,6 +15,9 @@ pub enum Proto {
     Tcp,
     /// TLS 1.3 over TCP with tokio-rustls.
     Tls,
+    /// Same, but the receiver's TcpStream is wrapped in a 256 KiB BufReader, so rustls' small
+    /// socket reads (at most one record, ~16 KiB) are served from memory. Not run by default.
+    TlsBufread,
     /// One TCPLS stream, receiver consumes in place with `read_chunk_with`.
     Tcpls,
     /// One TCPLS stream, receiver uses `AsyncRead` into a 256 KiB buffer.
@@ -32,6 +35,7 @@ impl Proto {
         match self {
             Proto::Tcp => "tcp",
             Proto::Tls => "tls",
+            Proto::TlsBufread => "tls-bufread",
             Proto::Tcpls => "tcpls",
             Proto::TcplsRead => "tcpls-read",
             Proto::Tcpls64 => "tcpls-64",
@@ -49,6 +53,7 @@ impl Proto {
         match self {
             Proto::Tcp => "tokio TcpStream, 256 KiB writes, 256 KiB read buffer",
             Proto::Tls => "tokio-rustls, TLS 1.3 AES-128-GCM, 16 KiB records, 256 KiB writes/reads",
+            Proto::TlsBufread => "as tls, receiver's socket behind a 256 KiB tokio BufReader",
             Proto::Tcpls => "TCPLS, 1 stream, 256 KiB write_all, receiver read_chunk_with (no copy)",
             Proto::TcplsRead => "TCPLS, 1 stream, 256 KiB write_all, receiver AsyncRead into 256 KiB",
             Proto::Tcpls64 => "TCPLS, 64 streams share the bytes, receivers read_chunk_with",

@@ -15,6 +15,7 @@ pub enum AlertCode {
     RecordOverflow = 22,
     HandshakeFailure = 40,
     IllegalParameter = 47,
+    AccessDenied = 49,
     DecodeError = 50,
     InternalError = 80,
     NoApplicationProtocol = 120,
@@ -30,6 +31,7 @@ impl AlertCode {
             22 => Self::RecordOverflow,
             40 => Self::HandshakeFailure,
             47 => Self::IllegalParameter,
+            49 => Self::AccessDenied,
             50 => Self::DecodeError,
             80 => Self::InternalError,
             120 => Self::NoApplicationProtocol,
@@ -82,6 +84,8 @@ pub enum Error {
     ConnectionLost(String),
     /// The session was closed by the application; the operation is no longer possible.
     SessionClosed,
+    /// No unused join token is left (the server's limit on this session's connections).
+    NoToken,
 }
 
 impl fmt::Display for Error {
@@ -95,6 +99,7 @@ impl fmt::Display for Error {
             Error::Tls(e) => write!(f, "TLS handshake failed: {e}"),
             Error::ConnectionLost(why) => write!(f, "connection lost: {why}"),
             Error::SessionClosed => f.write_str("session closed"),
+            Error::NoToken => f.write_str("no join token left: the server allows no more connections for now"),
         }
     }
 }

@@ -26,6 +26,26 @@ pub enum Event {
     TokensReceived {
         total: usize,
     },
+    /// Server: a join token was issued; the IO layer indexes it to route joining connections.
+    TokenIssued {
+        sequence: u32,
+        token: [u8; 32],
+    },
+    /// Server: a token was used by a join and is no longer valid.
+    TokenUsed {
+        sequence: u32,
+    },
+    /// Server: the accepted connection asked to join another session (see `Session::accepted`).
+    JoinRequested,
+    /// An additional connection completed its handshake (client) or was joined (server).
+    ConnectionEstablished {
+        conn: ConnId,
+    },
+    /// A stream's steering changed.
+    StreamSteered {
+        stream: StreamId,
+        conn: Option<ConnId>,
+    },
     /// The peer announced another address of its own.
     PeerAddressAdded {
         address_id: u8,

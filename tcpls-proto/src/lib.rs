@@ -17,5 +17,8 @@ pub mod tls;
 pub use config::{system_random, RandomSource, SessionConfig};
 pub use error::{AlertCode, Error, StreamError, TransportError};
 pub use event::{ConnId, Event, StreamId};
-pub use session::{tcpls_client_config, tcpls_server_config, ConnStats, Session, SessionStats, Side};
+pub use session::sched::{FnScheduler, LowestRtt, PathView, RoundRobin, Scheduler, Weighted};
+pub use session::{
+    tcpls_client_config, tcpls_server_config, Accepted, ConnStats, JoiningConnection, Session, SessionStats, Side,
+};
 pub use tls::{crypto_provider, HandshakeInfo, ALPN_TCPLS};

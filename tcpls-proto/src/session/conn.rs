@@ -63,12 +63,32 @@ pub(crate) struct Connection {
     pub(crate) error: Option<Error>,
     /// Records decrypted on this connection (for ACK frames; the next expected sequence).
     pub(crate) records_opened: u64,
+    /// TCPLS records (content type 23) received: the first one may carry a Join.
+    pub(crate) app_records: u64,
+    /// Client side of a joining connection: the token its first record must carry.
+    pub(crate) join_token: Option<[u8; 32]>,
+    /// The handshake completed (reported once).
+    pub(crate) established: bool,
+    /// Stop processing received records until the session decides (a Join waits for its
+    /// target session).
+    pub(crate) paused: bool,
+    /// Path information from the IO layer, for the scheduler.
+    pub(crate) rtt_us: Option<u32>,
+    pub(crate) cwnd: Option<u32>,
+}
+
+/// What the session wants after a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flow {
+    Continue,
+    /// Leave the following records in the buffer (the connection is about to change session).
+    Pause,
 }
 
 /// A decrypted record handed to the session.
 pub(crate) enum Inbound<'a> {
-    /// TCPLS frames (inner content type 23).
-    Frames(&'a [u8]),
+    /// TCPLS frames (inner content type 23); `first` for the connection's first such record.
+    Frames { plaintext: &'a [u8], first: bool },
     /// Application bytes of a plain-TLS (fallback) connection.
     PlainData(&'a [u8]),
 }
@@ -90,6 +110,12 @@ impl Connection {
             reported: false,
             error: None,
             records_opened: 0,
+            app_records: 0,
+            join_token: None,
+            established: false,
+            paused: false,
+            rtt_us: None,
+            cwnd: None,
         }
     }
 
@@ -147,11 +173,14 @@ impl Connection {
     /// fallback stream is full.
     pub(crate) fn read_records(
         &mut self,
-        deliver: &mut dyn FnMut(ConnId, u64, Inbound<'_>) -> Result<(), TransportError>,
+        deliver: &mut dyn FnMut(ConnId, u64, Inbound<'_>) -> Result<Flow, TransportError>,
     ) -> Result<(), Error> {
         let id = self.id;
         match &mut self.state {
             ConnState::Tcpls(layer) => loop {
+                if self.paused {
+                    return Ok(());
+                }
                 let Some(span) = next_record(self.rx.data())? else {
                     return Ok(());
                 };
@@ -165,7 +194,13 @@ impl Connection {
                 self.stats.records_received += 1;
                 let content = &record[range];
                 match content_type {
-                    CT_APPLICATION_DATA => deliver(id, seq, Inbound::Frames(content))?,
+                    CT_APPLICATION_DATA => {
+                        let first = self.app_records == 0;
+                        self.app_records += 1;
+                        if deliver(id, seq, Inbound::Frames { plaintext: content, first })? == Flow::Pause {
+                            self.paused = true;
+                        }
+                    }
                     CT_ALERT => {
                         let (level, desc) = match content {
                             [level, desc] => (*level, *desc),
@@ -194,6 +229,9 @@ impl Connection {
                         }
                     }
                 })?;
+                if failure.is_none() && self.app_records == 0 {
+                    self.app_records = 1;
+                }
                 if let Some(e) = failure {
                     return Err(e.into());
                 }

@@ -11,6 +11,8 @@ use crate::frame::{Frame, FrameError, FrameReader};
 use crate::stream::RecvError;
 use crate::tls::HandshakeInfo;
 
+use super::conn::Flow;
+use super::multipath::{JoinRequest, JOIN_FRAME_LEN};
 use super::{Core, Inbound, Side};
 
 /// Most join tokens or peer addresses we keep; more are ignored (a peer cannot grow our memory).
@@ -37,16 +39,55 @@ fn recv_error(id: StreamId, e: RecvError) -> TransportError {
 }
 
 impl Core {
-    pub(crate) fn on_inbound(&mut self, conn: ConnId, seq: u64, inbound: Inbound<'_>) -> Result<(), TransportError> {
+    pub(crate) fn on_inbound(&mut self, conn: ConnId, seq: u64, inbound: Inbound<'_>) -> Result<Flow, TransportError> {
         match inbound {
-            Inbound::PlainData(data) => self.on_plain_data(data),
-            Inbound::Frames(plaintext) => {
-                for frame in FrameReader::new(plaintext) {
-                    self.on_frame(conn, seq, frame.map_err(frame_error)?)?;
-                }
-                Ok(())
+            Inbound::PlainData(data) => self.on_plain_data(data).map(|()| Flow::Continue),
+            Inbound::Frames { plaintext, first } if first && self.side == Side::Server => {
+                self.on_first_record(conn, seq, plaintext)
+            }
+            Inbound::Frames { plaintext, .. } => {
+                self.on_frames(conn, seq, plaintext)?;
+                Ok(Flow::Continue)
             }
         }
+    }
+
+    pub(crate) fn on_frames(&mut self, conn: ConnId, seq: u64, plaintext: &[u8]) -> Result<(), TransportError> {
+        for frame in FrameReader::new(plaintext) {
+            self.on_frame(conn, seq, frame.map_err(frame_error)?)?;
+        }
+        Ok(())
+    }
+
+    /// The client's first record on a connection tells the server what the connection is
+    /// (PROTOCOL.md §3): a Join first means it belongs to another session; anything else makes
+    /// it the initial connection of a new session, which now gets its join tokens.
+    fn on_first_record(&mut self, conn: ConnId, seq: u64, plaintext: &[u8]) -> Result<Flow, TransportError> {
+        let mut reader = FrameReader::new(plaintext);
+        let mut front = None;
+        // Frames are read back to front; the Join, if any, is the last one read.
+        while let Some(frame) = reader.next() {
+            let frame = frame.map_err(frame_error)?;
+            if reader.remaining() == 0 {
+                front = Some(frame);
+            }
+        }
+        if let Some(Frame::Join { token }) = front {
+            if conn != 0 || self.initial_seen {
+                return Err(TransportError::unexpected("Join on a connection of an established session"));
+            }
+            // Frames after the Join belong to the session the token names: keep them for it.
+            let rest = plaintext.get(JOIN_FRAME_LEN..).unwrap_or_default().to_vec();
+            self.join_request = Some(JoinRequest { token, seq, rest });
+            self.events.push_back(Event::JoinRequested);
+            return Ok(Flow::Pause);
+        }
+        if conn == 0 && !self.initial_seen {
+            self.initial_seen = true;
+            self.issue_initial_frames(conn);
+        }
+        self.on_frames(conn, seq, plaintext)?;
+        Ok(Flow::Continue)
     }
 
     fn on_frame(&mut self, conn: ConnId, seq: u64, frame: Frame<'_>) -> Result<(), TransportError> {
@@ -255,17 +296,18 @@ impl Core {
             }
             return;
         }
-        if self.side == Side::Server && conn == 0 {
-            for sequence in 1..=self.config.tokens {
-                let mut token = [0u8; 32];
-                (self.config.random)(&mut token);
-                self.tokens.push((sequence, token));
-                self.control.push(&Frame::NewToken { sequence, token }, Some(conn));
-            }
-            for (i, addr) in self.config.advertise.clone().into_iter().enumerate() {
-                let address_id = u8::try_from(i).unwrap_or(u8::MAX);
-                self.control.push(&Frame::NewAddress { address_id, addr }, Some(conn));
-            }
+        let _ = conn;
+    }
+
+    /// The server's first frames on a new session's initial connection: join tokens and the
+    /// other addresses clients may join (PROTOCOL.md §1.5).
+    fn issue_initial_frames(&mut self, conn: ConnId) {
+        for _ in 0..self.config.tokens {
+            self.issue_token(Some(conn));
+        }
+        for (i, addr) in self.config.advertise.clone().into_iter().enumerate() {
+            let address_id = u8::try_from(i).unwrap_or(u8::MAX);
+            self.control.push(&Frame::NewAddress { address_id, addr }, Some(conn));
         }
     }
 

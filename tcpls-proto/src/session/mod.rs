@@ -11,7 +11,9 @@ mod conn;
 mod control;
 mod danger;
 mod frames;
+mod multipath;
 mod packetize;
+pub mod sched;
 mod streams;
 
 use std::collections::{HashMap, VecDeque};
@@ -25,10 +27,11 @@ use rustls::{ClientConfig, ServerConfig};
 pub use conn::ConnStats;
 pub(crate) use conn::{Connection, Inbound};
 pub(crate) use control::ControlQueue;
+pub use multipath::{Accepted, JoiningConnection};
 pub(crate) use streams::Stream;
 
 use crate::config::SessionConfig;
-use crate::error::Error;
+use crate::error::{AlertCode, Error, TransportError};
 use crate::event::{ConnId, Event, StreamId};
 use crate::tls::{Handshake, HandshakeInfo, ALPN_TCPLS};
 
@@ -79,6 +82,16 @@ pub(crate) struct Core {
     pub(crate) peer_close_reported: bool,
     /// Reused buffer for the trailing frames of the record being built.
     pub(crate) scratch: Vec<u8>,
+    /// Client: what new connections handshake with.
+    pub(crate) client_tls: Option<(Arc<ClientConfig>, ServerName<'static>)>,
+    /// Server: the accepted connection's first record was a Join.
+    pub(crate) join_request: Option<multipath::JoinRequest>,
+    /// Server: the client's first record on the initial connection arrived (no Join).
+    pub(crate) initial_seen: bool,
+    /// Server: sequence number (future connection ID) of the next token.
+    pub(crate) next_token_seq: u32,
+    /// Policy for records of unsteered streams.
+    pub(crate) scheduler: Box<dyn sched::Scheduler>,
 }
 
 /// Session-wide counters.
@@ -135,6 +148,7 @@ impl Session {
         settings: SessionConfig,
     ) -> Result<Self, Error> {
         let mut session = Self::new(Side::Client, settings);
+        session.core.client_tls = Some((config.clone(), server_name.clone()));
         session.conns.push(Connection::new(0, Handshake::client(config, server_name)?));
         session.drive_handshakes();
         Ok(session)
@@ -179,6 +193,11 @@ impl Session {
                 fallback_received: 0,
                 peer_close_reported: false,
                 scratch: Vec::with_capacity(crate::record::MAX_PLAINTEXT + 64),
+                client_tls: None,
+                join_request: None,
+                initial_seen: false,
+                next_token_seq: 1,
+                scheduler: Box::new(sched::LowestRtt),
             },
         }
     }
@@ -420,8 +439,20 @@ impl Session {
             match c.drive_handshake() {
                 Ok(None) => {}
                 Ok(Some(info)) => {
+                    c.established = true;
                     if !self.core.established {
                         self.core.on_established(c.id, &info, c.is_tcpls());
+                    } else if !c.is_tcpls() {
+                        // A joining connection must speak TCPLS like the session's first one.
+                        c.fail(
+                            TransportError::new(
+                                AlertCode::NoApplicationProtocol,
+                                "joined connection did not negotiate tcpls/1",
+                            )
+                            .into(),
+                        );
+                    } else {
+                        self.core.events.push_back(Event::ConnectionEstablished { conn: c.id });
                     }
                 }
                 Err(e) => c.fail(e),
@@ -435,14 +466,19 @@ impl Session {
             if c.is_finished() && !c.reported {
                 c.reported = true;
                 let error = c.error.clone();
-                if error.is_some() && self.core.error.is_none() {
-                    self.core.error = error.clone();
-                }
                 self.core.events.push_back(Event::ConnectionClosed { conn: c.id, error });
             }
         }
         if !self.core.closed && self.conns.iter().all(|c| c.is_finished()) {
+            // The session fails only when its last connection goes; before that a lost
+            // connection is an event, and the others carry on.
+            if self.core.error.is_none() {
+                self.core.error = self.conns.iter().find_map(|c| c.error.clone());
+            }
             self.core.on_closed();
+        } else {
+            // A lost connection frees room in the budget: a fresh token lets the client rejoin.
+            self.replenish_tokens(None);
         }
     }
 

@@ -9,10 +9,11 @@ use std::time::Instant;
 
 use crate::error::Error;
 use crate::event::StreamId;
-use crate::frame::{write_stream_trailer, STREAM_FRAME_OVERHEAD};
+use crate::frame::{write_stream_trailer, Frame, STREAM_FRAME_OVERHEAD};
 use crate::record::{CT_APPLICATION_DATA, MAX_PLAINTEXT};
 
 use super::conn::{ConnState, Connection};
+use super::multipath::JOIN_FRAME_LEN;
 use super::{Core, Session};
 
 /// Below this many bytes of room, a record is not worth starting with stream data.
@@ -28,15 +29,20 @@ impl Session {
             return;
         }
         let mut failed = false;
-        for c in &mut self.conns {
-            if !c.is_usable() {
-                continue;
+        if self.core.fallback {
+            for c in &mut self.conns {
+                if c.is_usable() {
+                    if let Err(e) = self.core.fill_fallback(c) {
+                        c.fail(e);
+                        failed = true;
+                    }
+                }
             }
-            let result = if c.is_tcpls() { self.core.fill_tcpls(c) } else { self.core.fill_fallback(c) };
-            if let Err(e) = result {
-                c.fail(e);
-                failed = true;
-            }
+        } else {
+            failed |= self.seal_join_records();
+            failed |= self.fill_streams();
+            failed |= self.fill_control_and_first_records();
+            self.answer_connection_closes();
         }
         // The peer is done (close_notify on every connection) and so are all our streams:
         // answer with our close_notify so the session ends on both sides.
@@ -53,6 +59,129 @@ impl Session {
         }
         if failed || self.core.closing {
             self.after_connection_change();
+        }
+    }
+
+    /// A joining connection's first record starts with its Join frame (PROTOCOL.md §3).
+    fn seal_join_records(&mut self) -> bool {
+        let mut failed = false;
+        for c in &mut self.conns {
+            if !c.is_usable() {
+                continue;
+            }
+            let Some(token) = c.join_token.take() else { continue };
+            let mut plaintext = Vec::with_capacity(JOIN_FRAME_LEN + 1);
+            Frame::Join { token }.encode(&mut plaintext);
+            plaintext.push(CT_APPLICATION_DATA);
+            if let ConnState::Tcpls(layer) = &mut c.state {
+                match layer.tx.seal_scatter(&[], &plaintext, &mut c.tx) {
+                    Ok(_) => c.stats.records_sent += 1,
+                    Err(e) => {
+                        c.fail(e.into());
+                        failed = true;
+                    }
+                }
+            }
+        }
+        failed
+    }
+
+    /// Stream records, round-robin over streams; each goes on its steered connection or where
+    /// the scheduler puts it, as long as some connection has room.
+    fn fill_streams(&mut self) -> bool {
+        let high = self.core.config.transmit_high_water;
+        let mut failed = false;
+        let mut skipped = 0;
+        let mut views = Vec::new();
+        while let Some(id) = self.core.next_ready() {
+            if skipped > self.core.ready.len() {
+                break;
+            }
+            let steer = self.core.streams.get(&id).and_then(|s| s.steer);
+            let steer = steer.filter(|c| self.conn(*c).is_some_and(|c| c.is_usable() && c.join_token.is_none()));
+            let target = match steer {
+                Some(conn) => self.conn(conn).filter(|c| c.tx.len() < high).map(|c| c.id),
+                None => {
+                    views.clear();
+                    views.extend(
+                        self.conns
+                            .iter()
+                            .filter(|c| c.is_usable() && c.join_token.is_none() && c.tx.len() < high)
+                            .map(Session::path_view),
+                    );
+                    if views.is_empty() {
+                        None
+                    } else {
+                        self.core.scheduler.pick(id, &views).filter(|c| views.iter().any(|v| v.conn == *c))
+                    }
+                }
+            };
+            let Some(conn) = target else {
+                // This stream's connection is full: let the others go first.
+                skipped += 1;
+                self.core.ready.rotate_left(1);
+                continue;
+            };
+            skipped = 0;
+            let Some(c) = self.conns.iter_mut().find(|c| c.id == conn) else { break };
+            if let Err(e) = self.core.seal_stream_record(c, id) {
+                c.fail(e);
+                failed = true;
+            }
+        }
+        failed
+    }
+
+    /// Records of control frames alone, and the client's first record on its initial
+    /// connection, which it always sends right after Finished so the server knows the
+    /// connection opens a new session (PROTOCOL.md §1).
+    fn fill_control_and_first_records(&mut self) -> bool {
+        let high = self.core.config.transmit_high_water;
+        let mut failed = false;
+        for c in &mut self.conns {
+            if !c.is_usable() || !c.is_tcpls() || c.join_token.is_some() {
+                continue;
+            }
+            while c.tx.len() < high && self.core.control.has_for(c.id) {
+                match self.core.seal_control_record(c) {
+                    Ok(true) => {}
+                    Ok(false) => break,
+                    Err(e) => {
+                        c.fail(e);
+                        failed = true;
+                        break;
+                    }
+                }
+            }
+            if self.core.side == super::Side::Client && c.stats.records_sent == 0 && c.is_usable() {
+                let padding = [0u8, CT_APPLICATION_DATA];
+                if let ConnState::Tcpls(layer) = &mut c.state {
+                    match layer.tx.seal_scatter(&[], &padding, &mut c.tx) {
+                        Ok(_) => c.stats.records_sent += 1,
+                        Err(e) => {
+                            c.fail(e.into());
+                            failed = true;
+                        }
+                    }
+                }
+            }
+        }
+        failed
+    }
+
+    /// When the peer closes one of several connections, we close it too; its streams carry on
+    /// over the others.
+    fn answer_connection_closes(&mut self) {
+        let others_usable = self.conns.iter().filter(|c| c.is_usable() && !c.close_received).count();
+        if others_usable == 0 {
+            return;
+        }
+        for c in &mut self.conns {
+            if c.close_received && !c.close_sent && !c.dead {
+                if let Err(e) = c.send_close_notify() {
+                    c.fail(e);
+                }
+            }
         }
     }
 
@@ -84,8 +213,8 @@ impl Core {
         self.streams.values().all(|s| s.send_reset || s.send.is_finished())
     }
 
-    /// The next stream with data it may send now, in round-robin order.
-    fn next_ready(&mut self) -> Option<StreamId> {
+    /// The next stream with data it may send now, in round-robin order (it stays at the front).
+    pub(crate) fn next_ready(&mut self) -> Option<StreamId> {
         while let Some(&id) = self.ready.front() {
             match self.streams.get_mut(&id) {
                 Some(s) if s.send.has_pending() && !s.send_reset => return Some(id),
@@ -101,68 +230,66 @@ impl Core {
         None
     }
 
-    fn fill_tcpls(&mut self, c: &mut Connection) -> Result<(), Error> {
-        let record_size = self.config.record_size.clamp(STREAM_FRAME_OVERHEAD + MIN_STREAM_CHUNK + 1, MAX_PLAINTEXT);
+    fn record_size(&self) -> usize {
+        self.config.record_size.clamp(STREAM_FRAME_OVERHEAD + MIN_STREAM_CHUNK + 1, MAX_PLAINTEXT)
+    }
+
+    /// One record of stream `id` (the front of the ready queue) on connection `c`, with the
+    /// control frames that fit after it.
+    fn seal_stream_record(&mut self, c: &mut Connection, id: StreamId) -> Result<(), Error> {
+        let record_size = self.record_size();
         let mut trailer = std::mem::take(&mut self.scratch);
-        let result = self.fill_tcpls_records(c, record_size, &mut trailer);
+        trailer.clear();
+        let budget = record_size - STREAM_FRAME_OVERHEAD - MIN_STREAM_CHUNK;
+        let control_len = self.control.take_into(c.id, budget, &mut trailer);
+        let result = (|| {
+            let ConnState::Tcpls(layer) = &mut c.state else { return Ok(()) };
+            let Some(s) = self.streams.get_mut(&id) else { return Ok(()) };
+            let room = record_size - control_len - STREAM_FRAME_OVERHEAD;
+            let Some((offset, data, fin)) = s.send.next_chunk(room) else { return Ok(()) };
+            let len = data.len();
+            // Stream frame first: its data, then its fields, then the control frames.
+            let mut fields = [0u8; STREAM_FRAME_OVERHEAD];
+            write_stream_trailer(&mut fields, id, offset, len as u16, fin);
+            trailer.splice(0..0, fields);
+            trailer.push(CT_APPLICATION_DATA);
+            layer.tx.seal_scatter(data, &trailer, &mut c.tx)?;
+            s.send.mark_sent(offset, len, fin);
+            c.stats.records_sent += 1;
+            // Round robin: a stream with more to send goes to the back.
+            self.ready.pop_front();
+            if s.send.has_pending() {
+                self.ready.push_back(id);
+            } else {
+                s.queued = false;
+            }
+            self.notify_writable_if_blocked(id);
+            self.maybe_remove(id);
+            c.maybe_update_key(self.config.key_update_records)?;
+            Ok(())
+        })();
         self.scratch = trailer;
         result
     }
 
-    fn fill_tcpls_records(
-        &mut self,
-        c: &mut Connection,
-        record_size: usize,
-        trailer: &mut Vec<u8>,
-    ) -> Result<(), Error> {
-        {
-            while c.tx.len() < self.config.transmit_high_water {
-                let stream = self.next_ready();
-                if stream.is_none() && !self.control.has_for(c.id) {
-                    break;
-                }
-                trailer.clear();
-                let mut budget = record_size;
-                if stream.is_some() {
-                    budget -= STREAM_FRAME_OVERHEAD + MIN_STREAM_CHUNK;
-                }
-                let control_len = self.control.take_into(c.id, budget, trailer);
-                let ConnState::Tcpls(layer) = &mut c.state else { break };
-                match stream.and_then(|id| self.streams.get_mut(&id).map(|s| (id, s))) {
-                    Some((id, s)) => {
-                        let room = record_size - control_len - STREAM_FRAME_OVERHEAD;
-                        let Some((offset, data, fin)) = s.send.next_chunk(room) else { break };
-                        let len = data.len();
-                        // Stream frame first: its data, then its fields, then the control frames.
-                        let mut fields = [0u8; STREAM_FRAME_OVERHEAD];
-                        write_stream_trailer(&mut fields, id, offset, len as u16, fin);
-                        trailer.splice(0..0, fields);
-                        trailer.push(CT_APPLICATION_DATA);
-                        layer.tx.seal_scatter(data, trailer, &mut c.tx)?;
-                        s.send.mark_sent(offset, len, fin);
-                        // Round robin: a stream with more to send goes to the back.
-                        self.ready.pop_front();
-                        if s.send.has_pending() {
-                            self.ready.push_back(id);
-                        } else {
-                            s.queued = false;
-                        }
-                        self.notify_writable_if_blocked(id);
-                        self.maybe_remove(id);
-                    }
-                    None => {
-                        if control_len == 0 {
-                            break;
-                        }
-                        trailer.push(CT_APPLICATION_DATA);
-                        layer.tx.seal_scatter(&[], trailer, &mut c.tx)?;
-                    }
-                }
-                c.stats.records_sent += 1;
-                c.maybe_update_key(self.config.key_update_records)?;
+    /// A record of control frames only. Returns false when nothing fitted.
+    fn seal_control_record(&mut self, c: &mut Connection) -> Result<bool, Error> {
+        let record_size = self.record_size();
+        let mut trailer = std::mem::take(&mut self.scratch);
+        trailer.clear();
+        let result = (|| {
+            if self.control.take_into(c.id, record_size, &mut trailer) == 0 {
+                return Ok(false);
             }
-            Ok(())
-        }
+            trailer.push(CT_APPLICATION_DATA);
+            let ConnState::Tcpls(layer) = &mut c.state else { return Ok(false) };
+            layer.tx.seal_scatter(&[], &trailer, &mut c.tx)?;
+            c.stats.records_sent += 1;
+            c.maybe_update_key(self.config.key_update_records)?;
+            Ok(true)
+        })();
+        self.scratch = trailer;
+        result
     }
 
     /// A fallback session sends stream 0's bytes as plain TLS application data.

@@ -29,6 +29,8 @@ pub(crate) struct Stream {
     /// The application found the send buffer full.
     pub(crate) write_blocked: bool,
     pub(crate) peer_initiated: bool,
+    /// The connection this stream's records go on (stream steering); None: any.
+    pub(crate) steer: Option<crate::event::ConnId>,
 }
 
 impl Stream {
@@ -47,6 +49,7 @@ impl Stream {
             read_notified: false,
             write_blocked: false,
             peer_initiated,
+            steer: None,
         }
     }
 

@@ -1,0 +1,319 @@
+//! The userspace link emulator: one [`LinkDirection`] per path and direction.
+//!
+//! A reader thread takes IP packets from a TUN device, applies blackhole/down, random loss and
+//! the bottleneck model (drop-tail queue of `queue_packets` in front of a serialiser running at
+//! `rate`), and schedules each packet for `tx_end + delay`. A writer thread writes packets back
+//! into the same TUN device at their due time; the kernel then forwards them on.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::sys;
+
+/// Parameters of one direction of a link. All can be changed at runtime.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LinkParams {
+    /// One-way propagation delay added to every packet.
+    pub delay: Duration,
+    /// Bottleneck rate in bit/s counted on IP packet bytes (0 = unlimited).
+    pub rate_bps: u64,
+    /// Drop-tail queue limit: packets waiting for or in serialisation (0 = unlimited).
+    pub queue_packets: usize,
+    /// Independent random loss probability in [0, 1].
+    pub loss: f64,
+    /// Drop everything (also packets already in flight) while set.
+    pub blackhole: bool,
+    /// Link is up. While down everything is dropped, like a blackhole.
+    pub up: bool,
+}
+
+impl Default for LinkParams {
+    fn default() -> Self {
+        LinkParams { delay: Duration::ZERO, rate_bps: 0, queue_packets: 1000, loss: 0.0, blackhole: false, up: true }
+    }
+}
+
+/// Packet and byte counters of one direction.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LinkStats {
+    /// Packets/bytes read from the TUN device (offered to the link).
+    pub rx_packets: u64,
+    pub rx_bytes: u64,
+    /// Packets/bytes delivered (written back to the kernel).
+    pub tx_packets: u64,
+    pub tx_bytes: u64,
+    /// Dropped because the queue was full.
+    pub drop_queue: u64,
+    /// Dropped by random loss.
+    pub drop_loss: u64,
+    /// Dropped because of blackhole or link down.
+    pub drop_blackhole: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    rx_packets: AtomicU64,
+    rx_bytes: AtomicU64,
+    tx_packets: AtomicU64,
+    tx_bytes: AtomicU64,
+    drop_queue: AtomicU64,
+    drop_loss: AtomicU64,
+    drop_blackhole: AtomicU64,
+}
+
+struct Pending {
+    due: Instant,
+    data: Vec<u8>,
+}
+
+struct Queue {
+    /// Packets in flight, in delivery order (due times are non-decreasing).
+    pending: VecDeque<Pending>,
+    /// Serialisation end times of packets still in the bottleneck queue.
+    backlog: VecDeque<Instant>,
+    /// When the serialiser becomes free.
+    tx_free: Instant,
+    /// Due time of the last scheduled packet (to never reorder when the delay shrinks).
+    last_due: Instant,
+}
+
+struct Shared {
+    params: Mutex<LinkParams>,
+    queue: Mutex<Queue>,
+    cv: Condvar,
+    stop: AtomicBool,
+    counters: Counters,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Hard cap on packets in flight (protects memory when rate is unlimited).
+const MAX_IN_FLIGHT: usize = 200_000;
+
+/// One running direction of the emulator (owns its threads; stops them on drop).
+pub struct LinkDirection {
+    shared: Arc<Shared>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl LinkDirection {
+    /// Start emulating on `tun` (a TUN device opened in `IFF_NO_PI` mode).
+    pub fn start(tun: File, params: LinkParams, name: &str) -> std::io::Result<LinkDirection> {
+        let now = Instant::now();
+        let shared = Arc::new(Shared {
+            params: Mutex::new(params),
+            queue: Mutex::new(Queue { pending: VecDeque::new(), backlog: VecDeque::new(), tx_free: now, last_due: now }),
+            cv: Condvar::new(),
+            stop: AtomicBool::new(false),
+            counters: Counters::default(),
+        });
+        let tun = Arc::new(tun);
+        let (s1, t1) = (shared.clone(), tun.clone());
+        let reader = std::thread::Builder::new().name(format!("netem-rd-{name}")).spawn(move || reader_loop(&s1, &t1))?;
+        let (s2, t2) = (shared.clone(), tun);
+        let writer = match std::thread::Builder::new().name(format!("netem-wr-{name}")).spawn(move || writer_loop(&s2, &t2)) {
+            Ok(w) => w,
+            Err(e) => {
+                shared.stop.store(true, Ordering::SeqCst);
+                let _ = reader.join();
+                return Err(e);
+            }
+        };
+        Ok(LinkDirection { shared, threads: vec![reader, writer] })
+    }
+
+    /// Current parameters.
+    pub fn params(&self) -> LinkParams {
+        *lock(&self.shared.params)
+    }
+
+    /// Change parameters with a closure.
+    pub fn update(&self, f: impl FnOnce(&mut LinkParams)) {
+        let mut p = lock(&self.shared.params);
+        f(&mut p);
+        drop(p);
+        self.shared.cv.notify_all();
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> LinkStats {
+        let c = &self.shared.counters;
+        LinkStats {
+            rx_packets: c.rx_packets.load(Ordering::Relaxed),
+            rx_bytes: c.rx_bytes.load(Ordering::Relaxed),
+            tx_packets: c.tx_packets.load(Ordering::Relaxed),
+            tx_bytes: c.tx_bytes.load(Ordering::Relaxed),
+            drop_queue: c.drop_queue.load(Ordering::Relaxed),
+            drop_loss: c.drop_loss.load(Ordering::Relaxed),
+            drop_blackhole: c.drop_blackhole.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Stop the threads (also done on drop).
+    pub fn stop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.cv.notify_all();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for LinkDirection {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// xorshift64* — good enough for loss decisions, no dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn new() -> Rng {
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1);
+        Rng((t ^ (u64::from(std::process::id()) << 32)) | 1)
+    }
+    fn next_f64(&mut self) -> f64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let v = self.0.wrapping_mul(0x2545_F491_4F6C_DD1D);
+        (v >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+fn serialisation_time(bytes: usize, rate_bps: u64) -> Duration {
+    if rate_bps == 0 {
+        return Duration::ZERO;
+    }
+    Duration::from_nanos(((bytes as u128 * 8 * 1_000_000_000) / rate_bps as u128) as u64)
+}
+
+fn reader_loop(shared: &Shared, tun: &File) {
+    sys::set_timer_slack_ns(1_000);
+    let mut rng = Rng::new();
+    let mut buf = vec![0u8; 65536];
+    let c = &shared.counters;
+    while !shared.stop.load(Ordering::Relaxed) {
+        match sys::poll_readable(tun.as_raw_fd(), Duration::from_millis(100)) {
+            Ok(true) => {}
+            Ok(false) => continue,
+            Err(_) => {
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            }
+        }
+        let n = match (&*tun).read(&mut buf) {
+            Ok(0) => continue,
+            Ok(n) => n,
+            Err(_) => continue,
+        };
+        let now = Instant::now();
+        c.rx_packets.fetch_add(1, Ordering::Relaxed);
+        c.rx_bytes.fetch_add(n as u64, Ordering::Relaxed);
+        let p = *lock(&shared.params);
+        if p.blackhole || !p.up {
+            c.drop_blackhole.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        if p.loss > 0.0 && rng.next_f64() < p.loss {
+            c.drop_loss.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        let mut q = lock(&shared.queue);
+        while q.backlog.front().is_some_and(|&end| end <= now) {
+            q.backlog.pop_front();
+        }
+        if (p.queue_packets > 0 && q.backlog.len() >= p.queue_packets) || q.pending.len() >= MAX_IN_FLIGHT {
+            c.drop_queue.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        let tx_start = q.tx_free.max(now);
+        let tx_end = tx_start + serialisation_time(n, p.rate_bps);
+        q.tx_free = tx_end;
+        if p.rate_bps > 0 {
+            q.backlog.push_back(tx_end);
+        }
+        let due = (tx_end + p.delay).max(q.last_due);
+        q.last_due = due;
+        let was_empty = q.pending.is_empty();
+        q.pending.push_back(Pending { due, data: buf[..n].to_vec() });
+        drop(q);
+        if was_empty {
+            shared.cv.notify_one();
+        }
+    }
+}
+
+fn writer_loop(shared: &Shared, tun: &File) {
+    sys::set_timer_slack_ns(1_000);
+    let c = &shared.counters;
+    let mut batch: Vec<Pending> = Vec::new();
+    loop {
+        {
+            let mut q = lock(&shared.queue);
+            loop {
+                if shared.stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                let now = Instant::now();
+                match q.pending.front() {
+                    None => q = shared.cv.wait_timeout(q, Duration::from_millis(100)).unwrap_or_else(|e| e.into_inner()).0,
+                    Some(p) if p.due <= now => break,
+                    Some(p) => {
+                        let wait = p.due - now;
+                        q = shared.cv.wait_timeout(q, wait).unwrap_or_else(|e| e.into_inner()).0;
+                    }
+                }
+            }
+            let now = Instant::now();
+            while q.pending.front().is_some_and(|p| p.due <= now) {
+                if let Some(p) = q.pending.pop_front() {
+                    batch.push(p);
+                }
+            }
+        }
+        let p = *lock(&shared.params);
+        for pkt in batch.drain(..) {
+            if p.blackhole || !p.up {
+                c.drop_blackhole.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            if (&*tun).write(&pkt.data).is_ok() {
+                c.tx_packets.fetch_add(1, Ordering::Relaxed);
+                c.tx_bytes.fetch_add(pkt.data.len() as u64, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serialisation() {
+        assert_eq!(serialisation_time(1500, 12_000_000), Duration::from_millis(1));
+        assert_eq!(serialisation_time(1500, 0), Duration::ZERO);
+    }
+
+    #[test]
+    fn rng_in_range() {
+        let mut r = Rng::new();
+        let mut sum = 0.0;
+        for _ in 0..10_000 {
+            let v = r.next_f64();
+            assert!((0.0..1.0).contains(&v));
+            sum += v;
+        }
+        assert!((sum / 10_000.0 - 0.5).abs() < 0.05);
+    }
+}

@@ -1,0 +1,249 @@
+//! Several TCP connections in one session: join tokens, attaching joined connections, stream
+//! steering, migration and closing single connections (PROTOCOL.md §3-4).
+
+use std::time::Instant;
+
+use crate::error::{AlertCode, Error, TransportError};
+use crate::event::{ConnId, Event, StreamId};
+use crate::frame::{Frame, TOKEN_LEN};
+use crate::tls::Handshake;
+
+use super::sched::{PathView, Scheduler};
+use super::{Connection, Core, Session, Side};
+
+/// Wire length of a Join frame: the token and the type byte.
+pub(crate) const JOIN_FRAME_LEN: usize = TOKEN_LEN + 1;
+
+/// A connection whose first record asked to join a session by token.
+#[derive(Debug)]
+pub(crate) struct JoinRequest {
+    pub(crate) token: [u8; 32],
+    /// Sequence number of that first record (for ACKs on the joined connection).
+    pub(crate) seq: u64,
+    /// The frames that followed the Join in that record: the target session processes them.
+    pub(crate) rest: Vec<u8>,
+}
+
+/// A connection detached from the session that accepted it, on its way to the session its
+/// join token names (see [`Session::take_joining_connection`]).
+pub struct JoiningConnection {
+    conn: Connection,
+    request: JoinRequest,
+}
+
+impl std::fmt::Debug for JoiningConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JoiningConnection").finish_non_exhaustive()
+    }
+}
+
+impl JoiningConnection {
+    /// The token the client presented: look up the session it belongs to with this.
+    pub fn token(&self) -> &[u8; 32] {
+        &self.request.token
+    }
+}
+
+/// What a server-side session that just accepted a TCP connection turned out to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accepted {
+    /// Still handshaking, or waiting for the client's first record.
+    Pending,
+    /// A new session (TCPLS or plain TLS fallback).
+    NewSession,
+    /// A connection that wants to join another session: take it out with
+    /// [`Session::take_joining_connection`].
+    Join,
+    /// The handshake failed.
+    Failed,
+}
+
+/// Constant-time equality, so the time a token check takes does not depend on how many of its
+/// bytes a guess got right.
+fn tokens_equal(a: &[u8; 32], b: &[u8; 32]) -> bool {
+    aws_lc_rs::constant_time::verify_slices_are_equal(a, b).is_ok()
+}
+
+impl Core {
+    /// Issues one fresh join token, sent on `conn` or any connection.
+    pub(crate) fn issue_token(&mut self, conn: Option<ConnId>) {
+        let sequence = self.next_token_seq;
+        self.next_token_seq = self.next_token_seq.wrapping_add(1).max(1);
+        let mut token = [0u8; 32];
+        (self.config.random)(&mut token);
+        self.tokens.push((sequence, token));
+        self.control.push(&Frame::NewToken { sequence, token }, conn);
+        self.events.push_back(Event::TokenIssued { sequence, token });
+    }
+}
+
+impl Session {
+    /// Server: what the connection accepted by this session turned out to be.
+    pub fn accepted(&self) -> Accepted {
+        if self.core.join_request.is_some() {
+            return Accepted::Join;
+        }
+        if self.core.error.is_some() || self.core.closed {
+            return Accepted::Failed;
+        }
+        if self.core.established && (self.core.fallback || self.core.initial_seen) {
+            return Accepted::NewSession;
+        }
+        Accepted::Pending
+    }
+
+    /// Server: detaches the connection that asked to join, with its keys and buffered bytes.
+    /// This session is left empty and can be dropped.
+    pub fn take_joining_connection(&mut self) -> Option<JoiningConnection> {
+        let request = self.core.join_request.take()?;
+        let idx = self.conns.iter().position(|c| c.id == 0)?;
+        let mut conn = self.conns.remove(idx);
+        conn.paused = false;
+        self.core.closed = true;
+        Some(JoiningConnection { conn, request })
+    }
+
+    /// Server: refuses a join whose token names no live session: access_denied, then close.
+    pub fn refuse_join(joining: JoiningConnection) -> Vec<u8> {
+        let mut conn = joining.conn;
+        conn.fail(TransportError::new(AlertCode::AccessDenied, "unknown, used or expired join token").into());
+        conn.tx.data().to_vec()
+    }
+
+    /// Server: binds a joining connection to this session if its token is one we issued and has
+    /// not been used. The connection gets the token's sequence number as its ID, the token is
+    /// forgotten, and a fresh one replaces it while the session is under its connection budget.
+    /// On failure the connection is handed back with a fatal alert queued (write
+    /// [`JoiningConnection`]'s bytes with [`Session::refuse_join`]).
+    pub fn attach_joining_connection(
+        &mut self,
+        joining: JoiningConnection,
+        now: Instant,
+    ) -> Result<ConnId, JoiningConnection> {
+        let found = self.core.tokens.iter().position(|(_, t)| tokens_equal(t, &joining.request.token));
+        let usable = self.core.side == Side::Server && self.core.established && !self.core.closing && !self.core.closed;
+        let Some(idx) = found.filter(|_| usable) else {
+            return Err(joining);
+        };
+        let (sequence, _) = self.core.tokens.remove(idx);
+        self.core.events.push_back(Event::TokenUsed { sequence });
+        let JoiningConnection { mut conn, request } = joining;
+        conn.id = sequence;
+        conn.established = true;
+        self.conns.push(conn);
+        self.core.set_now(now);
+        self.core.events.push_back(Event::ConnectionEstablished { conn: sequence });
+        let result = self.core.on_frames(sequence, request.seq, &request.rest);
+        if let Err(e) = result {
+            self.fail_conn(sequence, e.into());
+        } else {
+            self.replenish_tokens(Some(sequence));
+            self.process(sequence, now);
+        }
+        Ok(sequence)
+    }
+
+    /// Keeps live connections plus unused tokens within the budget of `1 + tokens`.
+    pub(crate) fn replenish_tokens(&mut self, on: Option<ConnId>) {
+        if self.core.side != Side::Server || !self.core.initial_seen || self.core.closing || self.core.closed {
+            return;
+        }
+        let live = self.conns.iter().filter(|c| !c.is_finished()).count();
+        let budget = 1 + self.core.config.tokens as usize;
+        while live + self.core.tokens.len() < budget {
+            self.core.issue_token(on);
+        }
+    }
+
+    pub(crate) fn fail_conn(&mut self, conn: ConnId, error: Error) {
+        if let Some(c) = self.conn_mut(conn) {
+            c.fail(error);
+        }
+        self.after_connection_change();
+    }
+
+    /// Client: starts a new TCP connection's handshake, to be joined with the next unused token.
+    /// Connect a socket to one of the server's addresses and feed it as connection `id`.
+    pub fn add_connection(&mut self) -> Result<ConnId, Error> {
+        if self.core.side != Side::Client || self.core.fallback || !self.core.established {
+            return Err(TransportError::internal("only an established TCPLS client session can add connections").into());
+        }
+        let Some((config, name)) = self.core.client_tls.clone() else {
+            return Err(TransportError::internal("no client configuration").into());
+        };
+        if self.core.tokens.is_empty() {
+            return Err(Error::NoToken);
+        }
+        let (sequence, token) = self.core.tokens.remove(0);
+        let mut conn = Connection::new(sequence, Handshake::client(config, name)?);
+        conn.join_token = Some(token);
+        self.conns.push(conn);
+        self.drive_handshakes();
+        Ok(sequence)
+    }
+
+    /// Sends a stream's data on `conn` from now on (stream steering); `None` lets the scheduler
+    /// spread it over all connections.
+    pub fn steer_stream(&mut self, stream: StreamId, conn: Option<ConnId>) -> Result<(), crate::StreamError> {
+        let s = self.core.streams.get_mut(&stream).ok_or(crate::StreamError::UnknownStream(stream))?;
+        s.steer = conn;
+        self.core.events.push_back(Event::StreamSteered { stream, conn });
+        Ok(())
+    }
+
+    /// The connection a stream is steered to.
+    pub fn stream_steering(&self, stream: StreamId) -> Option<ConnId> {
+        self.core.streams.get(&stream).and_then(|s| s.steer)
+    }
+
+    /// Asks the peer to send `stream` on `conn` (Stream Steer frame, receiver-driven steering).
+    pub fn request_steer(&mut self, stream: StreamId, conn: ConnId) {
+        self.core.control.push(&Frame::StreamSteer { stream_id: stream, connection_id: conn }, None);
+    }
+
+    /// Application-level migration: every stream steered to `from` is steered to `to` (unsteered
+    /// streams simply stop using `from`), and `from` is closed gracefully: the records already sealed on it still
+    /// go out, then close_notify. Nothing is lost; the receiver reorders by offset.
+    pub fn migrate(&mut self, from: ConnId, to: ConnId) -> Result<(), Error> {
+        if !self.conn(to).is_some_and(Connection::is_usable) {
+            return Err(TransportError::internal(format!("connection {to} cannot carry data")).into());
+        }
+        let moved: Vec<StreamId> =
+            self.core.streams.iter().filter(|(_, s)| s.steer == Some(from)).map(|(id, _)| *id).collect();
+        for id in moved {
+            let _ = self.steer_stream(id, Some(to));
+        }
+        self.close_connection(from)
+    }
+
+    /// Closes one connection gracefully (close_notify after what is already sealed on it).
+    /// Streams steered to it move to the other connections.
+    pub fn close_connection(&mut self, conn: ConnId) -> Result<(), Error> {
+        let c = self.conn_mut(conn).ok_or_else(|| Error::ConnectionLost(format!("no connection {conn}")))?;
+        c.send_close_notify()?;
+        self.after_connection_change();
+        Ok(())
+    }
+
+    /// Replaces the policy for unsteered streams (default: [`super::sched::LowestRtt`]).
+    pub fn set_scheduler(&mut self, scheduler: Box<dyn Scheduler>) {
+        self.core.scheduler = scheduler;
+    }
+
+    /// Tells the scheduler a connection's RTT and congestion window (from TCP_INFO).
+    pub fn set_path_info(&mut self, conn: ConnId, rtt_us: Option<u32>, cwnd: Option<u32>) {
+        if let Some(c) = self.conn_mut(conn) {
+            c.rtt_us = rtt_us;
+            c.cwnd = cwnd;
+        }
+    }
+
+    /// The connection can carry new records (handshake done, not closing, not failed).
+    pub fn is_connection_usable(&self, conn: ConnId) -> bool {
+        self.conn(conn).is_some_and(Connection::is_usable)
+    }
+
+    pub(crate) fn path_view(c: &Connection) -> PathView {
+        PathView { conn: c.id, rtt_us: c.rtt_us, cwnd: c.cwnd, queued: c.tx.len(), bytes_sent: c.stats.bytes_sent }
+    }
+}
