@@ -51,4 +51,18 @@ impl Session {
     pub fn danger_control_queue_entries(&self) -> usize {
         self.core.control.entries()
     }
+
+    /// **Dangerous, for tests only.** Starts a joining connection that presents `token`, used
+    /// or not, under connection ID `id` (to replay or forge tokens against a server).
+    #[doc(hidden)]
+    pub fn danger_add_connection_with_token(&mut self, id: ConnId, token: [u8; 32]) -> Result<ConnId, Error> {
+        let Some((config, name)) = self.core.client_tls.clone() else {
+            return Err(TransportError::internal("not a client session").into());
+        };
+        let mut conn = super::Connection::new(id, crate::tls::Handshake::client(config, name)?);
+        conn.join_token = Some(token);
+        self.conns.push(conn);
+        self.drive_handshakes();
+        Ok(id)
+    }
 }

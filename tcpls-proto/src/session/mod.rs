@@ -434,7 +434,7 @@ impl Session {
         }
     }
 
-    fn drive_handshakes(&mut self) {
+    pub(crate) fn drive_handshakes(&mut self) {
         for c in &mut self.conns {
             match c.drive_handshake() {
                 Ok(None) => {}

@@ -111,8 +111,9 @@ impl Session {
     }
 
     /// Server: binds a joining connection to this session if its token is one we issued and has
-    /// not been used. The connection gets the token's sequence number as its ID, the token is
-    /// forgotten, and a fresh one replaces it while the session is under its connection budget.
+    /// not been used, and the session has fewer than `1 + tokens` connections. The connection
+    /// gets the token's sequence number as its ID, the token is forgotten (even when the join is
+    /// refused for the budget), and a fresh one replaces it while there is room.
     /// On failure the connection is handed back with a fatal alert queued (write
     /// [`JoiningConnection`]'s bytes with [`Session::refuse_join`]).
     pub fn attach_joining_connection(
@@ -127,6 +128,11 @@ impl Session {
         };
         let (sequence, _) = self.core.tokens.remove(idx);
         self.core.events.push_back(Event::TokenUsed { sequence });
+        if self.live_connections() >= self.max_connections() {
+            // Over the budget: the token is spent all the same, so a flood of joins stops when
+            // the tokens run out.
+            return Err(joining);
+        }
         let JoiningConnection { mut conn, request } = joining;
         conn.id = sequence;
         conn.established = true;
@@ -143,14 +149,24 @@ impl Session {
         Ok(sequence)
     }
 
-    /// Keeps live connections plus unused tokens within the budget of `1 + tokens`.
+    /// Connections this session may have at once: the initial one plus one per token.
+    fn max_connections(&self) -> usize {
+        1 + self.core.config.tokens as usize
+    }
+
+    fn live_connections(&self) -> usize {
+        self.conns.iter().filter(|c| !c.is_finished()).count()
+    }
+
+    /// Keeps `tokens` unused tokens in the client's hands while the session has room for more
+    /// connections (PROTOCOL.md §3): after a join, and after a connection is lost (so the client
+    /// can rejoin).
     pub(crate) fn replenish_tokens(&mut self, on: Option<ConnId>) {
         if self.core.side != Side::Server || !self.core.initial_seen || self.core.closing || self.core.closed {
             return;
         }
-        let live = self.conns.iter().filter(|c| !c.is_finished()).count();
-        let budget = 1 + self.core.config.tokens as usize;
-        while live + self.core.tokens.len() < budget {
+        let live = self.live_connections();
+        while self.core.tokens.len() < self.core.config.tokens as usize && live < self.max_connections() {
             self.core.issue_token(on);
         }
     }

@@ -59,12 +59,17 @@ impl Pki {
     }
 }
 
-/// Deterministic "randomness" so token values are reproducible.
+/// Deterministic "randomness" (distinct values on every call) so token values are reproducible.
 pub fn test_config() -> SessionConfig {
+    let counter = std::sync::atomic::AtomicU64::new(1);
     SessionConfig {
-        random: Arc::new(|buf: &mut [u8]| {
-            for (i, b) in buf.iter_mut().enumerate() {
-                *b = (i as u8).wrapping_mul(31).wrapping_add(7);
+        random: Arc::new(move |buf: &mut [u8]| {
+            let mut x = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            for b in buf.iter_mut() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *b = x as u8;
             }
         }),
         ..SessionConfig::default()
@@ -205,3 +210,4 @@ pub fn pattern(len: usize, seed: u32) -> Vec<u8> {
         })
         .collect()
 }
+pub mod multi;

@@ -1,0 +1,144 @@
+//! Several TCP connections per session over in-memory pipes: joins, tokens, steering,
+//! aggregation and migration, all verified by content.
+#![allow(clippy::unwrap_used)]
+
+mod util;
+
+use tcpls_proto::{Error, Event, RoundRobin, SessionConfig};
+use util::multi::MultiPair;
+use util::{pattern, test_config};
+
+#[test]
+fn join_uses_a_token_and_the_server_replenishes_it() {
+    let mut p = MultiPair::default_pair();
+    assert_eq!(p.client.tokens().len(), 4);
+    let first = p.client.tokens()[0].0;
+    let id = p.join().unwrap();
+    assert_eq!(id, first, "the connection ID is the token's sequence number");
+    assert_eq!(p.client.connection_ids(), vec![0, id]);
+    assert_eq!(p.server.connection_ids(), vec![0, id]);
+    assert!(p.server.tokens().iter().all(|(s, _)| *s != id), "the used token is forgotten");
+    assert_eq!(p.client.tokens().len(), 4, "a fresh token replaced the used one");
+    assert!(p.client_events.contains(&Event::ConnectionEstablished { conn: id }));
+}
+
+#[test]
+fn replayed_and_forged_tokens_are_refused_and_the_session_continues() {
+    let mut p = MultiPair::default_pair();
+    let (_, token) = p.client.tokens()[0];
+    p.join().unwrap();
+    // Replay: the same token again.
+    p.client.danger_add_connection_with_token(900, token).unwrap();
+    assert!(p.join_conn(900).is_err());
+    // Forged: a token the server never issued.
+    p.client.danger_add_connection_with_token(901, [7u8; 32]).unwrap();
+    assert!(p.join_conn(901).is_err());
+    let refused: Vec<_> = p
+        .client_events
+        .iter()
+        .filter_map(|e| match e {
+            Event::ConnectionClosed { conn, error: Some(Error::PeerAlert(49)) } => Some(*conn),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(refused, vec![900, 901], "access_denied for both");
+    // The session is unharmed.
+    let s = p.client.open_stream().unwrap();
+    let data = pattern(300_000, 1);
+    assert!(p.transfer(s, &data, |_, _| {}) == data);
+    assert!(p.client.error().is_none() && p.server.error().is_none());
+}
+
+#[test]
+fn a_join_flood_cannot_exceed_the_token_budget() {
+    let settings = SessionConfig { tokens: 2, ..test_config() };
+    let mut p = MultiPair::new(settings);
+    let (mut joined, mut refused) = (0, 0);
+    for _ in 0..10 {
+        match p.client.add_connection() {
+            Ok(id) => match p.join_conn(id) {
+                Ok(_) => joined += 1,
+                Err(_) => refused += 1,
+            },
+            Err(Error::NoToken) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(joined, 2, "1 initial + 2 tokens = 3 connections at most");
+    assert!(refused >= 1 && refused <= 2, "joins over the budget are refused and burn their token: {refused}");
+    assert!(p.client.tokens().is_empty());
+    assert_eq!(p.server.connection_ids().len(), 3);
+    assert!(p.server.tokens().is_empty(), "no token while the budget is used");
+}
+
+#[test]
+fn streams_steered_over_two_connections() {
+    let mut p = MultiPair::default_pair();
+    let second = p.join().unwrap();
+    let mut streams = Vec::new();
+    for i in 0..8u32 {
+        let id = p.client.open_stream().unwrap();
+        p.client.steer_stream(id, Some(if i % 2 == 0 { 0 } else { second })).unwrap();
+        streams.push((id, pattern(200_000 + i as usize * 1000, i)));
+    }
+    let before =
+        [p.client.connection_stats(0).unwrap().bytes_sent, p.client.connection_stats(second).unwrap().bytes_sent];
+    for (id, data) in &streams {
+        assert!(p.transfer(*id, data, |_, _| {}) == *data, "stream {id}");
+    }
+    let sent0 = p.client.connection_stats(0).unwrap().bytes_sent - before[0];
+    let sent1 = p.client.connection_stats(second).unwrap().bytes_sent - before[1];
+    let total: u64 = streams.iter().map(|(_, d)| d.len() as u64).sum();
+    assert!(sent0 > total / 3 && sent1 > total / 3, "both connections carried their streams: {sent0} {sent1}");
+}
+
+#[test]
+fn one_stream_aggregated_over_two_connections() {
+    let mut p = MultiPair::default_pair();
+    let second = p.join().unwrap();
+    p.client.set_scheduler(Box::new(RoundRobin::default()));
+    let id = p.client.open_stream().unwrap();
+    let data = pattern(4 << 20, 3);
+    let before =
+        [p.client.connection_stats(0).unwrap().bytes_sent, p.client.connection_stats(second).unwrap().bytes_sent];
+    assert!(p.transfer(id, &data, |_, _| {}) == data);
+    let sent0 = p.client.connection_stats(0).unwrap().bytes_sent - before[0];
+    let sent1 = p.client.connection_stats(second).unwrap().bytes_sent - before[1];
+    let share = sent0 as f64 / (sent0 + sent1) as f64;
+    assert!((0.35..=0.65).contains(&share), "fair share expected, got {share:.2} ({sent0} / {sent1})");
+}
+
+#[test]
+fn migration_mid_transfer_loses_nothing_and_closes_the_old_connection() {
+    let mut p = MultiPair::default_pair();
+    let second = p.join().unwrap();
+    let id = p.client.open_stream().unwrap();
+    p.client.steer_stream(id, Some(0)).unwrap();
+    let data = pattern(6 << 20, 4);
+    let mut migrated = false;
+    let got = p.transfer(id, &data, |p, round| {
+        if round == 1 && !migrated {
+            p.client.migrate(0, second).unwrap();
+            migrated = true;
+        }
+    });
+    assert!(migrated);
+    assert!(got == data, "content verified across the migration");
+    let on0 = p.server.connection_stats(0).unwrap().bytes_received;
+    let on1 = p.server.connection_stats(second).unwrap().bytes_received;
+    assert!(on0 > 100_000 && on1 > 1_000_000, "both connections carried the stream: {on0} {on1}");
+    assert!(!p.client.is_connection_usable(0) && !p.server.is_connection_usable(0), "old connection closed");
+    assert!(p.client.error().is_none() && p.server.error().is_none());
+    assert!(p.server_events.contains(&Event::ConnectionClosed { conn: 0, error: None }), "{:?}", p.server_events);
+}
+
+#[test]
+fn losing_one_of_two_connections_is_not_a_session_error() {
+    let mut p = MultiPair::default_pair();
+    let second = p.join().unwrap();
+    p.kill(second);
+    assert!(p.client.error().is_none() && !p.client.is_closed());
+    let id = p.client.open_stream().unwrap();
+    let data = pattern(100_000, 5);
+    assert!(p.transfer(id, &data, |_, _| {}) == data);
+}
