@@ -51,6 +51,9 @@ impl Future for Driver {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = &mut *self;
         let mut inner = this.shared.lock();
+        for (id, stream) in inner.new_sockets.drain(..) {
+            this.sockets.push(Socket { id, stream: Some(stream), write_shut: false });
+        }
         let mut busy = true;
         for _ in 0..ROUNDS_PER_POLL {
             let now = Instant::now();
@@ -120,6 +123,9 @@ impl Future for Driver {
                 }
             }
             inner.dispatch_events();
+            if !inner.issued_tokens.is_empty() {
+                register_tokens(&this.shared, &mut inner);
+            }
             if !progress {
                 busy = false;
                 if now.duration_since(this.last_trim) >= TRIM_INTERVAL {
@@ -140,6 +146,15 @@ impl Future for Driver {
             cx.waker().wake_by_ref();
         }
         Poll::Pending
+    }
+}
+
+/// Server: publishes newly issued join tokens so any listener can route joins to this session.
+fn register_tokens(shared: &Shared, inner: &mut crate::shared::Inner) {
+    let issued = std::mem::take(&mut inner.issued_tokens);
+    let Some(registry) = inner.registry.clone() else { return };
+    for token in issued {
+        registry.insert(token, std::sync::Arc::downgrade(&shared.0));
     }
 }
 

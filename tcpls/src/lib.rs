@@ -14,13 +14,18 @@
 mod connector;
 mod driver;
 mod listener;
+mod registry;
 mod session;
 mod shared;
 mod socket;
 mod stream;
 
-pub use connector::{server_name_for, TcplsConnector};
+pub use connector::{server_name_for, HappyEyeballs, TcplsConnector};
 pub use listener::{TcplsListener, HANDSHAKE_TIMEOUT};
+pub use registry::JoinRegistry;
 pub use session::{ConnectionInfo, Session};
 pub use stream::{RecvStream, SendStream};
-pub use tcpls_proto::{self as proto, crypto_provider, Error, Event, SessionConfig, StreamError};
+pub use tcpls_proto::{
+    self as proto, crypto_provider, ConnId, Error, Event, FnScheduler, LowestRtt, PathView, RoundRobin, Scheduler,
+    SessionConfig, StreamError, StreamId, Weighted,
+};

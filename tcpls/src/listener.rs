@@ -9,11 +9,18 @@ use rustls::ServerConfig;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
+use std::time::Instant;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
 use crate::connector::handshake_error;
 use crate::driver::Driver;
+use crate::registry::JoinRegistry;
 use crate::session::Session;
+use crate::shared::Inner;
 use crate::shared::Shared;
 use crate::socket::configure;
+use tcpls_proto::Accepted;
 use tcpls_proto::SessionConfig;
 
 /// Handshakes that take longer are abandoned (slowloris protection).
@@ -37,6 +44,7 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// ```
 pub struct TcplsListener {
     local: SocketAddr,
+    registry: JoinRegistry,
     sessions: tokio::sync::Mutex<mpsc::Receiver<(Session, SocketAddr)>>,
     errors: Arc<std::sync::atomic::AtomicU64>,
     task: tokio::task::JoinHandle<()>,
@@ -48,18 +56,40 @@ impl TcplsListener {
     }
 
     pub async fn bind_with(addr: SocketAddr, config: Arc<ServerConfig>, settings: SessionConfig) -> io::Result<Self> {
+        Self::bind_with_registry(addr, config, settings, JoinRegistry::new()).await
+    }
+
+    /// Listeners that share a registry route joins to each other's sessions: bind one per
+    /// address a server advertises, all with the same registry.
+    pub async fn bind_with_registry(
+        addr: SocketAddr,
+        config: Arc<ServerConfig>,
+        settings: SessionConfig,
+        registry: JoinRegistry,
+    ) -> io::Result<Self> {
         let listener = TcpListener::bind(addr).await?;
-        Ok(Self::from_listener(listener, config, settings))
+        Ok(Self::from_listener(listener, config, settings, registry))
     }
 
     /// Serves TCPLS on an existing tokio listener.
-    pub fn from_listener(listener: TcpListener, config: Arc<ServerConfig>, settings: SessionConfig) -> Self {
+    pub fn from_listener(
+        listener: TcpListener,
+        config: Arc<ServerConfig>,
+        settings: SessionConfig,
+        registry: JoinRegistry,
+    ) -> Self {
         let local = listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
         let config = Arc::new(tcpls_proto::tcpls_server_config(&config));
         let (tx, rx) = mpsc::channel(128);
         let errors = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let task = tokio::spawn(accept_loop(listener, config, settings, tx, errors.clone()));
-        Self { local, sessions: tokio::sync::Mutex::new(rx), errors, task }
+        let ctx = AcceptCtx { config, settings, registry: registry.clone(), errors: errors.clone() };
+        let task = tokio::spawn(accept_loop(listener, ctx, tx));
+        Self { local, registry, sessions: tokio::sync::Mutex::new(rx), errors, task }
+    }
+
+    /// The registry this listener routes joins with.
+    pub fn registry(&self) -> &JoinRegistry {
+        &self.registry
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -83,13 +113,15 @@ impl Drop for TcplsListener {
     }
 }
 
-async fn accept_loop(
-    listener: TcpListener,
+#[derive(Clone)]
+struct AcceptCtx {
     config: Arc<ServerConfig>,
     settings: SessionConfig,
-    tx: mpsc::Sender<(Session, SocketAddr)>,
+    registry: JoinRegistry,
     errors: Arc<std::sync::atomic::AtomicU64>,
-) {
+}
+
+async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, tx: mpsc::Sender<(Session, SocketAddr)>) {
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(s) => s,
@@ -100,33 +132,89 @@ async fn accept_loop(
                 continue;
             }
         };
-        let (config, settings, tx, errors) = (config.clone(), settings.clone(), tx.clone(), errors.clone());
+        let (ctx, tx) = (ctx.clone(), tx.clone());
         tokio::spawn(async move {
-            match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(stream, config, settings)).await {
-                Ok(Ok(session)) => {
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, accept_one(stream, &ctx)).await {
+                Ok(Ok(Some(session))) => {
                     let _ = tx.send((session, peer)).await;
                 }
+                Ok(Ok(None)) => {}
                 Ok(Err(_)) | Err(_) => {
-                    errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    ctx.errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
             }
         });
     }
 }
 
-async fn handshake(stream: TcpStream, config: Arc<ServerConfig>, settings: SessionConfig) -> io::Result<Session> {
+/// Runs a new connection's handshake until its first record says what it is: a new session
+/// (returned), or a join, which is handed to the session its token names (None).
+async fn accept_one(mut stream: TcpStream, ctx: &AcceptCtx) -> io::Result<Option<Session>> {
     configure(&stream)?;
-    let mut proto = tcpls_proto::Session::server(config, settings).map_err(handshake_error)?;
-    proto.set_addresses(0, stream.local_addr().ok(), stream.peer_addr().ok());
-    let shared = Shared::new(proto);
-    let driver = tokio::spawn(Driver::new(shared.clone(), 0, stream));
-    let session = Session::new(shared);
-    match session.established().await {
-        Ok(()) => Ok(session),
-        Err(e) => {
-            // The driver flushes the alert and ends by itself; a timeout ends it here.
-            drop(driver);
-            Err(handshake_error(e))
+    let mut proto = tcpls_proto::Session::server(ctx.config.clone(), ctx.settings.clone()).map_err(handshake_error)?;
+    let (local, remote) = (stream.local_addr().ok(), stream.peer_addr().ok());
+    proto.set_addresses(0, local, remote);
+    loop {
+        let now = Instant::now();
+        proto.prepare_transmit(now);
+        let out = proto.transmit_data(0).to_vec();
+        if !out.is_empty() {
+            stream.write_all(&out).await?;
+            proto.transmit_advance(0, out.len());
+        }
+        match proto.accepted() {
+            Accepted::NewSession => {
+                let mut inner = Inner::new(proto);
+                inner.registry = Some(ctx.registry.clone());
+                let shared = Shared(Arc::new(std::sync::Mutex::new(inner)));
+                tokio::spawn(Driver::new(shared.clone(), 0, stream));
+                return Ok(Some(Session::new(shared)));
+            }
+            Accepted::Join => return join(proto, stream, ctx, local, remote).await.map(|()| None),
+            Accepted::Failed => {
+                let e = proto.error().cloned().unwrap_or(tcpls_proto::Error::SessionClosed);
+                return Err(handshake_error(e));
+            }
+            Accepted::Pending => {}
+        }
+        let buf = proto.read_buffer(0);
+        if buf.is_empty() {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "connection closed during the handshake"));
+        }
+        match stream.read(buf).await? {
+            0 => proto.handle_eof(0, Instant::now()),
+            n => proto.handle_read(0, n, Instant::now()),
         }
     }
+}
+
+/// Hands a joining connection to the session that issued its token, or refuses it.
+async fn join(
+    mut proto: tcpls_proto::Session,
+    mut stream: TcpStream,
+    ctx: &AcceptCtx,
+    local: Option<SocketAddr>,
+    remote: Option<SocketAddr>,
+) -> io::Result<()> {
+    let Some(joining) = proto.take_joining_connection() else { return Ok(()) };
+    let target = ctx.registry.take(joining.token());
+    let refused = match target {
+        Some(target) => {
+            let mut inner = target.lock().unwrap_or_else(|e| e.into_inner());
+            match inner.proto.attach_joining_connection(joining, Instant::now()) {
+                Ok(id) => {
+                    inner.proto.set_addresses(id, local, remote);
+                    inner.new_sockets.push((id, stream));
+                    inner.wake_driver();
+                    return Ok(());
+                }
+                Err(refused) => refused,
+            }
+        }
+        None => joining,
+    };
+    let alert = tcpls_proto::Session::refuse_join(refused);
+    let _ = stream.write_all(&alert).await;
+    let _ = stream.shutdown().await;
+    Err(io::Error::new(io::ErrorKind::PermissionDenied, "join refused: unknown, used or expired token"))
 }

@@ -31,6 +31,9 @@ pub struct Session {
     pub(crate) shared: Shared,
 }
 
+/// How long a join waits for the server's tokens.
+const TOKEN_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// One TCP connection of a session, as reported by [`Session::connections`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectionInfo {
@@ -154,6 +157,108 @@ impl Session {
         let mut inner = self.shared.lock();
         inner.proto.abort(std::time::Instant::now());
         inner.wake_driver();
+    }
+
+    /// Adds a TCP connection to `addr` (any address of the server, e.g. one it advertised) and
+    /// joins it to this session with one of the server's tokens. Returns its connection ID once
+    /// its handshake is done.
+    pub async fn join(&self, addr: SocketAddr) -> io::Result<ConnId> {
+        let id = self.take_token_for_join().await?;
+        let stream = match tokio::net::TcpStream::connect(addr).await {
+            Ok(s) => s,
+            Err(e) => {
+                self.shared.lock().proto.handle_io_error(id, &e.to_string(), std::time::Instant::now());
+                return Err(e);
+            }
+        };
+        crate::socket::configure(&stream)?;
+        {
+            let mut inner = self.shared.lock();
+            inner.proto.set_addresses(id, stream.local_addr().ok(), stream.peer_addr().ok());
+            inner.new_sockets.push((id, stream));
+            inner.wake_driver();
+        }
+        let wait = poll_fn(|cx| {
+            let mut inner = self.shared.lock();
+            if inner.proto.is_connection_usable(id) {
+                return Poll::Ready(Ok(id));
+            }
+            if inner.driver_done
+                || !inner.proto.connection_ids().contains(&id)
+                || inner.proto.is_connection_finished(id)
+            {
+                let why = inner
+                    .proto
+                    .connection_error(id)
+                    .map(|e| e.to_string())
+                    .unwrap_or_else(|| "connection closed".into());
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::ConnectionRefused,
+                    format!("join failed: {why}"),
+                )));
+            }
+            inner.state_waiters.push(cx.waker().clone());
+            Poll::Pending
+        });
+        match tokio::time::timeout(crate::HANDSHAKE_TIMEOUT, wait).await {
+            Ok(r) => r,
+            Err(_) => {
+                let mut inner = self.shared.lock();
+                inner.proto.handle_io_error(id, "join timed out", std::time::Instant::now());
+                inner.wake_driver();
+                Err(io::Error::new(io::ErrorKind::TimedOut, "join timed out"))
+            }
+        }
+    }
+
+    /// Starts a joining connection in the core. Tokens come with the server's first record,
+    /// half a round trip after the handshake, so a join right after `connect` waits for them
+    /// (a little while, not for a server that has none to give).
+    async fn take_token_for_join(&self) -> io::Result<ConnId> {
+        let attempt = poll_fn(|cx| {
+            let mut inner = self.shared.lock();
+            match inner.proto.add_connection() {
+                Ok(id) => Poll::Ready(Ok(id)),
+                Err(tcpls_proto::Error::NoToken) if !inner.driver_done => {
+                    inner.state_waiters.push(cx.waker().clone());
+                    Poll::Pending
+                }
+                Err(e) => Poll::Ready(Err(io::Error::other(e))),
+            }
+        });
+        match tokio::time::timeout(TOKEN_WAIT, attempt).await {
+            Ok(result) => result,
+            Err(_) => Err(io::Error::other(tcpls_proto::Error::NoToken)),
+        }
+    }
+
+    /// Moves every stream steered to connection `from` to `to` and closes `from` gracefully
+    /// (application-level migration: nothing is lost, the receiver reorders by offset).
+    pub fn migrate(&self, from: ConnId, to: ConnId) -> io::Result<()> {
+        let mut inner = self.shared.lock();
+        inner.proto.migrate(from, to).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        inner.wake_driver();
+        Ok(())
+    }
+
+    /// Closes one TCP connection gracefully; the session continues on the others.
+    pub fn close_connection(&self, conn: ConnId) -> io::Result<()> {
+        let mut inner = self.shared.lock();
+        inner.proto.close_connection(conn).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        inner.wake_driver();
+        Ok(())
+    }
+
+    /// Sets the policy that spreads unsteered streams over connections (default: lowest RTT,
+    /// or the least queued connection when RTTs are unknown).
+    pub fn set_scheduler(&self, scheduler: Box<dyn tcpls_proto::Scheduler>) {
+        self.shared.lock().proto.set_scheduler(scheduler);
+    }
+
+    /// Connections that can carry data now.
+    pub fn usable_connections(&self) -> Vec<ConnId> {
+        let inner = self.shared.lock();
+        inner.proto.connection_ids().into_iter().filter(|id| inner.proto.is_connection_usable(*id)).collect()
     }
 
     /// Waits for the first handshake to finish (used by connector and listener).

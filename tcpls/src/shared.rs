@@ -17,6 +17,13 @@ pub(crate) struct Inner {
     pub(crate) app_events: std::collections::VecDeque<Event>,
     /// The driver ended (sockets closed).
     pub(crate) driver_done: bool,
+    /// Sockets for connections added after the first (joins), picked up by the driver.
+    pub(crate) new_sockets: Vec<(tcpls_proto::ConnId, tokio::net::TcpStream)>,
+    /// Server: where this session's join tokens are registered.
+    pub(crate) registry: Option<crate::registry::JoinRegistry>,
+    /// Tokens issued since the driver last published them in the registry (it holds the
+    /// session's Arc). Used tokens need no change: the listener removed them when routing.
+    pub(crate) issued_tokens: Vec<[u8; 32]>,
 }
 
 const MAX_APP_EVENTS: usize = 1024;
@@ -31,6 +38,9 @@ impl Inner {
             state_waiters: Vec::new(),
             app_events: Default::default(),
             driver_done: false,
+            new_sockets: Vec::new(),
+            registry: None,
+            issued_tokens: Vec::new(),
         }
     }
 
@@ -62,6 +72,12 @@ impl Inner {
                     }
                 }
                 Event::StreamOpened(_) | Event::Established { .. } | Event::PeerClosed => self.wake_state(),
+                Event::TokenIssued { token, .. } => self.issued_tokens.push(token),
+                Event::TokenUsed { .. } => {}
+                Event::ConnectionEstablished { .. } | Event::ConnectionClosed { .. } | Event::TokensReceived { .. } => {
+                    self.wake_state();
+                    self.push_app_event(event);
+                }
                 Event::Closed { .. } => {
                     self.wake_state();
                     for (_, w) in self.readers.drain() {
@@ -86,6 +102,12 @@ impl Inner {
 
     pub(crate) fn driver_finished(&mut self) {
         self.driver_done = true;
+        // The session's unused tokens expire with it.
+        if let Some(registry) = &self.registry {
+            for (_, token) in self.proto.tokens() {
+                registry.remove(token);
+            }
+        }
         self.wake_state();
         for (_, w) in self.readers.drain() {
             w.wake();

@@ -26,6 +26,15 @@ impl SendStream {
         self.id
     }
 
+    /// Sends this stream's data on connection `conn` from now on (stream steering); `None`
+    /// lets the session's scheduler spread it over all connections (aggregation).
+    pub fn steer(&self, conn: Option<tcpls_proto::ConnId>) -> io::Result<()> {
+        let mut inner = self.shared.lock();
+        inner.proto.steer_stream(self.id, conn).map_err(stream_error)?;
+        inner.wake_driver();
+        Ok(())
+    }
+
     /// Aborts the stream: queued bytes are dropped and the peer's reader gets `error_code`.
     pub fn reset(&mut self, error_code: u32) -> io::Result<()> {
         self.finished = true;

@@ -27,7 +27,7 @@ pub(crate) struct JoinRequest {
 /// A connection detached from the session that accepted it, on its way to the session its
 /// join token names (see [`Session::take_joining_connection`]).
 pub struct JoiningConnection {
-    conn: Connection,
+    conn: Box<Connection>,
     request: JoinRequest,
 }
 
@@ -97,7 +97,7 @@ impl Session {
     pub fn take_joining_connection(&mut self) -> Option<JoiningConnection> {
         let request = self.core.join_request.take()?;
         let idx = self.conns.iter().position(|c| c.id == 0)?;
-        let mut conn = self.conns.remove(idx);
+        let mut conn = Box::new(self.conns.remove(idx));
         conn.paused = false;
         self.core.closed = true;
         Some(JoiningConnection { conn, request })
@@ -136,7 +136,7 @@ impl Session {
         let JoiningConnection { mut conn, request } = joining;
         conn.id = sequence;
         conn.established = true;
-        self.conns.push(conn);
+        self.conns.push(*conn);
         self.core.set_now(now);
         self.core.events.push_back(Event::ConnectionEstablished { conn: sequence });
         let result = self.core.on_frames(sequence, request.seq, &request.rest);
@@ -252,6 +252,16 @@ impl Session {
             c.rtt_us = rtt_us;
             c.cwnd = cwnd;
         }
+    }
+
+    /// The connection ended (closed or failed).
+    pub fn is_connection_finished(&self, conn: ConnId) -> bool {
+        self.conn(conn).is_none_or(Connection::is_finished)
+    }
+
+    /// Why a connection failed, if it did.
+    pub fn connection_error(&self, conn: ConnId) -> Option<&Error> {
+        self.conn(conn).and_then(|c| c.error.as_ref())
     }
 
     /// The connection can carry new records (handshake done, not closing, not failed).
