@@ -11,9 +11,12 @@ use std::sync::{Arc, Mutex, Weak};
 
 use crate::shared::Inner;
 
+/// Token → the session that issued it (weak: a registry never keeps a session alive).
+type TokenMap = HashMap<[u8; 32], Weak<Mutex<Inner>>>;
+
 #[derive(Clone, Default)]
 pub struct JoinRegistry {
-    tokens: Arc<Mutex<HashMap<[u8; 32], Weak<Mutex<Inner>>>>>,
+    tokens: Arc<Mutex<TokenMap>>,
 }
 
 impl std::fmt::Debug for JoinRegistry {
@@ -27,7 +30,7 @@ impl JoinRegistry {
         Self::default()
     }
 
-    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], Weak<Mutex<Inner>>>> {
+    fn map(&self) -> std::sync::MutexGuard<'_, TokenMap> {
         self.tokens.lock().unwrap_or_else(|e| e.into_inner())
     }
 
