@@ -65,7 +65,7 @@ fn a_join_flood_cannot_exceed_the_token_budget() {
         }
     }
     assert_eq!(joined, 2, "1 initial + 2 tokens = 3 connections at most");
-    assert!(refused >= 1 && refused <= 2, "joins over the budget are refused and burn their token: {refused}");
+    assert!((1..=2).contains(&refused), "joins over the budget are refused and burn their token: {refused}");
     assert!(p.client.tokens().is_empty());
     assert_eq!(p.server.connection_ids().len(), 3);
     assert!(p.server.tokens().is_empty(), "no token while the budget is used");

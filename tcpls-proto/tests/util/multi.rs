@@ -98,13 +98,13 @@ impl MultiPair {
 
     /// Opens a new connection from the client and carries it through the server's join path.
     /// Returns the connection ID, or the pending server session's view if the join failed.
-    pub fn join(&mut self) -> Result<ConnId, Session> {
+    pub fn join(&mut self) -> Result<ConnId, Box<Session>> {
         let id = self.client.add_connection().unwrap();
         self.join_conn(id)
     }
 
     /// The server side of a join for client connection `id`.
-    pub fn join_conn(&mut self, id: ConnId) -> Result<ConnId, Session> {
+    pub fn join_conn(&mut self, id: ConnId) -> Result<ConnId, Box<Session>> {
         let mut pending = Session::server(self.server_config.clone(), self.settings.clone()).unwrap();
         for _ in 0..1000 {
             self.now += Duration::from_micros(10);
@@ -130,16 +130,16 @@ impl MultiPair {
                             self.client.handle_data(id, &alert, self.now);
                             self.client.handle_eof(id, self.now);
                             self.drive();
-                            Err(pending)
+                            Err(Box::new(pending))
                         }
                     };
                 }
-                Accepted::Failed | Accepted::NewSession => return Err(pending),
-                Accepted::Pending if up.is_empty() && down.is_empty() => return Err(pending),
+                Accepted::Failed | Accepted::NewSession => return Err(Box::new(pending)),
+                Accepted::Pending if up.is_empty() && down.is_empty() => return Err(Box::new(pending)),
                 Accepted::Pending => {}
             }
         }
-        Err(pending)
+        Err(Box::new(pending))
     }
 
     /// Both ends see the TCP connection die (RST).
