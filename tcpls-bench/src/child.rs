@@ -100,6 +100,19 @@ async fn chunks_to_eof(recv: &mut tcpls::RecvStream, counter: &Counter) -> Res<(
     }
 }
 
+/// The TLS receiver over `io` (a TcpStream, or one behind a BufReader).
+async fn tls_server<IO>(pki: &Pki, io: IO, counter: &Counter) -> Res<SideReport>
+where
+    IO: AsyncRead + AsyncWrite + Unpin,
+{
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(pki.server_config()?));
+    let mut tls = acceptor.accept(io).await?;
+    let cpu0 = Cpu::now();
+    read_to_eof(&mut tls, counter).await?;
+    tls.shutdown().await?;
+    Ok(counter.finish(cpu0))
+}
+
 pub async fn server(proto: Proto, bytes: u64) -> Res<SideReport> {
     let pki = Pki::from_env()?;
     let counter = Counter::new(bytes);
@@ -116,19 +129,9 @@ pub async fn server(proto: Proto, bytes: u64) -> Res<SideReport> {
                 drop(tcp);
                 Ok(counter.finish(cpu0))
             } else if proto == Proto::Tls {
-                let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(pki.server_config()?));
-                let mut tls = acceptor.accept(tcp).await?;
-                let cpu0 = Cpu::now();
-                read_to_eof(&mut tls, &counter).await?;
-                tls.shutdown().await?;
-                Ok(counter.finish(cpu0))
+                tls_server(&pki, tcp, &counter).await
             } else {
-                let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(pki.server_config()?));
-                let mut tls = acceptor.accept(tokio::io::BufReader::with_capacity(IO_SIZE, tcp)).await?;
-                let cpu0 = Cpu::now();
-                read_to_eof(&mut tls, &counter).await?;
-                tls.shutdown().await?;
-                Ok(counter.finish(cpu0))
+                tls_server(&pki, tokio::io::BufReader::with_capacity(IO_SIZE, tcp), &counter).await
             }
         }
         Proto::Tcpls | Proto::TcplsRead | Proto::Tcpls64 => {

@@ -33,7 +33,7 @@ pub struct Options {
     #[arg(long)]
     json: bool,
     /// Protocols to run (comma-separated), in this order within a repetition.
-    #[arg(long, value_delimiter = ',', default_values_t = Proto::ALL.to_vec(), value_enum)]
+    #[arg(long, value_delimiter = ',', default_values_t = Proto::DEFAULT.to_vec(), value_enum)]
     protos: Vec<Proto>,
     /// Tokio worker threads in each of the two processes (0: current-thread runtime).
     #[arg(long, default_value_t = 2)]
@@ -48,6 +48,10 @@ pub struct Options {
     /// Same for the server (receiver).
     #[arg(long, value_name = "CMD")]
     wrap_server: Option<String>,
+    /// Pin the server to CPU 0 and the client to CPU 1 (less variance, less realistic: by
+    /// default the kernel places both processes' threads freely).
+    #[arg(long)]
+    pin: bool,
     /// TCPLS clients call `Session::close()` right after their last write instead of first
     /// waiting for the server's "done" reply (reproduces a hang; see README.md).
     #[arg(long)]
@@ -211,11 +215,14 @@ fn summarize(opts: &Options, samples: Vec<(Proto, Sample)>) -> Report {
             r.ratio_to_tls = Some(r.median_gbit_s / tls);
         }
     }
-    let runtime = if opts.worker_threads == 0 {
+    let mut runtime = if opts.worker_threads == 0 {
         "a current-thread tokio runtime".to_string()
     } else {
         format!("a multi-thread tokio runtime with {} worker threads", opts.worker_threads)
     };
+    if opts.pin {
+        runtime.push_str(", server pinned to CPU 0 and client to CPU 1");
+    }
     Report {
         date_utc: utc_now(),
         machine: machine(),
@@ -390,7 +397,7 @@ fn read_json<T: serde::de::DeserializeOwned>(out: &mut BufReader<ChildStdout>, w
 
 fn run_one(proto: Proto, rep: u32, opts: &Options, env: &[(&'static str, String); 2]) -> Res<Sample> {
     let common = |side: &str| {
-        vec![
+        let mut args = vec![
             side.to_string(),
             "--proto".into(),
             proto.name().into(),
@@ -398,7 +405,11 @@ fn run_one(proto: Proto, rep: u32, opts: &Options, env: &[(&'static str, String)
             opts.bytes.to_string(),
             "--worker-threads".into(),
             opts.worker_threads.to_string(),
-        ]
+        ];
+        if opts.pin {
+            args.extend(["--pin".to_string(), if side == "server" { "0" } else { "1" }.to_string()]);
+        }
+        args
     };
     let busy0 = machine_busy_ns();
     let children0 = children_cpu_ns();

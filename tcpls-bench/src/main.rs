@@ -36,6 +36,9 @@ enum Command {
         bytes: u64,
         #[arg(long, default_value_t = 2)]
         worker_threads: usize,
+        /// Run on this CPU only.
+        #[arg(long)]
+        pin: Option<usize>,
     },
     /// Sending end of one transfer (spawned by `compare`).
     #[command(hide = true)]
@@ -51,6 +54,9 @@ enum Command {
         bytes: u64,
         #[arg(long, default_value_t = 2)]
         worker_threads: usize,
+        /// Run on this CPU only.
+        #[arg(long)]
+        pin: Option<usize>,
     },
 }
 
@@ -71,6 +77,13 @@ where
     Ok(report)
 }
 
+fn pin_to(cpu: Option<usize>) -> Res<()> {
+    if let Some(cpu) = cpu {
+        sys::pin_to_cpu(cpu).map_err(|e| format!("cannot pin to CPU {cpu}: {e}"))?;
+    }
+    Ok(())
+}
+
 fn print_report(report: &proto::SideReport) -> Res<()> {
     println!("{}", serde_json::to_string(report)?);
     Ok(())
@@ -80,13 +93,12 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Compare(opts) => compare::run(opts),
-        Command::Server { proto, bytes, worker_threads } => {
-            run_on_runtime(worker_threads, child::server(proto, bytes)).and_then(|r| print_report(&r))
-        }
-        Command::Client { proto, port, bytes, worker_threads, close_early } => {
-            run_on_runtime(worker_threads, child::client(proto, port, bytes, close_early))
-                .and_then(|r| print_report(&r))
-        }
+        Command::Server { proto, bytes, worker_threads, pin } => pin_to(pin)
+            .and_then(|()| run_on_runtime(worker_threads, child::server(proto, bytes)))
+            .and_then(|r| print_report(&r)),
+        Command::Client { proto, port, bytes, worker_threads, close_early, pin } => pin_to(pin)
+            .and_then(|()| run_on_runtime(worker_threads, child::client(proto, port, bytes, close_early)))
+            .and_then(|r| print_report(&r)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -29,7 +29,7 @@ pub enum Proto {
 }
 
 impl Proto {
-    pub const ALL: [Proto; 5] = [Proto::Tcp, Proto::Tls, Proto::Tcpls, Proto::TcplsRead, Proto::Tcpls64];
+    pub const DEFAULT: [Proto; 5] = [Proto::Tcp, Proto::Tls, Proto::Tcpls, Proto::TcplsRead, Proto::Tcpls64];
 
     pub fn name(self) -> &'static str {
         match self {

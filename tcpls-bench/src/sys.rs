@@ -76,3 +76,22 @@ pub fn machine_busy_ns() -> Option<u64> {
     let hz = if hz > 0 { hz as u64 } else { 100 };
     Some(busy * (1_000_000_000 / hz))
 }
+
+/// Restricts this process (the calling thread and the threads it starts later) to one CPU.
+pub fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
+    // SAFETY: cpu_set_t is plain old data; all-zero is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: CPU_SET writes one bit of `set`; `cpu` is checked against the set's size.
+    unsafe {
+        if cpu >= 8 * std::mem::size_of::<libc::cpu_set_t>() {
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "CPU number too large"));
+        }
+        libc::CPU_SET(cpu, &mut set);
+    }
+    // SAFETY: `set` is a valid cpu_set_t of the size given; pid 0 is the calling thread.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -123,7 +123,7 @@ struct ServeArgs {
 struct PerfArgs {
     /// Server address: HOST:PORT, [V6]:PORT or HOST (port 4443).
     addr: String,
-    /// Add a connection towards another server address (multipath; not yet available).
+    /// Add a connection to the session towards another server address (joined with a token).
     #[arg(long)]
     path: Vec<String>,
     /// The server sends (default: the client sends).
@@ -141,10 +141,11 @@ struct PerfArgs {
     /// Parallel streams.
     #[arg(long, default_value_t = 1)]
     streams: u32,
-    /// Spread each stream over all connections (multipath; not yet available).
+    /// Spread each stream over all connections (default: one connection per stream, round-robin).
     #[arg(long)]
     aggregate: bool,
-    /// Move every stream to the next connection at this time (multipath; not yet available).
+    /// At this time (seconds), move every stream from the first connection to the second and
+    /// close the first.
     #[arg(long)]
     migrate_at: Option<f64>,
     /// Largest record plaintext (default 16384; ~1400 smooths multipath reordering).
@@ -289,13 +290,10 @@ async fn serve_cmd(a: ServeArgs) -> Result<(), String> {
 }
 
 fn not_yet(what: &str) -> String {
-    format!("{what} is not available in this version of tcpls yet (multipath, failover, resumption and the extension frames are being built)")
+    format!("{what} is not available in this version of tcpls yet (failover, resumption and the extension frames are being built)")
 }
 
 async fn perf_cmd(a: PerfArgs) -> Result<(), String> {
-    if !a.path.is_empty() || a.aggregate || a.migrate_at.is_some() {
-        return Err(not_yet("multipath (--path, --aggregate, --migrate-at)"));
-    }
     if a.session_cache.is_some() || a.zero_rtt {
         return Err(not_yet("session resumption (--session-cache, --zero-rtt)"));
     }
@@ -305,7 +303,15 @@ async fn perf_cmd(a: PerfArgs) -> Result<(), String> {
     if a.streams == 0 {
         return Err("--streams must be at least 1".into());
     }
-    let (addr, server_name, tls) = client_setup(&a.addr, &a.trust, &[])?;
+    let (_, server_name, tls) = client_setup(&a.addr, &a.trust, &[])?;
+    let addrs = resolve(&a.addr)?;
+    let mut paths = Vec::new();
+    for p in &a.path {
+        paths.push(*resolve(p)?.first().ok_or_else(|| format!("{p} resolved to no address"))?);
+    }
+    if (a.aggregate || a.migrate_at.is_some()) && paths.is_empty() {
+        return Err("--aggregate and --migrate-at need at least one --path".into());
+    }
     let mut settings = SessionConfig::default();
     if let Some(r) = a.record_size {
         if !(256..=16384).contains(&r) {
@@ -316,7 +322,10 @@ async fn perf_cmd(a: PerfArgs) -> Result<(), String> {
     let millis = a.time.map(|t| (t * 1000.0) as u64).unwrap_or(0);
     let bytes = if millis > 0 { None } else { Some(a.bytes.unwrap_or(1 << 30)) };
     let opts = perf::PerfOptions {
-        addr,
+        addrs,
+        paths,
+        aggregate: a.aggregate,
+        migrate_at: a.migrate_at.map(std::time::Duration::from_secs_f64),
         server_name,
         tls,
         settings,
@@ -370,7 +379,10 @@ async fn demo(bytes: u64, json: bool) -> Result<(), String> {
         let name = tcpls::server_name_for("localhost").map_err(|e| e.to_string())?;
         let tls = tlsconf::client_config(None, true, &[], None)?;
         let report = perf::run(perf::PerfOptions {
-            addr,
+            addrs: vec![addr],
+            paths: Vec::new(),
+            aggregate: false,
+            migrate_at: None,
             server_name: name,
             tls,
             settings: SessionConfig::default(),

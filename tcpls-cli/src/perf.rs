@@ -15,7 +15,14 @@ use crate::perf_proto::{decode_report, Direction, Request, REPORT_LEN};
 use crate::transfer::{deadline, receive_pattern, send_pattern};
 
 pub struct PerfOptions {
-    pub addr: SocketAddr,
+    /// The server's addresses (several: happy eyeballs picks the first that answers).
+    pub addrs: Vec<SocketAddr>,
+    /// Extra connections (joined with the server's tokens) towards these addresses.
+    pub paths: Vec<SocketAddr>,
+    /// Spread every stream over all connections instead of one connection per stream.
+    pub aggregate: bool,
+    /// Move every stream to the next connection after this long.
+    pub migrate_at: Option<Duration>,
     pub server_name: ServerName<'static>,
     pub tls: rustls::ClientConfig,
     pub settings: SessionConfig,
@@ -59,16 +66,36 @@ pub struct PerfReport {
 pub async fn run(opts: PerfOptions) -> Result<PerfReport, String> {
     let connector = TcplsConnector::new(Arc::new(opts.tls)).with_settings(opts.settings);
     let t0 = Instant::now();
-    let session = connector
-        .connect(opts.addr, opts.server_name)
-        .await
-        .map_err(|e| format!("cannot connect to {}: {e}", opts.addr))?;
+    let shown = opts.addrs.first().map(|a| a.to_string()).unwrap_or_default();
+    let session = if opts.addrs.len() == 1 {
+        connector.connect(opts.addrs[0], opts.server_name).await
+    } else {
+        let options = tcpls::HappyEyeballs { stagger: Duration::from_millis(50), keep_others: false };
+        connector.connect_any(&opts.addrs, opts.server_name, options).await
+    }
+    .map_err(|e| format!("cannot connect to {shown}: {e}"))?;
     let handshake_ms = t0.elapsed().as_secs_f64() * 1e3;
     if session.is_fallback() {
         return Err(format!(
-            "{} does not speak TCPLS (plain TLS only): tcpls perf needs `tcpls serve --mode perf`",
-            opts.addr
+            "{shown} does not speak TCPLS (plain TLS only): tcpls perf needs `tcpls serve --mode perf`"
         ));
+    }
+    let mut conns = vec![0u32];
+    for path in &opts.paths {
+        let id = session.join(*path).await.map_err(|e| format!("cannot add a connection to {path}: {e}"))?;
+        conns.push(id);
+    }
+    if let Some(at) = opts.migrate_at {
+        if conns.len() < 2 {
+            return Err("--migrate-at needs a second connection (--path)".into());
+        }
+        let (s, from, to) = (session.clone(), conns[0], conns[1]);
+        tokio::spawn(async move {
+            tokio::time::sleep(at).await;
+            if let Err(e) = s.migrate(from, to) {
+                eprintln!("tcpls perf: migration failed: {e}");
+            }
+        });
     }
     let progress = Arc::new(AtomicU64::new(0));
     let ticker =
@@ -78,6 +105,13 @@ pub async fn run(opts: PerfOptions) -> Result<PerfReport, String> {
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..opts.streams {
         let (mut send, mut recv) = session.open_stream().map_err(|e| format!("cannot open stream: {e}"))?;
+        // Without --aggregate each stream stays on one connection, assigned round-robin.
+        if !opts.aggregate || opts.migrate_at.is_some() {
+            let conn = conns[i as usize % conns.len()];
+            send.steer(Some(conn)).map_err(|e| format!("cannot steer stream: {e}"))?;
+            // The server sends a download: ask it to use the same connection.
+            recv.request_steer(conn);
+        }
         let bytes = match per_stream {
             // The first stream carries the remainder so the total is exact.
             Some(b) if i == 0 => b + opts.bytes.unwrap_or(0) % u64::from(opts.streams.max(1)),

@@ -53,9 +53,11 @@ pub async fn bind(
     settings: SessionConfig,
 ) -> Result<Vec<TcplsListener>, String> {
     let tls = Arc::new(tls);
+    // One registry for all listeners: a client may join its session through any address.
+    let registry = tcpls::JoinRegistry::new();
     let mut listeners = Vec::new();
     for addr in listen {
-        let l = TcplsListener::bind_with(*addr, tls.clone(), settings.clone())
+        let l = TcplsListener::bind_with_registry(*addr, tls.clone(), settings.clone(), registry.clone())
             .await
             .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
         listeners.push(l);

@@ -124,3 +124,25 @@ pub fn mptcp_subflows(fd: RawFd) -> Option<u8> {
     }
     Some(buf[0])
 }
+
+/// Try to give the calling thread the `SCHED_FIFO` real-time policy at `priority` (root only).
+/// Returns false if the kernel refused (then the thread keeps its normal policy).
+pub fn set_realtime(priority: i32) -> bool {
+    let param = libc::sched_param { sched_priority: priority };
+    // SAFETY: pid 0 = the calling thread; `param` is a valid sched_param on the stack.
+    unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) == 0 }
+}
+
+/// Kernel-measured smoothed RTT and RTT variance of a TCP socket in µs (`tcp_info.tcpi_rtt`,
+/// `tcpi_rttvar`, at byte offsets 68 and 72 of `struct tcp_info`).
+pub fn tcp_rtt_us(fd: RawFd) -> Option<(u32, u32)> {
+    let mut buf = [0u8; 256];
+    let mut len = buf.len() as libc::socklen_t;
+    // SAFETY: `buf` is a writable buffer of `len` bytes and `len` points to its size.
+    let rc = unsafe { libc::getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_INFO, buf.as_mut_ptr().cast(), &mut len) };
+    if rc < 0 || (len as usize) < 76 {
+        return None;
+    }
+    let word = |o: usize| u32::from_ne_bytes([buf[o], buf[o + 1], buf[o + 2], buf[o + 3]]);
+    Some((word(68), word(72)))
+}

@@ -87,7 +87,8 @@ pub enum Event {
         conn: ConnId,
         bytes_per_second: u64,
     },
-    /// The peer asks that a stream be sent on another connection.
+    /// The peer asked that a stream be sent on another connection (Stream Steer); the session
+    /// honours it when that connection can carry data.
     SteerRequested {
         stream: StreamId,
         conn: ConnId,

@@ -142,3 +142,26 @@ fn losing_one_of_two_connections_is_not_a_session_error() {
     let data = pattern(100_000, 5);
     assert!(p.transfer(id, &data, |_, _| {}) == data);
 }
+
+#[test]
+fn a_receiver_can_steer_what_its_peer_sends() {
+    let mut p = MultiPair::default_pair();
+    let second = p.join().unwrap();
+    let sid = p.server.open_stream().unwrap();
+    p.server.write(sid, b"hello").unwrap();
+    p.drive();
+    // The client asks the server to send this stream on the second connection.
+    p.client.request_steer(sid, second);
+    p.drive();
+    assert_eq!(p.server.stream_steering(sid), Some(second));
+    assert!(p.server_events.contains(&Event::SteerRequested { stream: sid, conn: second }));
+    let before = p.server.connection_stats(second).unwrap().bytes_sent;
+    let data = pattern(1 << 20, 8);
+    p.server.write(sid, &data).unwrap();
+    p.server.finish(sid).unwrap();
+    p.drive();
+    let mut expect = b"hello".to_vec();
+    expect.extend_from_slice(&data);
+    assert!(p.read_to_end_client(sid) == expect);
+    assert!(p.server.connection_stats(second).unwrap().bytes_sent - before > 1 << 20);
+}

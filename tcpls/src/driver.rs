@@ -87,6 +87,11 @@ impl Future for Driver {
                 }
             }
             inner.proto.prepare_transmit(now);
+            // Events before writing: tokens about to go out must be in the join registry first.
+            inner.dispatch_events();
+            if !inner.issued_tokens.is_empty() {
+                register_tokens(&this.shared, &mut inner);
+            }
             for sock in &mut this.sockets {
                 let Some(stream) = sock.stream.as_mut() else { continue };
                 loop {
@@ -150,7 +155,7 @@ impl Future for Driver {
 }
 
 /// Server: publishes newly issued join tokens so any listener can route joins to this session.
-fn register_tokens(shared: &Shared, inner: &mut crate::shared::Inner) {
+pub(crate) fn register_tokens(shared: &Shared, inner: &mut crate::shared::Inner) {
     let issued = std::mem::take(&mut inner.issued_tokens);
     let Some(registry) = inner.registry.clone() else { return };
     for token in issued {

@@ -14,7 +14,7 @@ use std::time::Instant;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::connector::handshake_error;
-use crate::driver::Driver;
+use crate::driver::{register_tokens, Driver};
 use crate::registry::JoinRegistry;
 use crate::session::Session;
 use crate::shared::Inner;
@@ -155,27 +155,34 @@ async fn accept_one(mut stream: TcpStream, ctx: &AcceptCtx) -> io::Result<Option
     let (local, remote) = (stream.local_addr().ok(), stream.peer_addr().ok());
     proto.set_addresses(0, local, remote);
     loop {
-        let now = Instant::now();
-        proto.prepare_transmit(now);
-        let out = proto.transmit_data(0).to_vec();
-        if !out.is_empty() {
-            stream.write_all(&out).await?;
-            proto.transmit_advance(0, out.len());
-        }
+        // Decide before writing: a new session's tokens must be registered before they leave.
         match proto.accepted() {
             Accepted::NewSession => {
                 let mut inner = Inner::new(proto);
                 inner.registry = Some(ctx.registry.clone());
                 let shared = Shared(Arc::new(std::sync::Mutex::new(inner)));
+                {
+                    let mut inner = shared.lock();
+                    inner.dispatch_events();
+                    register_tokens(&shared, &mut inner);
+                }
                 tokio::spawn(Driver::new(shared.clone(), 0, stream));
                 return Ok(Some(Session::new(shared)));
             }
             Accepted::Join => return join(proto, stream, ctx, local, remote).await.map(|()| None),
             Accepted::Failed => {
+                let out = proto.transmit_data(0).to_vec();
+                let _ = stream.write_all(&out).await;
                 let e = proto.error().cloned().unwrap_or(tcpls_proto::Error::SessionClosed);
                 return Err(handshake_error(e));
             }
             Accepted::Pending => {}
+        }
+        proto.prepare_transmit(Instant::now());
+        let out = proto.transmit_data(0).to_vec();
+        if !out.is_empty() {
+            stream.write_all(&out).await?;
+            proto.transmit_advance(0, out.len());
         }
         let buf = proto.read_buffer(0);
         if buf.is_empty() {

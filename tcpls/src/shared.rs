@@ -28,6 +28,12 @@ pub(crate) struct Inner {
 
 const MAX_APP_EVENTS: usize = 1024;
 
+/// `TCPLS_TRACE=1` prints every event of every session on stderr (a debugging aid).
+fn trace_events() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("TCPLS_TRACE").is_some())
+}
+
 impl Inner {
     pub(crate) fn new(proto: tcpls_proto::Session) -> Self {
         Self {
@@ -60,6 +66,9 @@ impl Inner {
     /// Routes the core's events to the tasks waiting for them.
     pub(crate) fn dispatch_events(&mut self) {
         while let Some(event) = self.proto.poll_event() {
+            if trace_events() {
+                eprintln!("tcpls trace ({:?}): {event:?}", self.proto.side());
+            }
             match event {
                 Event::StreamReadable(id) => {
                     if let Some(w) = self.readers.remove(&id) {

@@ -112,6 +112,14 @@ impl RecvStream {
         self.id
     }
 
+    /// Asks the peer to send this stream's data on connection `conn` (Stream Steer frame):
+    /// receiver-driven steering, e.g. to move a download to another path.
+    pub fn request_steer(&self, conn: tcpls_proto::ConnId) {
+        let mut inner = self.shared.lock();
+        inner.proto.request_steer(self.id, conn);
+        inner.wake_driver();
+    }
+
     /// Reads without an intermediate buffer: `f` sees the contiguous bytes available (empty at
     /// the end of the stream) and returns how many it consumed.
     pub async fn read_chunk_with<F: FnMut(&[u8]) -> usize>(&mut self, mut f: F) -> io::Result<usize> {

@@ -95,6 +95,20 @@ async fn aggregation_over_two_paths_shares_fairly() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aggregation_with_the_default_scheduler_uses_both_paths() {
+    let pki = Pki::new();
+    let addrs = sink_server(&pki, &["127.0.0.1:0", "127.0.0.2:0"]).await;
+    let session =
+        TcplsConnector::new(pki.client()).connect(addrs[0], server_name_for("localhost").unwrap()).await.unwrap();
+    session.join(addrs[1]).await.unwrap();
+    let (mut send, mut recv) = session.open_stream().unwrap();
+    let data = pattern(64 << 20, 11);
+    assert!(round_trip(&mut send, &mut recv, &data).await == data, "content verified");
+    let per = bytes_per_conn(&session);
+    assert!(per.iter().all(|(_, b)| *b > 8 << 20), "every path carried a real share: {per:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_streams_steered_over_two_connections_including_ipv6() {
     let pki = Pki::new();
     let addrs = sink_server(&pki, &["127.0.0.1:0", "[::1]:0"]).await;

@@ -26,6 +26,8 @@ pub(crate) enum ConnAction {
     Reset(ConnId),
     /// Answer an Address Probe about `about` on connection `on`.
     EchoAddress { on: ConnId, about: ConnId },
+    /// The peer asks that `stream` be sent on `conn` (receiver-driven steering).
+    Steer { stream: StreamId, conn: ConnId },
     /// Answer an RTT Probe on the probed connection, if we have it.
     EchoRtt { conn: ConnId, timestamp_us: u64 },
 }
@@ -186,7 +188,9 @@ impl Core {
             }
             Frame::StreamSteer { stream_id, connection_id } => {
                 self.check_stream_id(stream_id)?;
+                self.open_peer_streams(stream_id)?;
                 self.events.push_back(Event::SteerRequested { stream: stream_id, conn: connection_id });
+                self.actions.push(ConnAction::Steer { stream: stream_id, conn: connection_id });
             }
         }
         Ok(())

@@ -424,6 +424,13 @@ impl Session {
                         self.core.control.push(&echo, Some(conn));
                     }
                 }
+                frames::ConnAction::Steer { stream, conn } => {
+                    // Honoured when that connection can carry data; otherwise the stream stays
+                    // where it is (the request may be stale, e.g. the connection just failed).
+                    if self.conn(conn).is_some_and(Connection::is_usable) {
+                        let _ = self.steer_stream(stream, Some(conn));
+                    }
+                }
                 frames::ConnAction::EchoAddress { on, about } => {
                     if let Some(addr) = self.conn(about).and_then(|c| c.remote) {
                         let echo = crate::frame::Frame::AddressEcho { connection_id: about, addr };
@@ -462,18 +469,20 @@ impl Session {
 
     /// Reports finished connections and ends the session when none is left.
     fn after_connection_change(&mut self) {
+        let mut last_errors = Vec::new();
         for c in &mut self.conns {
             if c.is_finished() && !c.reported {
                 c.reported = true;
                 let error = c.error.clone();
+                last_errors.push(error.clone());
                 self.core.events.push_back(Event::ConnectionClosed { conn: c.id, error });
             }
         }
         if !self.core.closed && self.conns.iter().all(|c| c.is_finished()) {
-            // The session fails only when its last connection goes; before that a lost
-            // connection is an event, and the others carry on.
-            if self.core.error.is_none() {
-                self.core.error = self.conns.iter().find_map(|c| c.error.clone());
+            // The session fails only when its last connections fail; earlier losses were
+            // events, and the others carried on. A clean close among the last ones is clean.
+            if self.core.error.is_none() && last_errors.iter().all(Option::is_some) {
+                self.core.error = last_errors.into_iter().flatten().next();
             }
             self.core.on_closed();
         } else {

@@ -213,8 +213,11 @@ impl Session {
     }
 
     /// Asks the peer to send `stream` on `conn` (Stream Steer frame, receiver-driven steering).
+    /// The request travels on the connection our own data of that stream uses, so the peer
+    /// sees it no later than that data (e.g. the request a download answers).
     pub fn request_steer(&mut self, stream: StreamId, conn: ConnId) {
-        self.core.control.push(&Frame::StreamSteer { stream_id: stream, connection_id: conn }, None);
+        let on = self.core.streams.get(&stream).and_then(|s| s.steer);
+        self.core.control.push(&Frame::StreamSteer { stream_id: stream, connection_id: conn }, on);
     }
 
     /// Application-level migration: every stream steered to `from` is steered to `to` (unsteered

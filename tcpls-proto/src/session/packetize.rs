@@ -203,9 +203,10 @@ impl Session {
 }
 
 impl Core {
-    /// All queued stream bytes (and FINs) are sealed, and no control frame waits.
+    /// All queued stream bytes (and FINs) are sealed, including bytes still waiting for the
+    /// peer's credit, and no control frame waits.
     pub(crate) fn all_sent(&self) -> bool {
-        self.control.is_empty() && self.streams.values().all(|s| s.send_reset || !s.send.has_pending())
+        self.control.is_empty() && self.streams.values().all(|s| s.send_reset || s.send.is_all_sent())
     }
 
     /// Every stream's sending half is finished or reset (its data may still be queued).

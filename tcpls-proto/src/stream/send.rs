@@ -127,6 +127,13 @@ impl SendBuf {
         !self.reset && self.sent < self.write_offset && self.sent >= self.max_data
     }
 
+    /// Everything written (and the FIN, if finished) has been sent at least once and nothing is
+    /// waiting for retransmission, whatever the flow-control credit. A graceful close waits for
+    /// this: data blocked on credit is not "sent".
+    pub fn is_all_sent(&self) -> bool {
+        self.reset || (self.lost.is_empty() && self.sent >= self.write_offset && !self.fin_pending)
+    }
+
     /// Whether [`next_chunk`](Self::next_chunk) would return something (for `max_len > 0`).
     pub fn has_pending(&self) -> bool {
         !self.lost.is_empty() || self.sent < self.new_end() || self.fin_only()

@@ -150,6 +150,21 @@ impl MultiPair {
         self.drive();
     }
 
+    /// Reads a server-opened stream to its end on the client.
+    pub fn read_to_end_client(&mut self, id: u32) -> Vec<u8> {
+        let mut got = Vec::new();
+        let mut buf = vec![0u8; 1 << 20];
+        for _ in 0..100_000 {
+            while self.client.accept_stream().is_some() {}
+            match self.client.read(id, &mut buf).unwrap() {
+                Some(0) => return got,
+                Some(n) => got.extend_from_slice(&buf[..n]),
+                None => self.drive(),
+            }
+        }
+        panic!("stream {id} did not end");
+    }
+
     /// Sends `data` on client stream `id` (writing as buffers allow) and returns what the server
     /// read, with the stream's FIN. `between` runs after each round (e.g. to migrate).
     pub fn transfer(&mut self, id: u32, data: &[u8], mut between: impl FnMut(&mut Self, usize)) -> Vec<u8> {

@@ -1,0 +1,73 @@
+//! TM3: a multiplexing TCP proxy speaking the original TM3 pipe protocol (CSCI-P 538, project 3).
+//!
+//! A local proxy ([`LocalProxy`]) accepts application TCP connections (SOCKS5, fixed forwards or
+//! transparent interception) and multiplexes them over N long-lived TCP *pipes* to a remote proxy
+//! ([`RemoteProxy`]), which opens the connections to their destinations. See `README.md` for the
+//! protocol details and the bounds.
+//!
+//! ```no_run
+//! # async fn demo() -> std::io::Result<()> {
+//! use tcpls_tunnel::{Config, Frontend, LocalProxy, RemoteProxy};
+//! let rp = RemoteProxy::bind("127.0.0.1:6000".parse().unwrap(), 4, Config::default()).await?;
+//! tokio::spawn(rp.run());
+//! let lp = LocalProxy::connect("127.0.0.1:6000".parse().unwrap(), 4, Config::default()).await?;
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:1080").await?;
+//! lp.serve(listener, Frontend::Socks).await
+//! # }
+//! ```
+
+pub mod cli;
+pub mod codec;
+mod lp;
+mod mux;
+pub mod reorder;
+pub mod rp;
+
+use std::time::Duration;
+
+pub use lp::{original_dst, Frontend, LocalProxy};
+pub use mux::Stats;
+pub use rp::RemoteProxy;
+
+/// Default port of the remote proxy.
+pub const DEFAULT_PORT: u16 = 6000;
+
+/// Tunables and bounds (see README.md).
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// A message is refused (connection reset) if its sequence number is this many messages or
+    /// more ahead of the next expected one.
+    pub reorder_window: u32,
+    /// Bound on the out-of-order bytes buffered for one connection and direction.
+    pub reorder_bytes_per_conn: usize,
+    /// Bound on the out-of-order bytes buffered over all connections of one proxy session.
+    pub reorder_bytes_total: usize,
+    /// In-order bytes waiting to be written to a connection's TCP socket above which the pipe
+    /// readers stop reading (back-pressure onto the pipes).
+    pub ready_high_water: usize,
+    /// Bytes queued on a pipe at which its write side counts as blocked.
+    pub pipe_queue_limit: usize,
+    /// How long a connection ID stays reserved after our FIN when the peer does not answer
+    /// with its own FIN.
+    pub linger: Duration,
+    /// A connection whose next message is missing for this long while later ones are buffered
+    /// is reset (its message was lost with a dropped pipe).
+    pub gap_timeout: Duration,
+    /// Remote proxy: timeout of the connection to the destination.
+    pub connect_timeout: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            reorder_window: 65_536,
+            reorder_bytes_per_conn: 16 << 20,
+            reorder_bytes_total: 256 << 20,
+            ready_high_water: 1 << 20,
+            pipe_queue_limit: 256 << 10,
+            linger: Duration::from_secs(10),
+            gap_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+}

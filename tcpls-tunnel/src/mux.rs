@@ -1,0 +1,844 @@
+//! The multiplexer shared by the local and the remote proxy: a set of pipes, a table of
+//! connections, the pipe scheduler, the reorder buffers, and the per-connection TCP relays.
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::net::{SocketAddr, SocketAddrV4};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, watch, Notify};
+use tracing::{debug, error, info, warn};
+
+use crate::codec::{self, Message, MAX_PAYLOAD, REASON_FIN, REASON_RST};
+use crate::reorder::{Reorder, ReorderError, ENTRY_OVERHEAD};
+use crate::Config;
+
+/// Which side of the tunnel this multiplexer is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    Local,
+    Remote,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+struct Pipe {
+    idx: usize,
+    peer: SocketAddr,
+    tx: mpsc::UnboundedSender<Bytes>,
+    queued: AtomicUsize,
+    dead: watch::Sender<bool>,
+}
+
+/// How the TCP side of a connection is being closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kill {
+    Open,
+    Graceful,
+    Reset,
+}
+
+enum Item {
+    Syn(SocketAddrV4),
+    Data(Bytes),
+    Fin(u8),
+}
+
+struct TxState {
+    next_seq: u32,
+    fin_sent: bool,
+}
+
+struct RxState {
+    reorder: Reorder<Item>,
+    ready: VecDeque<Item>,
+    ready_bytes: usize,
+    /// The TCP side is closed: incoming messages are dropped (a FIN still counts).
+    closed: bool,
+    fin_received: bool,
+    /// Remote proxy: the SYN was delivered.
+    started: bool,
+    gap_since: Option<Instant>,
+    linger_armed: bool,
+}
+
+pub(crate) struct Conn {
+    id: u16,
+    tx: Mutex<TxState>,
+    rx: Mutex<RxState>,
+    rx_notify: Notify,
+    space_notify: Notify,
+    kill: watch::Sender<Kill>,
+}
+
+impl Conn {
+    /// Moves the TCP side towards closing; a reset is never downgraded to a graceful close.
+    fn set_kill(&self, k: Kill) {
+        self.kill.send_if_modified(|cur| {
+            let upgrade =
+                matches!((*cur, k), (Kill::Open, Kill::Graceful | Kill::Reset) | (Kill::Graceful, Kill::Reset));
+            if upgrade {
+                *cur = k;
+            }
+            upgrade
+        });
+    }
+
+    fn new(id: u16, first_rx: u32, cfg: &Config, started: bool) -> Arc<Conn> {
+        Arc::new(Conn {
+            id,
+            tx: Mutex::new(TxState { next_seq: 0, fin_sent: false }),
+            rx: Mutex::new(RxState {
+                reorder: Reorder::new(first_rx, cfg.reorder_window, cfg.reorder_bytes_per_conn),
+                ready: VecDeque::new(),
+                ready_bytes: 0,
+                closed: false,
+                fin_received: false,
+                started,
+                gap_since: None,
+                linger_armed: false,
+            }),
+            rx_notify: Notify::new(),
+            space_notify: Notify::new(),
+            kill: watch::channel(Kill::Open).0,
+        })
+    }
+}
+
+/// Counters, mostly for tests and summaries.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub conns_opened: AtomicUsize,
+    pub conn_protocol_errors: AtomicUsize,
+    pub pipes_dropped: AtomicUsize,
+}
+
+pub(crate) struct Mux {
+    role: Role,
+    cfg: Config,
+    label: String,
+    pipes: Vec<Arc<Pipe>>,
+    rr: AtomicUsize,
+    space: Notify,
+    alive: AtomicUsize,
+    conns: Mutex<HashMap<u16, Arc<Conn>>>,
+    next_id: Mutex<u16>,
+    reorder_total: AtomicUsize,
+    /// Woken when out-of-order bytes are released anywhere.
+    reorder_room: Notify,
+    shut: AtomicBool,
+    closed: watch::Sender<bool>,
+    pub(crate) stats: Stats,
+}
+
+enum Enqueue {
+    Ok,
+    NoPipe,
+}
+
+impl Mux {
+    /// Starts the multiplexer over already established pipes.
+    pub(crate) fn start(role: Role, cfg: Config, label: String, streams: Vec<TcpStream>) -> Arc<Mux> {
+        let mut pipes = Vec::new();
+        let mut halves = Vec::new();
+        for (idx, s) in streams.into_iter().enumerate() {
+            let _ = s.set_nodelay(true);
+            let peer = s.peer_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+            let (rd, wr) = s.into_split();
+            let (tx, rx) = mpsc::unbounded_channel();
+            pipes.push(Arc::new(Pipe { idx, peer, tx, queued: AtomicUsize::new(0), dead: watch::channel(false).0 }));
+            halves.push((rd, wr, rx));
+        }
+        let mux = Arc::new(Mux {
+            role,
+            cfg,
+            label,
+            alive: AtomicUsize::new(pipes.len()),
+            pipes,
+            rr: AtomicUsize::new(0),
+            space: Notify::new(),
+            conns: Mutex::new(HashMap::new()),
+            next_id: Mutex::new(0),
+            reorder_total: AtomicUsize::new(0),
+            reorder_room: Notify::new(),
+            shut: AtomicBool::new(false),
+            closed: watch::channel(false).0,
+            stats: Stats::default(),
+        });
+        for (i, (rd, wr, rx)) in halves.into_iter().enumerate() {
+            let p = mux.pipes[i].clone();
+            tokio::spawn(pipe_writer(mux.clone(), p.clone(), rx, wr));
+            tokio::spawn(pipe_reader(mux.clone(), p, rd));
+        }
+        if mux.pipes.is_empty() {
+            mux.shutdown();
+        }
+        tokio::spawn(gap_sweeper(Arc::downgrade(&mux)));
+        mux
+    }
+
+    /// Resolves when every pipe is gone.
+    pub(crate) async fn closed(&self) {
+        let mut rx = self.closed.subscribe();
+        let _ = rx.wait_for(|c| *c).await;
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.shut.load(Ordering::SeqCst)
+    }
+
+    fn pipe_died(&self, pipe: &Pipe, why: &str) {
+        if pipe.dead.send_replace(true) {
+            return;
+        }
+        self.stats.pipes_dropped.fetch_add(1, Ordering::Relaxed);
+        let left = self.alive.fetch_sub(1, Ordering::SeqCst) - 1;
+        info!("{}: pipe {} ({}) closed: {why}; {left} pipe(s) left", self.label, pipe.idx, pipe.peer);
+        self.space.notify_waiters();
+        if left == 0 {
+            self.shutdown();
+        }
+    }
+
+    fn shutdown(&self) {
+        if self.shut.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let conns: Vec<_> = lock(&self.conns).drain().map(|(_, c)| c).collect();
+        if !conns.is_empty() {
+            warn!("{}: no pipe left, resetting {} connection(s)", self.label, conns.len());
+        }
+        for c in conns {
+            lock(&c.tx).fin_sent = true;
+            self.close_rx(&c);
+            c.set_kill(Kill::Reset);
+        }
+        self.space.notify_waiters();
+        self.closed.send_replace(true);
+    }
+
+    fn blocked(&self, p: &Pipe) -> bool {
+        p.queued.load(Ordering::Relaxed) >= self.cfg.pipe_queue_limit
+    }
+
+    fn any_unblocked(&self) -> bool {
+        self.pipes.iter().any(|p| !*p.dead.borrow() && !self.blocked(p))
+    }
+
+    /// Puts `msg` on a pipe: round robin over the pipes whose write side is not blocked, else
+    /// over any live pipe (control messages must never wait). A message never spans pipes.
+    fn enqueue(&self, mut msg: Bytes) -> Enqueue {
+        let n = self.pipes.len();
+        if n == 0 {
+            return Enqueue::NoPipe;
+        }
+        let start = self.rr.fetch_add(1, Ordering::Relaxed);
+        for pass in 0..2 {
+            for k in 0..n {
+                let p = &self.pipes[(start + k) % n];
+                if *p.dead.borrow() || (pass == 0 && self.blocked(p)) {
+                    continue;
+                }
+                let len = msg.len();
+                p.queued.fetch_add(len, Ordering::Relaxed);
+                match p.tx.send(msg) {
+                    Ok(()) => return Enqueue::Ok,
+                    Err(e) => {
+                        p.queued.fetch_sub(len, Ordering::Relaxed);
+                        msg = e.0;
+                    }
+                }
+            }
+        }
+        Enqueue::NoPipe
+    }
+
+    /// Sends a data or SYN message of `conn`, waiting while every pipe is blocked. Returns false
+    /// if the connection already sent its FIN or no pipe is left. Cancel safe: the sequence
+    /// number is taken only when the message is queued.
+    async fn send_seq(&self, conn: &Conn, build: impl Fn(u32) -> Bytes) -> bool {
+        loop {
+            let notified = self.space.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut tx = lock(&conn.tx);
+                if tx.fin_sent || self.is_closed() {
+                    return false;
+                }
+                if self.any_unblocked() {
+                    let msg = build(tx.next_seq);
+                    return match self.enqueue(msg) {
+                        Enqueue::Ok => {
+                            tx.next_seq = tx.next_seq.wrapping_add(1);
+                            true
+                        }
+                        Enqueue::NoPipe => false,
+                    };
+                }
+            }
+            notified.await;
+        }
+    }
+
+    async fn send_data(&self, conn: &Conn, chunk: &[u8]) -> bool {
+        self.send_seq(conn, |seq| match codec::encode_data(conn.id, seq, chunk) {
+            Ok(b) => b,
+            Err(_) => Bytes::new(), // unreachable: chunks are 1..=4096 bytes, id != 0
+        })
+        .await
+    }
+
+    /// Sends the FIN of `conn` (once). Never waits.
+    fn send_fin(&self, conn: &Conn, reason: u8) -> bool {
+        let mut tx = lock(&conn.tx);
+        if tx.fin_sent {
+            return false;
+        }
+        tx.fin_sent = true;
+        let msg = Message::Fin { conn_id: conn.id, seq: tx.next_seq, reason };
+        tx.next_seq = tx.next_seq.wrapping_add(1);
+        if let Ok(b) = msg.to_bytes() {
+            let _ = self.enqueue(b);
+        }
+        true
+    }
+
+    fn close_rx(&self, conn: &Conn) {
+        let mut rx = lock(&conn.rx);
+        rx.closed = true;
+        let freed = rx.reorder.clear();
+        self.reorder_total.fetch_sub(freed, Ordering::Relaxed);
+        if freed > 0 {
+            self.reorder_room.notify_waiters();
+        }
+        rx.ready.clear();
+        rx.ready_bytes = 0;
+        rx.gap_since = None;
+        drop(rx);
+        conn.space_notify.notify_waiters();
+        conn.rx_notify.notify_one();
+    }
+
+    /// Frees the connection ID once both FINs went by, or after the linger time otherwise.
+    fn maybe_remove(self: &Arc<Self>, conn: &Arc<Conn>) {
+        let fin_sent = lock(&conn.tx).fin_sent;
+        let mut rx = lock(&conn.rx);
+        if fin_sent && rx.fin_received {
+            drop(rx);
+            self.remove(conn);
+        } else if (fin_sent || rx.closed) && !rx.linger_armed {
+            rx.linger_armed = true;
+            drop(rx);
+            let mux = Arc::downgrade(self);
+            let c = conn.clone();
+            let linger = self.cfg.linger;
+            tokio::spawn(async move {
+                tokio::time::sleep(linger).await;
+                if let Some(m) = mux.upgrade() {
+                    m.remove(&c);
+                }
+            });
+        }
+    }
+
+    fn remove(&self, conn: &Arc<Conn>) {
+        let mut t = lock(&self.conns);
+        if t.get(&conn.id).is_some_and(|c| Arc::ptr_eq(c, conn)) {
+            t.remove(&conn.id);
+        }
+    }
+
+    /// The TCP side failed (or a protocol error): RST it and tell the peer with FIN 0x99.
+    fn reset_conn(self: &Arc<Self>, conn: &Arc<Conn>) {
+        self.send_fin(conn, REASON_RST);
+        self.close_rx(conn);
+        conn.set_kill(Kill::Reset);
+        self.maybe_remove(conn);
+    }
+
+    fn protocol_error(self: &Arc<Self>, conn: &Arc<Conn>, pipe: &Pipe, why: &dyn std::fmt::Display) {
+        self.stats.conn_protocol_errors.fetch_add(1, Ordering::Relaxed);
+        warn!(
+            "{}: ill-formed message for connection {} on pipe {} ({}): {why}; resetting that connection",
+            self.label, conn.id, pipe.idx, pipe.peer
+        );
+        self.reset_conn(conn);
+    }
+
+    /// Local proxy: opens a tunneled connection for an accepted local TCP connection.
+    pub(crate) async fn open(self: &Arc<Self>, stream: TcpStream, dst: SocketAddrV4) -> io::Result<u16> {
+        let conn = {
+            let mut t = lock(&self.conns);
+            let mut next = lock(&self.next_id);
+            let mut found = None;
+            for _ in 0..u16::MAX {
+                *next = if *next == u16::MAX { 1 } else { *next + 1 };
+                if !t.contains_key(&*next) {
+                    found = Some(*next);
+                    break;
+                }
+            }
+            let Some(id) = found else {
+                return Err(io::Error::other("all 65535 TM3 connection IDs are in use"));
+            };
+            let c = Conn::new(id, 0, &self.cfg, true);
+            t.insert(id, c.clone());
+            c
+        };
+        self.stats.conns_opened.fetch_add(1, Ordering::Relaxed);
+        let id = conn.id;
+        let syn = Message::Syn { conn_id: id, seq: 0, dst };
+        let sent = self.send_seq(&conn, |_| syn.to_bytes().unwrap_or_default()).await;
+        if !sent {
+            self.remove(&conn);
+            return Err(io::Error::other("no TM3 pipe left"));
+        }
+        debug!("{}: connection {id} to {dst} opened", self.label);
+        self.spawn_io(conn, stream);
+        Ok(id)
+    }
+
+    fn spawn_io(self: &Arc<Self>, conn: Arc<Conn>, stream: TcpStream) {
+        let _ = stream.set_nodelay(true);
+        let (rd, wr) = stream.into_split();
+        tokio::spawn(conn_reader(self.clone(), conn.clone(), rd));
+        tokio::spawn(conn_writer(self.clone(), conn, wr));
+    }
+
+    fn spawn_connect(self: &Arc<Self>, conn: Arc<Conn>, dst: SocketAddrV4) {
+        let mux = self.clone();
+        tokio::spawn(async move {
+            let r = tokio::time::timeout(mux.cfg.connect_timeout, TcpStream::connect(dst)).await;
+            let r = match r {
+                Ok(r) => r,
+                Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out")),
+            };
+            match r {
+                Ok(s) => {
+                    if *conn.kill.borrow() != Kill::Open {
+                        let _ = socket2::SockRef::from(&s).set_linger(Some(Duration::ZERO));
+                        return;
+                    }
+                    debug!("{}: connection {} to {dst} established", mux.label, conn.id);
+                    mux.spawn_io(conn, s);
+                }
+                Err(e) => {
+                    info!("{}: connection {}: connect to {dst} failed: {e}; sending FIN 0x99", mux.label, conn.id);
+                    mux.reset_conn(&conn);
+                }
+            }
+        });
+    }
+
+    /// Handles one well-framed message from `pipe`.
+    async fn on_message(self: &Arc<Self>, pipe: &Pipe, msg: Message) {
+        let id = msg.conn_id();
+        let seq = msg.seq();
+        let is_syn = matches!(msg, Message::Syn { .. });
+        // Look up or create under one lock: the SYN and the data right after it may arrive on
+        // two pipes at the same time.
+        let conn = {
+            let mut t = lock(&self.conns);
+            match t.get(&id).cloned() {
+                Some(c) => {
+                    if self.role == Role::Remote && is_syn && seq == 0 && lock(&c.tx).fin_sent {
+                        // The local proxy reused the ID of a connection we already closed.
+                        debug!("{}: connection ID {id} reused by the peer", self.label);
+                        self.new_remote_conn(&mut t, id)
+                    } else {
+                        c
+                    }
+                }
+                None if self.role == Role::Remote && !self.is_closed() => self.new_remote_conn(&mut t, id),
+                None => {
+                    debug!("{}: {msg:?} for unknown connection dropped", self.label);
+                    return;
+                }
+            }
+        };
+        if let Err(e) = msg.check() {
+            return self.protocol_error(&conn, pipe, &e);
+        }
+        if is_syn && self.role == Role::Local {
+            return self.protocol_error(&conn, pipe, &"SYN sent towards the local proxy");
+        }
+        let (item, size, terminal) = match msg {
+            Message::Data { payload, .. } => {
+                let n = payload.len();
+                (Item::Data(payload), n, false)
+            }
+            Message::Syn { dst, .. } => (Item::Syn(dst), 6, false),
+            Message::Fin { reason, .. } => (Item::Fin(reason), 1, true),
+        };
+        // Wait while the connection's in-order backlog is above the high-water mark.
+        let mut out = Vec::new();
+        let (mut connect, mut fin, mut bad, mut delivered) = (None, None, None, 0usize);
+        let res = loop {
+            let notified = conn.space_notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let room = self.reorder_room.notified();
+            tokio::pin!(room);
+            room.as_mut().enable();
+            {
+                let mut rx = lock(&conn.rx);
+                if rx.closed {
+                    if terminal {
+                        rx.fin_received = true;
+                        drop(rx);
+                        self.maybe_remove(&conn);
+                    }
+                    return;
+                }
+                let in_order = seq == rx.reorder.expected();
+                let cost = size + ENTRY_OVERHEAD;
+                // An early message waits while its connection's reorder buffer is full: the
+                // missing message is on another pipe (a pipe is FIFO and sequence numbers are
+                // taken in enqueue order), whose reader is never held up by this rule, so this
+                // cannot deadlock; a message that never comes is handled by the gap timeout.
+                // The same holds for the bound over all connections.
+                let ooo_full = !in_order
+                    && rx.reorder.pending_len() > 0
+                    && (rx.reorder.pending_bytes() + cost > self.cfg.reorder_bytes_per_conn
+                        || self.reorder_total.load(Ordering::Relaxed) + cost > self.cfg.reorder_bytes_total);
+                if rx.ready_bytes <= self.cfg.ready_high_water && !ooo_full {
+                    if !in_order && self.reorder_total.load(Ordering::Relaxed) + cost > self.cfg.reorder_bytes_total {
+                        // Only reachable with an empty per-connection buffer: refuse to start
+                        // buffering for yet another connection.
+                        break Err(ReorderError::Overflow {
+                            bytes: self.reorder_total.load(Ordering::Relaxed) + cost,
+                            max: self.cfg.reorder_bytes_total,
+                        });
+                    }
+                    let before = rx.reorder.pending_bytes();
+                    let r = rx.reorder.insert(seq, item, size, terminal, &mut out);
+                    let after = rx.reorder.pending_bytes();
+                    if after >= before {
+                        self.reorder_total.fetch_add(after - before, Ordering::Relaxed);
+                    } else {
+                        self.reorder_total.fetch_sub(before - after, Ordering::Relaxed);
+                    }
+                    if r.is_ok() {
+                        if rx.reorder.pending_len() == 0 {
+                            rx.gap_since = None;
+                        } else if rx.gap_since.is_none() || !out.is_empty() {
+                            rx.gap_since = Some(Instant::now());
+                        }
+                        // Hand the in-order messages over inside the same critical section, so
+                        // that two pipe readers cannot interleave them.
+                        for it in out.drain(..) {
+                            match it {
+                                Item::Syn(dst) => {
+                                    if rx.started {
+                                        bad = Some("second SYN");
+                                        break;
+                                    }
+                                    rx.started = true;
+                                    connect = Some(dst);
+                                }
+                                _ if !rx.started => {
+                                    bad = Some("message before the SYN");
+                                    break;
+                                }
+                                Item::Data(b) => {
+                                    rx.ready_bytes += b.len();
+                                    rx.ready.push_back(Item::Data(b));
+                                    delivered += 1;
+                                }
+                                Item::Fin(r) => {
+                                    rx.fin_received = true;
+                                    rx.ready.push_back(Item::Fin(r));
+                                    fin = Some(r);
+                                    delivered += 1;
+                                }
+                            }
+                        }
+                    }
+                    break r;
+                }
+            }
+            tokio::select! {
+                _ = &mut notified => {}
+                _ = &mut room => {}
+            }
+        };
+        if let Err(e) = res {
+            return self.protocol_error(&conn, pipe, &e);
+        }
+        if delivered > 1 {
+            // Early messages left the reorder buffer: wake readers waiting for room.
+            conn.space_notify.notify_waiters();
+            self.reorder_room.notify_waiters();
+        }
+        if let Some(why) = bad {
+            return self.protocol_error(&conn, pipe, &why);
+        }
+        if delivered > 0 {
+            conn.rx_notify.notify_one();
+        }
+        if let Some(dst) = connect {
+            self.spawn_connect(conn.clone(), dst);
+        }
+        if let Some(r) = fin {
+            // Half-open connections are not supported: answer with our own FIN right away.
+            self.send_fin(&conn, r);
+            self.maybe_remove(&conn);
+        }
+    }
+
+    fn new_remote_conn(self: &Arc<Self>, table: &mut HashMap<u16, Arc<Conn>>, id: u16) -> Arc<Conn> {
+        let c = Conn::new(id, 0, &self.cfg, false);
+        table.insert(id, c.clone());
+        self.stats.conns_opened.fetch_add(1, Ordering::Relaxed);
+        // A connection whose SYN never shows up is forgotten after the linger time.
+        let mux = Arc::downgrade(self);
+        let c2 = c.clone();
+        let linger = self.cfg.linger;
+        tokio::spawn(async move {
+            tokio::time::sleep(linger).await;
+            if let Some(m) = mux.upgrade() {
+                if !lock(&c2.rx).started {
+                    debug!("{}: connection {} never got its SYN, dropped", m.label, c2.id);
+                    m.close_rx(&c2);
+                    m.remove(&c2);
+                }
+            }
+        });
+        c
+    }
+}
+
+async fn pipe_writer(mux: Arc<Mux>, pipe: Arc<Pipe>, mut rx: mpsc::UnboundedReceiver<Bytes>, wr: OwnedWriteHalf) {
+    let mut dead = pipe.dead.subscribe();
+    let mut w = BufWriter::with_capacity(64 * 1024, wr);
+    let res: io::Result<()> = async {
+        loop {
+            let first = tokio::select! {
+                m = rx.recv() => m,
+                _ = dead.wait_for(|d| *d) => None,
+            };
+            let Some(mut m) = first else { return Ok(()) };
+            loop {
+                let len = m.len();
+                tokio::select! {
+                    r = w.write_all(&m) => r?,
+                    _ = dead.wait_for(|d| *d) => return Ok(()),
+                }
+                pipe.queued.fetch_sub(len, Ordering::Relaxed);
+                mux.space.notify_waiters();
+                match rx.try_recv() {
+                    Ok(next) => m = next,
+                    Err(_) => break,
+                }
+            }
+            tokio::select! {
+                r = w.flush() => r?,
+                _ = dead.wait_for(|d| *d) => return Ok(()),
+            }
+        }
+    }
+    .await;
+    if let Err(e) = res {
+        mux.pipe_died(&pipe, &format!("write error: {e}"));
+    }
+    let mut wr = w.into_inner();
+    let _ = wr.shutdown().await;
+}
+
+async fn pipe_reader(mux: Arc<Mux>, pipe: Arc<Pipe>, mut rd: OwnedReadHalf) {
+    let mut dead = pipe.dead.subscribe();
+    let mut buf = BytesMut::with_capacity(128 * 1024);
+    let why = loop {
+        match codec::decode(&mut buf) {
+            Ok(Some(msg)) => {
+                mux.on_message(&pipe, msg).await;
+                continue;
+            }
+            Ok(None) => {}
+            Err(e) => {
+                error!(
+                    "{}: pipe {} ({}): {e}; this pipe is no longer trusted and is closed \
+                     (messages it would have carried are lost)",
+                    mux.label, pipe.idx, pipe.peer
+                );
+                break format!("untrusted: {e}");
+            }
+        }
+        if buf.capacity() - buf.len() < 8 * 1024 {
+            buf.reserve(128 * 1024);
+        }
+        let r = tokio::select! {
+            r = rd.read_buf(&mut buf) => r,
+            _ = dead.wait_for(|d| *d) => break "closed".to_string(),
+        };
+        match r {
+            Ok(0) => {
+                break if buf.is_empty() {
+                    "peer closed the pipe".to_string()
+                } else {
+                    format!("peer closed the pipe in the middle of a message ({} bytes pending)", buf.len())
+                }
+            }
+            Ok(_) => {}
+            Err(e) => break format!("read error: {e}"),
+        }
+    };
+    mux.pipe_died(&pipe, &why);
+}
+
+/// Resets connections whose missing message has not arrived within the gap timeout (it was
+/// lost with a dropped pipe).
+async fn gap_sweeper(mux: Weak<Mux>) {
+    let period = Duration::from_millis(250);
+    loop {
+        tokio::time::sleep(period).await;
+        let Some(m) = mux.upgrade() else { return };
+        if m.is_closed() {
+            return;
+        }
+        let conns: Vec<_> = lock(&m.conns).values().cloned().collect();
+        for c in conns {
+            let stale = {
+                let rx = lock(&c.rx);
+                rx.gap_since.filter(|t| t.elapsed() >= m.cfg.gap_timeout).map(|_| rx.reorder.expected())
+            };
+            if let Some(seq) = stale {
+                warn!(
+                    "{}: connection {}: message {seq} missing for {:?} (lost with a dropped pipe?); resetting it",
+                    m.label, c.id, m.cfg.gap_timeout
+                );
+                m.reset_conn(&c);
+            }
+        }
+    }
+}
+
+fn set_rst(wr: &OwnedWriteHalf) {
+    let s: &TcpStream = wr.as_ref();
+    let _ = socket2::SockRef::from(s).set_linger(Some(Duration::ZERO));
+}
+
+async fn conn_reader(mux: Arc<Mux>, conn: Arc<Conn>, mut rd: OwnedReadHalf) {
+    let mut kill = conn.kill.subscribe();
+    let mut buf = vec![0u8; 16 * MAX_PAYLOAD];
+    loop {
+        if *kill.borrow() != Kill::Open {
+            break;
+        }
+        let r = tokio::select! {
+            biased;
+            _ = kill.changed() => continue,
+            r = rd.read(&mut buf) => r,
+        };
+        match r {
+            Ok(0) => {
+                debug!("{}: connection {}: TCP FIN, sending FIN 0x88", mux.label, conn.id);
+                mux.send_fin(&conn, REASON_FIN);
+                mux.close_rx(&conn);
+                conn.set_kill(Kill::Graceful);
+                mux.maybe_remove(&conn);
+                return;
+            }
+            Err(e) => {
+                debug!("{}: connection {}: TCP error ({e}), sending FIN 0x99", mux.label, conn.id);
+                mux.reset_conn(&conn);
+                return;
+            }
+            Ok(n) => {
+                let mut ok = true;
+                for chunk in buf[..n].chunks(MAX_PAYLOAD) {
+                    if !mux.send_data(&conn, chunk).await {
+                        ok = false;
+                        break;
+                    }
+                }
+                if !ok {
+                    break;
+                }
+            }
+        }
+    }
+    // The connection is closing: on a graceful close, read and drop what the endpoint still
+    // sends for a moment so that the close does not turn into a RST.
+    if *kill.borrow() == Kill::Reset {
+        return;
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        loop {
+            tokio::select! {
+                biased;
+                _ = kill.wait_for(|k| *k == Kill::Reset) => return,
+                r = rd.read(&mut buf) => if !matches!(r, Ok(n) if n > 0) { return },
+            }
+        }
+    })
+    .await;
+}
+
+async fn conn_writer(mux: Arc<Mux>, conn: Arc<Conn>, mut wr: OwnedWriteHalf) {
+    let mut kill = conn.kill.subscribe();
+    loop {
+        let k = *kill.borrow();
+        match k {
+            Kill::Open => {}
+            Kill::Graceful => {
+                let _ = wr.shutdown().await;
+                return;
+            }
+            Kill::Reset => {
+                set_rst(&wr);
+                // Dropping the write half would send a FIN before the RST.
+                wr.forget();
+                return;
+            }
+        }
+        let item = {
+            let mut rx = lock(&conn.rx);
+            let it = rx.ready.pop_front();
+            if let Some(Item::Data(b)) = &it {
+                rx.ready_bytes -= b.len();
+            }
+            it
+        };
+        match item {
+            None => {
+                tokio::select! {
+                    _ = conn.rx_notify.notified() => {}
+                    _ = kill.changed() => {}
+                }
+            }
+            Some(Item::Data(b)) => {
+                conn.space_notify.notify_waiters();
+                let r = tokio::select! {
+                    r = wr.write_all(&b) => r,
+                    _ = kill.changed() => Ok(()),
+                };
+                if let Err(e) = r {
+                    debug!("{}: connection {}: TCP write error ({e}), sending FIN 0x99", mux.label, conn.id);
+                    mux.reset_conn(&conn);
+                }
+            }
+            Some(Item::Fin(reason)) => {
+                if reason == REASON_FIN {
+                    debug!("{}: connection {}: FIN 0x88 delivered, closing", mux.label, conn.id);
+                    mux.close_rx(&conn);
+                    conn.set_kill(Kill::Graceful);
+                } else {
+                    debug!("{}: connection {}: FIN 0x99 delivered, resetting", mux.label, conn.id);
+                    mux.close_rx(&conn);
+                    conn.set_kill(Kill::Reset);
+                }
+            }
+            Some(Item::Syn(_)) => {}
+        }
+    }
+}
