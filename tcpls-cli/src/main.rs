@@ -99,7 +99,8 @@ struct ServeArgs {
     key: Option<PathBuf>,
     #[arg(long, value_enum, default_value = "perf")]
     mode: serve::Mode,
-    /// Extra address to announce to clients (New Address); repeatable.
+    /// Extra address to announce to clients (New Address); repeatable. With several specific
+    /// --listen addresses, those are announced too.
     #[arg(long)]
     advertise: Vec<String>,
     /// Join tokens given to each client (the limit on its extra connections).
@@ -267,10 +268,16 @@ async fn serve_cmd(a: ServeArgs) -> Result<(), String> {
     for l in &a.listen {
         listen.extend(resolve(l)?.into_iter().take(1));
     }
-    let mut advertise = Vec::new();
+    // Clients learn every address they may join: the specific --listen addresses (not wildcard
+    // ones, which name no reachable address) and the --advertise ones.
+    let mut advertise: Vec<SocketAddr> = listen.iter().copied().filter(|a| !a.ip().is_unspecified()).collect();
+    if advertise.len() < 2 {
+        advertise.clear();
+    }
     for l in &a.advertise {
         advertise.extend(resolve(l)?.into_iter().take(1));
     }
+    advertise.dedup();
     let settings = SessionConfig { tokens: a.tokens, advertise, ..SessionConfig::default() };
     let listeners = serve::bind(&listen, tls, settings).await?;
     for l in &listeners {
