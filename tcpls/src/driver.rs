@@ -10,7 +10,9 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
+use std::os::fd::AsRawFd;
 use tokio::io::{AsyncWrite, ReadBuf};
+
 use tokio::net::TcpStream;
 
 use crate::shared::Shared;
@@ -27,6 +29,21 @@ pub(crate) struct Driver {
     sockets: Vec<Socket>,
     /// Last time idle stream and connection buffers were given back.
     last_trim: Instant,
+    /// Last time the scheduler was told each path's RTT and congestion window.
+    last_path_info: Instant,
+}
+
+/// How often the scheduler learns each connection's RTT and congestion window from TCP_INFO.
+const PATH_INFO_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Feeds TCP_INFO (RTT, congestion window) of every connection to the core's scheduler.
+fn update_path_info(inner: &mut crate::shared::Inner) {
+    let conns: Vec<_> = inner.fds.keys().copied().collect();
+    for conn in conns {
+        if let Some(info) = inner.tcp_info(conn) {
+            inner.proto.set_path_info(conn, Some(info.rtt_us), Some(info.cwnd));
+        }
+    }
 }
 
 /// How often a quiet session returns the memory of drained buffers.
@@ -37,10 +54,12 @@ const ROUNDS_PER_POLL: usize = 16;
 
 impl Driver {
     pub(crate) fn new(shared: Shared, conn: ConnId, stream: TcpStream) -> Self {
+        shared.lock().fds.insert(conn, stream.as_raw_fd());
         Self {
             shared,
             sockets: vec![Socket { id: conn, stream: Some(stream), write_shut: false }],
             last_trim: Instant::now(),
+            last_path_info: Instant::now(),
         }
     }
 }
@@ -51,8 +70,14 @@ impl Future for Driver {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = &mut *self;
         let mut inner = this.shared.lock();
-        for (id, stream) in inner.new_sockets.drain(..) {
+        let added: Vec<_> = inner.new_sockets.drain(..).collect();
+        for (id, stream) in added {
+            inner.fds.insert(id, stream.as_raw_fd());
             this.sockets.push(Socket { id, stream: Some(stream), write_shut: false });
+        }
+        if this.last_path_info.elapsed() >= PATH_INFO_INTERVAL {
+            this.last_path_info = Instant::now();
+            update_path_info(&mut inner);
         }
         let mut busy = true;
         for _ in 0..ROUNDS_PER_POLL {
@@ -123,6 +148,8 @@ impl Future for Driver {
                     }
                 }
                 if inner.proto.should_close_socket(sock.id) {
+                    // Under the lock: nobody reads TCP_INFO from a descriptor being closed.
+                    inner.fds.remove(&sock.id);
                     sock.stream = None;
                     progress = true;
                 }

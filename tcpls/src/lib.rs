@@ -19,12 +19,14 @@ mod session;
 mod shared;
 mod socket;
 mod stream;
+mod tcp_info;
 
 pub use connector::{server_name_for, HappyEyeballs, TcplsConnector};
 pub use listener::{TcplsListener, HANDSHAKE_TIMEOUT};
 pub use registry::JoinRegistry;
 pub use session::{ConnectionInfo, Session};
 pub use stream::{RecvStream, SendStream};
+pub use tcp_info::TcpInfo;
 pub use tcpls_proto::{
     self as proto, crypto_provider, ConnId, Error, Event, FnScheduler, LowestRtt, PathView, RoundRobin, Scheduler,
     SessionConfig, StreamError, StreamId, Weighted,

@@ -42,6 +42,10 @@ pub struct ConnectionInfo {
     pub remote: Option<SocketAddr>,
     pub bytes_sent: u64,
     pub bytes_received: u64,
+    /// Can carry data now (handshake done, not closing, not failed).
+    pub usable: bool,
+    /// The kernel's view of the TCP connection (Linux TCP_INFO), while its socket is open.
+    pub tcp_info: Option<crate::tcp_info::TcpInfo>,
 }
 
 pub(crate) fn stream_error(e: StreamError) -> io::Error {
@@ -113,7 +117,15 @@ impl Session {
             .map(|id| {
                 let (local, remote) = inner.proto.addresses(id);
                 let stats = inner.proto.connection_stats(id).unwrap_or_default();
-                ConnectionInfo { id, local, remote, bytes_sent: stats.bytes_sent, bytes_received: stats.bytes_received }
+                ConnectionInfo {
+                    id,
+                    local,
+                    remote,
+                    bytes_sent: stats.bytes_sent,
+                    bytes_received: stats.bytes_received,
+                    usable: inner.proto.is_connection_usable(id),
+                    tcp_info: inner.tcp_info(id),
+                }
             })
             .collect()
     }
@@ -253,6 +265,14 @@ impl Session {
     /// or the least queued connection when RTTs are unknown).
     pub fn set_scheduler(&self, scheduler: Box<dyn tcpls_proto::Scheduler>) {
         self.shared.lock().proto.set_scheduler(scheduler);
+    }
+
+    /// Asks the peer for its kernel's view of connection `conn` (TCP Info Request); the answer
+    /// arrives as [`Event::PeerTcpInfo`] in [`Session::poll_events`].
+    pub fn request_peer_tcp_info(&self, conn: ConnId) {
+        let mut inner = self.shared.lock();
+        inner.proto.request_tcp_info(conn);
+        inner.wake_driver();
     }
 
     /// Connections that can carry data now.

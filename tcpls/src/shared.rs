@@ -24,6 +24,8 @@ pub(crate) struct Inner {
     /// Tokens issued since the driver last published them in the registry (it holds the
     /// session's Arc). Used tokens need no change: the listener removed them when routing.
     pub(crate) issued_tokens: Vec<[u8; 32]>,
+    /// Socket descriptors of live connections (the driver adds and removes them), for TCP_INFO.
+    pub(crate) fds: HashMap<tcpls_proto::ConnId, std::os::fd::RawFd>,
 }
 
 const MAX_APP_EVENTS: usize = 1024;
@@ -47,7 +49,13 @@ impl Inner {
             new_sockets: Vec::new(),
             registry: None,
             issued_tokens: Vec::new(),
+            fds: HashMap::new(),
         }
+    }
+
+    /// The kernel's view of a connection's TCP socket, if it is open.
+    pub(crate) fn tcp_info(&self, conn: tcpls_proto::ConnId) -> Option<crate::tcp_info::TcpInfo> {
+        self.fds.get(&conn).and_then(|fd| crate::tcp_info::read(*fd).ok())
     }
 
     /// The application changed something the driver must act on (new data, credit, close).
@@ -83,6 +91,12 @@ impl Inner {
                 Event::StreamOpened(_) | Event::Established { .. } | Event::PeerClosed => self.wake_state(),
                 Event::TokenIssued { token, .. } => self.issued_tokens.push(token),
                 Event::TokenUsed { .. } => {}
+                // The peer asks how we see one of our connections: answer from TCP_INFO.
+                Event::TcpInfoRequested { conn } => {
+                    if let Some(info) = self.fds.get(&conn).and_then(|fd| crate::tcp_info::read(*fd).ok()) {
+                        self.proto.send_tcp_info(conn, info);
+                    }
+                }
                 Event::ConnectionEstablished { .. } | Event::ConnectionClosed { .. } | Event::TokensReceived { .. } => {
                     self.wake_state();
                     self.push_app_event(event);

@@ -144,3 +144,27 @@ async fn small_records_still_verified() {
     recv.read_to_end(&mut got).await.unwrap();
     assert!(got == expect);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_report_tcp_info_and_the_peer_answers_tcp_info_requests() {
+    let pki = Pki::new();
+    let addr = echo_server(&pki).await;
+    let session = TcplsConnector::new(pki.client()).connect(addr, server_name_for("localhost").unwrap()).await.unwrap();
+    let info = session.connections()[0].tcp_info.expect("TCP_INFO of an open connection");
+    assert!(info.cwnd >= 1 && info.rtt_us < 1_000_000, "{info:?}");
+    assert!(session.connections()[0].usable);
+    session.request_peer_tcp_info(0);
+    let mut peer = None;
+    for _ in 0..200 {
+        peer = session.poll_events().into_iter().find_map(|e| match e {
+            tcpls::Event::PeerTcpInfo { conn: 0, info } => Some(info),
+            _ => None,
+        });
+        if peer.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let peer = peer.expect("the server answered with its view of connection 0");
+    assert!(peer.cwnd >= 1 && peer.rtt_us < 1_000_000, "{peer:?}");
+}

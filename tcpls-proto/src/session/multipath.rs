@@ -249,6 +249,17 @@ impl Session {
         self.core.scheduler = scheduler;
     }
 
+    /// Answers a TCP Info Request: our kernel's view of connection `about`.
+    pub fn send_tcp_info(&mut self, about: ConnId, info: crate::frame::PeerTcpInfo) {
+        self.core.control.push(&Frame::TcpInfo { connection_id: about, info }, None);
+    }
+
+    /// Asks the peer for its view of connection `about` (answered with a TCP Info frame, reported
+    /// as [`Event::PeerTcpInfo`]).
+    pub fn request_tcp_info(&mut self, about: ConnId) {
+        self.core.control.push(&Frame::TcpInfoRequest { connection_id: about }, None);
+    }
+
     /// Tells the scheduler a connection's RTT and congestion window (from TCP_INFO).
     pub fn set_path_info(&mut self, conn: ConnId, rtt_us: Option<u32>, cwnd: Option<u32>) {
         if let Some(c) = self.conn_mut(conn) {
