@@ -7,6 +7,7 @@ mod perf;
 mod perf_proto;
 mod serve;
 mod tlsconf;
+mod tm3;
 mod transfer;
 
 use std::net::SocketAddr;
@@ -68,6 +69,11 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// TM3 multiplexing proxies speaking the original pipe protocol on plain TCP pipes.
+    #[command(
+        after_help = "Examples:\n  tcpls tm3 rp 4 --port 6000\n  tcpls tm3 lp 203.0.113.5:6000 4 --forward 127.0.0.1:8080=198.51.100.7:80"
+    )]
+    Tm3(tm3::Tm3Args),
 }
 
 #[derive(Args)]
@@ -208,6 +214,7 @@ async fn run(command: Command) -> Result<(), String> {
         }
         Command::Perf(a) => perf_cmd(a).await,
         Command::Demo { bytes, json } => demo(bytes, json).await,
+        Command::Tm3(a) => tm3::run(a).await,
     }
 }
 

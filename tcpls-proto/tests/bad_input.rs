@@ -737,3 +737,19 @@ fn probe_flood_from_a_peer_that_does_not_read_stops_our_reading() {
     assert!(p.server.danger_control_queue_entries() <= 4096 + 1000);
     assert!(p.server.error().is_none(), "a flood is not a protocol error");
 }
+
+/// A hostile server cannot make the client give two connections one ID: tokens with sequence 0
+/// (the initial connection's ID) or a repeated sequence number are ignored.
+#[test]
+fn tokens_that_would_reuse_a_connection_id_are_ignored() {
+    let mut p = util::Pair::default_pair();
+    p.drive();
+    let before = p.client.tokens().to_vec();
+    let mut frames = Vec::new();
+    tcpls_proto::frame::Frame::NewToken { sequence: 0, token: [1; 32] }.encode(&mut frames);
+    tcpls_proto::frame::Frame::NewToken { sequence: before[0].0, token: [2; 32] }.encode(&mut frames);
+    p.server.danger_seal_raw(0, 23, &frames).unwrap();
+    p.drive();
+    assert_eq!(p.client.tokens(), &before[..], "neither token was taken");
+    assert!(p.client.error().is_none());
+}

@@ -105,7 +105,10 @@ impl Core {
                 if self.side == Side::Server {
                     return Err(TransportError::unexpected("New Token sent by a client"));
                 }
-                if self.tokens.len() < MAX_TOKENS && !self.tokens.iter().any(|(s, _)| *s == sequence) {
+                // Sequence numbers become connection IDs: 0 is the initial connection's and a
+                // repeated one would give two connections one ID, so such tokens are ignored.
+                let fresh = sequence != 0 && !self.tokens.iter().any(|(s, _)| *s == sequence);
+                if self.tokens.len() < MAX_TOKENS && fresh && !self.used_token_seqs.contains(&sequence) {
                     // Frames of a record are read back to front: keep the list ordered.
                     let at = self.tokens.partition_point(|(s, _)| *s < sequence);
                     self.tokens.insert(at, (sequence, token));

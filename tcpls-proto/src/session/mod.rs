@@ -92,6 +92,8 @@ pub(crate) struct Core {
     pub(crate) next_token_seq: u32,
     /// Policy for records of unsteered streams.
     pub(crate) scheduler: Box<dyn sched::Scheduler>,
+    /// Client: sequence numbers of tokens already spent (IDs of connections, live or not).
+    pub(crate) used_token_seqs: std::collections::BTreeSet<u32>,
 }
 
 /// Session-wide counters.
@@ -198,6 +200,7 @@ impl Session {
                 initial_seen: false,
                 next_token_seq: 1,
                 scheduler: Box::new(sched::LowestRtt),
+                used_token_seqs: std::collections::BTreeSet::new(),
             },
         }
     }

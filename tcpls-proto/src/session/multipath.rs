@@ -128,6 +128,11 @@ impl Session {
         };
         let (sequence, _) = self.core.tokens.remove(idx);
         self.core.events.push_back(Event::TokenUsed { sequence });
+        if self.conn(sequence).is_some() {
+            // Only after 2^32 tokens could a sequence number come back while its connection
+            // lives; one ID must never name two connections.
+            return Err(joining);
+        }
         if self.live_connections() >= self.max_connections() {
             // Over the budget: the token is spent all the same, so a flood of joins stops when
             // the tokens run out.
@@ -191,6 +196,7 @@ impl Session {
             return Err(Error::NoToken);
         }
         let (sequence, token) = self.core.tokens.remove(0);
+        self.core.used_token_seqs.insert(sequence);
         let mut conn = Connection::new(sequence, Handshake::client(config, name)?);
         conn.join_token = Some(token);
         self.conns.push(conn);

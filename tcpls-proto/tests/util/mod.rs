@@ -89,22 +89,7 @@ pub struct Pair {
 
 impl Pair {
     pub fn new(client: ClientConfig, server: ServerConfig, settings: SessionConfig) -> Self {
-        let client = Session::client(
-            Arc::new(tcpls_client_config(&client)),
-            ServerName::try_from("localhost").unwrap(),
-            settings.clone(),
-        )
-        .unwrap();
-        let server = Session::server(Arc::new(tcpls_server_config(&server)), settings).unwrap();
-        Pair {
-            client,
-            server,
-            now: Instant::now(),
-            client_events: vec![],
-            server_events: vec![],
-            client_writes: vec![],
-            server_writes: vec![],
-        }
+        Self::from_arcs(Arc::new(tcpls_client_config(&client)), Arc::new(tcpls_server_config(&server)), settings)
     }
 
     /// Sessions from shared configs (a client config reused across sessions keeps its tickets).

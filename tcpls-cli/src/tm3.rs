@@ -1,0 +1,92 @@
+//! `tcpls tm3 rp N [--port PORT]` and `tcpls tm3 lp RP_ADDR N (--socks ADDR | --forward
+//! LISTEN=TARGET | --transparent PORT)`: the TM3 proxies of the `tcpls-tunnel` crate, speaking
+//! the original TM3 pipe protocol on plain TCP pipes (docs/CLI.md).
+
+use clap::{Args, Subcommand};
+use tcpls_tunnel::cli::{lp_main, rp_main, LpMode};
+use tcpls_tunnel::DEFAULT_PORT;
+
+#[derive(Args)]
+pub struct Tm3Args {
+    /// Log every connection (debug level).
+    #[arg(short, long, global = true)]
+    verbose: bool,
+    #[command(subcommand)]
+    cmd: Tm3Command,
+}
+
+#[derive(Subcommand)]
+enum Tm3Command {
+    /// Remote proxy: accept N pipes per local proxy and open the tunneled connections.
+    #[command(after_help = "Examples:\n  tcpls tm3 rp 4\n  tcpls tm3 rp 4 --port 7000")]
+    Rp {
+        /// Number of pipes per local proxy.
+        n: usize,
+        /// Listening port (all addresses).
+        #[arg(long, default_value_t = DEFAULT_PORT)]
+        port: u16,
+    },
+    /// Local proxy: open N pipes to RP_ADDR and tunnel local connections over them.
+    #[command(after_help = "Examples:\n  \
+        tcpls tm3 lp 203.0.113.5 4 --socks 127.0.0.1:1080\n  \
+        tcpls tm3 lp 203.0.113.5:6000 4 --forward 127.0.0.1:8080=198.51.100.7:80\n  \
+        tcpls tm3 lp 203.0.113.5 4 --transparent 7000\n\
+        Transparent mode takes connections redirected by iptables, e.g.:\n  \
+        iptables -t nat -A OUTPUT -p tcp -d 198.51.100.7 --dport 80 -j REDIRECT --to-ports 7000\n\
+        (keep the pipes' own traffic to the remote proxy out of the rule)")]
+    Lp {
+        /// Remote proxy address: HOST or HOST:PORT (default port 6000).
+        rp_addr: String,
+        /// Number of pipes.
+        n: usize,
+        #[command(flatten)]
+        mode: Mode,
+    },
+}
+
+#[derive(Args)]
+#[group(required = true, multiple = false)]
+struct Mode {
+    /// SOCKS5 server listening on ADDR (CONNECT to IPv4 addresses only).
+    #[arg(long, value_name = "ADDR")]
+    socks: Option<String>,
+    /// Fixed forward: listen on LISTEN (HOST:PORT or PORT), tunnel to TARGET (IPv4 HOST:PORT).
+    #[arg(long, value_name = "LISTEN=TARGET")]
+    forward: Option<String>,
+    /// Transparent mode: listen on 0.0.0.0:PORT for connections redirected with iptables REDIRECT.
+    #[arg(long, value_name = "PORT")]
+    transparent: Option<u16>,
+}
+
+/// Runs `tcpls tm3 ...` until an error (the proxies otherwise run forever).
+pub async fn run(args: Tm3Args) -> Result<(), String> {
+    let level = if args.verbose { tracing::Level::DEBUG } else { tracing::Level::INFO };
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    // Fails only if a subscriber is already installed, which is then used instead.
+    let _ = tracing_subscriber::fmt().with_max_level(level).with_ansi(ansi).with_writer(std::io::stderr).try_init();
+    match args.cmd {
+        Tm3Command::Rp { n, port } => {
+            check_pipes(n)?;
+            rp_main(n, port).await.map_err(|e| format!("tm3 rp: {e}"))
+        }
+        Tm3Command::Lp { rp_addr, n, mode } => {
+            check_pipes(n)?;
+            let mode = match (mode.socks, mode.forward, mode.transparent) {
+                (Some(a), None, None) => LpMode::Socks(a),
+                (None, Some(f), None) => LpMode::Forward(f),
+                (None, None, Some(p)) => LpMode::Transparent(p),
+                _ => return Err("tm3 lp: exactly one of --socks, --forward, --transparent is required".into()),
+            };
+            lp_main(&rp_addr, n, mode).await.map_err(|e| format!("tm3 lp: {e}"))
+        }
+    }
+}
+
+/// The proxies accept 1..=1024 pipes; checked before anything is bound or connected.
+fn check_pipes(n: usize) -> Result<(), String> {
+    if (1..=1024).contains(&n) {
+        Ok(())
+    } else {
+        Err(format!("tm3: the number of pipes N must be in 1..=1024, not {n}"))
+    }
+}
