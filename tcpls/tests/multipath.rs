@@ -217,3 +217,31 @@ async fn happy_eyeballs_can_keep_the_other_addresses_as_joined_connections() {
     assert_eq!(session.usable_connections().len(), 2, "the other address was joined");
     let _ = Arc::new(());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_expire_with_their_session() {
+    let pki = Pki::new();
+    let listener = TcplsListener::bind("127.0.0.1:0".parse().unwrap(), pki.server()).await.unwrap();
+    let addr = listener.local_addr();
+    let registry = listener.registry().clone();
+    tokio::spawn(async move {
+        let (session, _) = listener.accept().await.unwrap();
+        session.closed().await;
+    });
+    let session = TcplsConnector::new(pki.client()).connect(addr, server_name_for("localhost").unwrap()).await.unwrap();
+    for _ in 0..200 {
+        if session.token_count() == 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(registry.len(), 4, "the live session's tokens are joinable");
+    assert_eq!(session.close().await, None);
+    for _ in 0..200 {
+        if registry.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(registry.is_empty(), "an ended session's tokens can no longer be used to join");
+}
