@@ -1,10 +1,11 @@
 //! The sending half of one stream.
 //!
-//! Application bytes are copied once into a contiguous buffer that holds every byte from the
-//! lowest unacknowledged offset to the write offset. Records refer to ranges of it rather than
+//! Application bytes are copied once into a ring buffer that holds every byte from the lowest
+//! unacknowledged offset to the write offset, never more than the stream's capacity. Records refer to ranges of it rather than
 //! copying them, so that when a connection fails its unacknowledged ranges can be queued with
 //! [`SendBuf::retransmit`] and sent again, re-encrypted, on another connection (PROTOCOL.md §5).
 
+use std::collections::VecDeque;
 use std::ops::Range;
 
 use super::ranges::RangeSet;
@@ -20,9 +21,9 @@ const MIN_ALLOC: usize = 4096;
 /// The sending half of one stream.
 #[derive(Debug)]
 pub struct SendBuf {
-    /// `buf[head_idx..]` holds the stream bytes `head..write_offset`.
-    buf: Vec<u8>,
-    head_idx: usize,
+    /// The stream bytes `head..write_offset`, as a ring: released bytes leave the front without
+    /// moving the rest, and the storage never exceeds the stream's capacity.
+    buf: VecDeque<u8>,
     /// Lowest offset not yet acknowledged; everything below is released.
     head: u64,
     write_offset: u64,
@@ -49,8 +50,7 @@ impl SendBuf {
     /// released by an acknowledgement).
     pub fn new(capacity: usize) -> Self {
         Self {
-            buf: Vec::new(),
-            head_idx: 0,
+            buf: VecDeque::new(),
             head: 0,
             write_offset: 0,
             sent: 0,
@@ -74,22 +74,13 @@ impl SendBuf {
         if n == 0 {
             return 0;
         }
-        if self.buf.len() + n > self.buf.capacity() {
-            // Compact only when it moves no more than was released since the last compaction,
-            // so each byte is moved O(1) times; otherwise grow. Either way the allocation
-            // stays below twice the capacity (`head_idx < buffered <= capacity`).
-            if self.head_idx > 0 && self.head_idx >= self.buffered() {
-                self.buf.drain(..self.head_idx);
-                self.head_idx = 0;
-            }
-            let need = self.buf.len() + n;
-            if need > self.buf.capacity() {
-                let bound = self.capacity.saturating_mul(2).max(need);
-                let target = (2 * self.buf.capacity()).max(MIN_ALLOC).min(bound).max(need);
-                self.buf.reserve_exact(target - self.buf.len());
-            }
+        let need = self.buf.len() + n;
+        if need > self.buf.capacity() {
+            // Grow by doubling, but never past the stream's capacity (`need <= capacity`).
+            let target = (2 * self.buf.capacity()).max(MIN_ALLOC).min(self.capacity).max(need);
+            self.buf.reserve_exact(target - self.buf.len());
         }
-        self.buf.extend_from_slice(&data[..n]);
+        self.buf.extend(&data[..n]);
         self.write_offset += n as u64;
         n
     }
@@ -160,8 +151,18 @@ impl SendBuf {
         if len == 0 && !fin {
             return None;
         }
-        let from = self.head_idx + (range.start - self.head) as usize;
-        Some((range.start, &self.buf[from..from + len as usize], fin))
+        // The ring's two halves: a chunk stops where the first one ends (the caller asks again).
+        let from = (range.start - self.head) as usize;
+        let (front, back) = self.buf.as_slices();
+        let bytes = if from < front.len() {
+            &front[from..(from + len as usize).min(front.len())]
+        } else {
+            let at = from - front.len();
+            back.get(at..at + len as usize).unwrap_or_default()
+        };
+        let end = range.start + bytes.len() as u64;
+        let fin = fin && end == self.write_offset;
+        Some((range.start, bytes, fin))
     }
 
     /// The chunk `offset..offset + len` (with `fin`) was sealed into a record.
@@ -246,8 +247,7 @@ impl SendBuf {
     /// Drops everything (a Stream Reset is being sent); returns its final size.
     pub fn reset(&mut self) -> u64 {
         self.reset = true;
-        self.buf = Vec::new();
-        self.head_idx = 0;
+        self.buf = VecDeque::new();
         self.head = self.write_offset;
         self.sent = self.write_offset;
         self.acked.clear();
@@ -289,20 +289,16 @@ impl SendBuf {
 
     /// Releases the bytes below `new_head`.
     fn release(&mut self, new_head: u64) {
-        self.head_idx += (new_head - self.head) as usize;
+        let n = ((new_head - self.head) as usize).min(self.buf.len());
+        // Keep the allocation: a bulk writer refills it at once. `release_if_idle` frees it.
+        self.buf.drain(..n);
         self.head = new_head;
-        if self.head_idx == self.buf.len() {
-            // Keep the allocation: a bulk writer refills it at once. `release_if_idle` frees it.
-            self.head_idx = 0;
-            self.buf.clear();
-        }
     }
 
     /// Frees the storage when nothing is buffered and it is larger than the initial window.
     pub fn release_if_idle(&mut self) -> bool {
-        if self.head_idx == self.buf.len() && self.buf.capacity() > RETAIN {
-            self.buf = Vec::new();
-            self.head_idx = 0;
+        if self.buf.is_empty() && self.buf.capacity() > RETAIN {
+            self.buf = VecDeque::new();
             return true;
         }
         false

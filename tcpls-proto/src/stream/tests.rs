@@ -904,4 +904,27 @@ mod send {
             assert_eq!(s.buffered(), 0);
         }
     }
+
+    #[test]
+    fn send_ring_wraps_without_growing_past_capacity() {
+        let cap = 8192;
+        let mut s = SendBuf::new(cap);
+        s.set_max_data(u64::MAX);
+        let data: Vec<u8> = (0..3 * cap).map(|i| (i * 7 + 3) as u8).collect();
+        let mut written = s.write(&data);
+        assert_eq!(written, cap);
+        let mut received = Vec::new();
+        // Send and acknowledge in uneven pieces while writing more: the ring wraps repeatedly.
+        while received.len() < data.len() {
+            let Some((offset, bytes, _)) = s.next_chunk(3000) else { break };
+            assert_eq!(offset as usize, received.len(), "chunks come in order");
+            let n = bytes.len();
+            received.extend_from_slice(bytes);
+            s.mark_sent(offset, n, false);
+            s.ack(offset, n, false);
+            written += s.write(&data[written..]);
+            assert!(s.allocated() <= cap, "storage {} exceeds the capacity {cap}", s.allocated());
+        }
+        assert!(received == data, "bytes survive the wrap-around");
+    }
 }
