@@ -126,10 +126,10 @@ struct Summary {
 }
 
 #[derive(Debug, Serialize)]
-struct Machine {
-    nproc: usize,
-    cpu_model: String,
-    kernel: String,
+pub struct Machine {
+    pub nproc: usize,
+    pub cpu_model: String,
+    pub kernel: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -242,7 +242,7 @@ fn summarize(opts: &Options, samples: Vec<(Proto, Sample)>) -> Report {
     }
 }
 
-fn median(v: &[f64]) -> f64 {
+pub fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
     match v.len() {
@@ -306,14 +306,14 @@ fn print_table(r: &Report) {
 }
 
 /// Kills (SIGKILL) the given unreaped children unless cancelled within `limit`.
-struct Watchdog {
+pub struct Watchdog {
     cancel: mpsc::Sender<()>,
     pids: mpsc::Sender<u32>,
     thread: std::thread::JoinHandle<()>,
 }
 
 impl Watchdog {
-    fn start(limit: Duration) -> Self {
+    pub fn start(limit: Duration) -> Self {
         let (cancel, cancelled) = mpsc::channel::<()>();
         let (pids, pid_rx) = mpsc::channel::<u32>();
         let thread = std::thread::spawn(move || {
@@ -327,22 +327,22 @@ impl Watchdog {
         Self { cancel, pids, thread }
     }
 
-    fn watch(&self, child: &Child) {
+    pub fn watch(&self, child: &Child) {
         let _ = self.pids.send(child.id());
     }
 
     /// Must be called before the children are reaped.
-    fn stop(self) {
+    pub fn stop(self) {
         let _ = self.cancel.send(());
         let _ = self.thread.join();
     }
 }
 
 /// Children still to be reaped; on an error path they are killed first.
-struct Children(Vec<Child>);
+pub struct Children(pub Vec<Child>);
 
 impl Children {
-    fn wait_all(&mut self) -> Res<()> {
+    pub fn wait_all(&mut self) -> Res<()> {
         for mut c in self.0.drain(..) {
             let status = c.wait()?;
             if !status.success() {
@@ -362,7 +362,7 @@ impl Drop for Children {
     }
 }
 
-fn spawn_side(
+pub fn spawn_side(
     wrap: Option<&str>,
     args: &[String],
     env: &[(&'static str, String); 2],
@@ -387,7 +387,7 @@ fn spawn_side(
     Ok((child, BufReader::new(out)))
 }
 
-fn read_json<T: serde::de::DeserializeOwned>(out: &mut BufReader<ChildStdout>, who: &str) -> Res<T> {
+pub fn read_json<T: serde::de::DeserializeOwned>(out: &mut BufReader<ChildStdout>, who: &str) -> Res<T> {
     let mut line = String::new();
     if out.read_line(&mut line)? == 0 {
         return Err(format!("{who} exited without a report").into());
@@ -467,7 +467,7 @@ fn run_one(proto: Proto, rep: u32, opts: &Options, env: &[(&'static str, String)
     })
 }
 
-fn machine() -> Machine {
+pub fn machine() -> Machine {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let cpu_model = cpuinfo
         .lines()
@@ -483,16 +483,16 @@ fn machine() -> Machine {
 /// Above this share of the machine used by others, the table warns.
 const NOISY: f64 = 0.10;
 
-fn percent(x: Option<f64>) -> String {
+pub fn percent(x: Option<f64>) -> String {
     x.map(|v| format!("{:.0}%", v * 100.0)).unwrap_or_else(|| "?".into())
 }
 
-fn nproc() -> usize {
+pub fn nproc() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }
 
 /// The current time as `YYYY-MM-DDTHH:MM:SSZ`.
-fn utc_now() -> String {
+pub fn utc_now() -> String {
     let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     format_utc(secs)
 }

@@ -1,8 +1,10 @@
 //! `tcpls-bench compare`: bulk-transfer goodput and CPU cost of TCP, TLS 1.3 (tokio-rustls) and
-//! TCPLS side by side on loopback, in one invocation. See README.md.
+//! TCPLS side by side on loopback, in one invocation. `tcpls-bench join`: latency and CPU cost
+//! of `Session::join` with and without TLS session resumption. See README.md.
 
 mod child;
 mod compare;
+mod join;
 mod pki;
 mod proto;
 mod sys;
@@ -27,6 +29,33 @@ enum Command {
     /// Alternating repetitions of a client-to-server bulk transfer for every protocol.
     #[command(after_help = "Example:\n  cargo run --release -p tcpls-bench -- compare --bytes 2G --reps 3")]
     Compare(compare::Options),
+    /// Latency and server CPU of `Session::join`, with TLS resumption and with full handshakes.
+    #[command(after_help = "Example:\n  cargo run --release -p tcpls-bench -- join --joins 200")]
+    Join(join::Options),
+    /// Server of one join run (spawned by `join`).
+    #[command(hide = true)]
+    JoinServer {
+        #[arg(long)]
+        joins: u32,
+        #[arg(long, default_value_t = 2)]
+        worker_threads: usize,
+    },
+    /// Client of one join run (spawned by `join`).
+    #[command(hide = true)]
+    JoinClient {
+        #[arg(long)]
+        mode: join::Mode,
+        #[arg(long)]
+        joins: u32,
+        /// Port on 127.0.0.1 (the session's first connection).
+        #[arg(long)]
+        first: u16,
+        /// Port on 127.0.0.2 (the joins).
+        #[arg(long)]
+        second: u16,
+        #[arg(long, default_value_t = 2)]
+        worker_threads: usize,
+    },
     /// Receiving end of one transfer (spawned by `compare`).
     #[command(hide = true)]
     Server {
@@ -62,9 +91,10 @@ enum Command {
 
 /// Runs `fut` as a task on a runtime with `workers` worker threads (0: current-thread runtime),
 /// so that the application code runs on a worker like in a server, not on the blocked main thread.
-fn run_on_runtime<F>(workers: usize, fut: F) -> Res<proto::SideReport>
+fn run_on_runtime<F, T>(workers: usize, fut: F) -> Res<T>
 where
-    F: std::future::Future<Output = Res<proto::SideReport>> + Send + 'static,
+    F: std::future::Future<Output = Res<T>> + Send + 'static,
+    T: Send + 'static,
 {
     let rt = if workers == 0 {
         tokio::runtime::Builder::new_current_thread().enable_all().build()?
@@ -84,7 +114,7 @@ fn pin_to(cpu: Option<usize>) -> Res<()> {
     Ok(())
 }
 
-fn print_report(report: &proto::SideReport) -> Res<()> {
+fn print_report<T: serde::Serialize>(report: &T) -> Res<()> {
     println!("{}", serde_json::to_string(report)?);
     Ok(())
 }
@@ -93,6 +123,13 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Compare(opts) => compare::run(opts),
+        Command::Join(opts) => join::run(opts),
+        Command::JoinServer { joins, worker_threads } => {
+            run_on_runtime(worker_threads, join::server(joins)).and_then(|r| print_report(&r))
+        }
+        Command::JoinClient { mode, joins, first, second, worker_threads } => {
+            run_on_runtime(worker_threads, join::client(mode, joins, first, second)).and_then(|r| print_report(&r))
+        }
         Command::Server { proto, bytes, worker_threads, pin } => pin_to(pin)
             .and_then(|()| run_on_runtime(worker_threads, child::server(proto, bytes)))
             .and_then(|r| print_report(&r)),
