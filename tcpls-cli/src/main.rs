@@ -5,6 +5,7 @@ mod connect;
 mod pattern;
 mod perf;
 mod perf_proto;
+mod probe;
 mod serve;
 mod tlsconf;
 mod tm3;
@@ -74,6 +75,16 @@ enum Command {
         after_help = "Examples:\n  tcpls tm3 rp 4 --port 6000\n  tcpls tm3 lp 203.0.113.5:6000 4 --forward 127.0.0.1:8080=198.51.100.7:80"
     )]
     Tm3(tm3::Tm3Args),
+    /// Probe a TCPLS server with the extension frames: RTT, its tcp_info view, NAT detection.
+    #[command(
+        after_help = "Examples:\n  tcpls probe 127.0.0.1:4443 --insecure\n  tcpls probe 203.0.113.5:4443 --ca cert.pem --rtt --nat --json"
+    )]
+    Probe {
+        #[command(flatten)]
+        probe: probe::ProbeArgs,
+        #[command(flatten)]
+        trust: TrustArgs,
+    },
 }
 
 #[derive(Args)]
@@ -124,6 +135,10 @@ struct ServeArgs {
     /// One JSON object per ended session on stdout.
     #[arg(long)]
     json: bool,
+    /// TCP congestion control a client may ask for with --peer-cc; repeatable (default: cubic,
+    /// reno, bbr).
+    #[arg(long)]
+    allow_cc: Vec<String>,
 }
 
 #[derive(Args)]
@@ -170,13 +185,15 @@ struct PerfArgs {
     /// Send the request as TLS early data (not yet available).
     #[arg(long)]
     zero_rtt: bool,
-    /// Ask the sender to cap its rate, e.g. 100M (not yet available).
+    /// Cap the sender's rate on each connection, in bits per second, e.g. 100M (Rate Limit
+    /// frame to the server for --download; our own pacing for --upload).
     #[arg(long, value_parser = parse_rate)]
     rate_limit: Option<u64>,
-    /// Ask the peer to switch its TCP congestion control (not yet available).
+    /// Ask the server to switch its TCP congestion control, e.g. reno, bbr (applied if its
+    /// policy allows; the server logs the outcome).
     #[arg(long)]
     peer_cc: Option<String>,
-    /// Failure-detection timeout for both sides in ms (not yet available).
+    /// TCP user timeout (failure detection) in ms on both sides (User Timeout frame).
     #[arg(long)]
     user_timeout: Option<u64>,
     #[command(flatten)]
@@ -215,6 +232,10 @@ async fn run(command: Command) -> Result<(), String> {
         Command::Perf(a) => perf_cmd(a).await,
         Command::Demo { bytes, json } => demo(bytes, json).await,
         Command::Tm3(a) => tm3::run(a).await,
+        Command::Probe { probe, trust } => {
+            let (target, name, tls) = client_setup(&probe.addr, &trust, &[])?;
+            probe::run(probe, target, name, tls).await
+        }
     }
 }
 
@@ -286,6 +307,7 @@ async fn serve_cmd(a: ServeArgs) -> Result<(), String> {
     }
     advertise.dedup();
     let settings = SessionConfig { tokens: a.tokens, advertise, ..SessionConfig::default() };
+    let settings = probe::serve_settings(settings, &a.allow_cc);
     let listeners = serve::bind(&listen, tls, settings).await?;
     for l in &listeners {
         eprintln!("tcpls serve: listening on {} (mode {:?})", l.local_addr(), a.mode);
@@ -311,8 +333,8 @@ async fn perf_cmd(a: PerfArgs) -> Result<(), String> {
     if a.session_cache.is_some() || a.zero_rtt {
         return Err(not_yet("session resumption (--session-cache, --zero-rtt)"));
     }
-    if a.rate_limit.is_some() || a.peer_cc.is_some() || a.user_timeout.is_some() {
-        return Err(not_yet("--rate-limit, --peer-cc and --user-timeout"));
+    if a.rate_limit == Some(0) {
+        return Err("--rate-limit must be above 0 (e.g. 200M)".into());
     }
     if a.streams == 0 {
         return Err("--streams must be at least 1".into());
@@ -349,6 +371,11 @@ async fn perf_cmd(a: PerfArgs) -> Result<(), String> {
         streams: a.streams,
         json: a.json,
         quiet: false,
+        ext: probe::PerfExt {
+            rate_limit_bps: a.rate_limit,
+            peer_cc: a.peer_cc,
+            user_timeout: a.user_timeout.map(std::time::Duration::from_millis),
+        },
     };
     let report = perf::run(opts).await?;
     output(&report, a.json)?;
@@ -406,6 +433,7 @@ async fn demo(bytes: u64, json: bool) -> Result<(), String> {
             streams,
             json,
             quiet: json,
+            ext: probe::PerfExt::default(),
         })
         .await?;
         if !report.verified {

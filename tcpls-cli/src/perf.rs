@@ -33,6 +33,8 @@ pub struct PerfOptions {
     pub streams: u32,
     pub json: bool,
     pub quiet: bool,
+    /// Extension frames to send before the transfer (rate limit, congestion control, timeout).
+    pub ext: crate::probe::PerfExt,
 }
 
 #[derive(Debug, Serialize)]
@@ -97,6 +99,7 @@ pub async fn run(opts: PerfOptions) -> Result<PerfReport, String> {
             }
         });
     }
+    opts.ext.apply(&session, &conns, opts.direction == Direction::Upload)?;
     let progress = Arc::new(AtomicU64::new(0));
     let ticker =
         (!opts.json && !opts.quiet && std::io::stderr().is_terminal()).then(|| spawn_progress(progress.clone()));

@@ -111,6 +111,7 @@ async fn serve_session(session: Session, peer: SocketAddr, mode: Mode, json: boo
     let start = Instant::now();
     let mut streams = 0u64;
     let mut tasks = tokio::task::JoinSet::new();
+    let watch = crate::probe::watch_socket_options(session.clone(), quiet);
     while let Some((send, recv)) = session.accept_stream().await {
         streams += 1;
         tasks.spawn(async move {
@@ -126,6 +127,8 @@ async fn serve_session(session: Session, peer: SocketAddr, mode: Mode, json: boo
     }
     while tasks.join_next().await.is_some() {}
     let error = session.close().await.map(|e| e.to_string());
+    watch.abort();
+    crate::probe::log_socket_options(&session, quiet);
     let conns = session.connections();
     let report = SessionReport {
         event: "session_closed",

@@ -42,6 +42,9 @@ pub struct SessionConfig {
     /// Sealed bytes kept ready per connection before the packetizer waits for the socket.
     /// Small values decide later what to send (late multiplexing); large ones need fewer wakeups.
     pub transmit_high_water: usize,
+    /// TCP congestion controls the peer may ask us to use on a connection (Congestion Control
+    /// frame); a name not listed is refused. Empty: every request is refused.
+    pub congestion_control_allowed: Vec<String>,
     pub random: RandomSource,
 }
 
@@ -56,6 +59,7 @@ impl Default for SessionConfig {
             advertise: Vec::new(),
             key_update_records: DEFAULT_KEY_UPDATE_RECORDS,
             transmit_high_water: 512 << 10,
+            congestion_control_allowed: ["cubic", "reno", "bbr"].iter().map(|s| s.to_string()).collect(),
             random: system_random(),
         }
     }
@@ -72,6 +76,7 @@ impl std::fmt::Debug for SessionConfig {
             .field("advertise", &self.advertise)
             .field("key_update_records", &self.key_update_records)
             .field("transmit_high_water", &self.transmit_high_water)
+            .field("congestion_control_allowed", &self.congestion_control_allowed)
             .finish_non_exhaustive()
     }
 }

@@ -162,6 +162,12 @@ impl TcplsConnector {
             }
         }
         attempts.abort_all();
+        // Attempts that completed anyway hold sessions nobody will use: end them.
+        while let Some(joined) = attempts.join_next().await {
+            if let Ok((_, Ok(session))) = joined {
+                session.abort();
+            }
+        }
         let Some((won, session)) = winner else {
             return Err(
                 last_error.unwrap_or_else(|| io::Error::new(io::ErrorKind::NotConnected, "no address answered"))

@@ -31,6 +31,8 @@ pub(crate) struct Driver {
     last_trim: Instant,
     /// Last time the scheduler was told each path's RTT and congestion window.
     last_path_info: Instant,
+    /// Wakes the driver when the core asks to be polled again (rate-limit tokens).
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 /// How often the scheduler learns each connection's RTT and congestion window from TCP_INFO.
@@ -60,6 +62,7 @@ impl Driver {
             sockets: vec![Socket { id: conn, stream: Some(stream), write_shut: false }],
             last_trim: Instant::now(),
             last_path_info: Instant::now(),
+            timer: None,
         }
     }
 }
@@ -172,6 +175,19 @@ impl Future for Driver {
             return Poll::Ready(());
         }
         inner.driver = Some(cx.waker().clone());
+        if let Some(at) = inner.proto.poll_timeout() {
+            let deadline = tokio::time::Instant::from_std(at);
+            match this.timer.as_mut() {
+                Some(t) if t.deadline() == deadline => {}
+                Some(t) => t.as_mut().reset(deadline),
+                None => this.timer = Some(Box::pin(tokio::time::sleep_until(deadline))),
+            }
+            if let Some(t) = this.timer.as_mut() {
+                if t.as_mut().poll(cx).is_ready() {
+                    busy = true;
+                }
+            }
+        }
         drop(inner);
         if busy {
             // Still work to do: let other tasks run, then come back.

@@ -13,16 +13,19 @@
 
 mod connector;
 mod driver;
+mod ext;
 mod listener;
 mod registry;
 mod session;
 mod shared;
 mod socket;
+mod sockopt;
 mod stream;
 mod tcp_info;
 
 pub use connector::{server_name_for, HappyEyeballs, TcplsConnector};
-pub use listener::{TcplsListener, HANDSHAKE_TIMEOUT};
+pub use ext::{NatReport, PROBE_TIMEOUT};
+pub use listener::{TcplsListener, HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES};
 pub use registry::JoinRegistry;
 pub use session::{ConnectionInfo, Session};
 pub use stream::{RecvStream, SendStream};

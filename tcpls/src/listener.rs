@@ -121,8 +121,16 @@ struct AcceptCtx {
     errors: Arc<std::sync::atomic::AtomicU64>,
 }
 
+/// Handshakes in progress at once per listener. Beyond it the listener stops accepting for a
+/// moment and the kernel's backlog holds new connections, so connections that never finish
+/// their handshake cost bounded memory (each pending one holds a 16 KiB buffer at most for
+/// HANDSHAKE_TIMEOUT).
+pub const MAX_PENDING_HANDSHAKES: usize = 1024;
+
 async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, tx: mpsc::Sender<(Session, SocketAddr)>) {
+    let pending = Arc::new(tokio::sync::Semaphore::new(MAX_PENDING_HANDSHAKES));
     loop {
+        let Ok(permit) = pending.clone().acquire_owned().await else { return };
         let (stream, peer) = match listener.accept().await {
             Ok(s) => s,
             Err(e) => {
@@ -134,9 +142,16 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, tx: mpsc::Sender<(Se
         };
         let (ctx, tx) = (ctx.clone(), tx.clone());
         tokio::spawn(async move {
-            match tokio::time::timeout(HANDSHAKE_TIMEOUT, accept_one(stream, &ctx)).await {
+            let outcome = tokio::time::timeout(HANDSHAKE_TIMEOUT, accept_one(stream, &ctx)).await;
+            drop(permit);
+            match outcome {
                 Ok(Ok(Some(session))) => {
-                    let _ = tx.send((session, peer)).await;
+                    // Like a full listen backlog: an application that does not accept does not
+                    // make established sessions pile up.
+                    if let Err(mpsc::error::TrySendError::Full((session, _))) = tx.try_send((session, peer)) {
+                        session.abort();
+                        ctx.errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
                 }
                 Ok(Ok(None)) => {}
                 Ok(Err(_)) | Err(_) => {
@@ -163,6 +178,9 @@ async fn accept_one(mut stream: TcpStream, ctx: &AcceptCtx) -> io::Result<Option
                 let shared = Shared(Arc::new(std::sync::Mutex::new(inner)));
                 {
                     let mut inner = shared.lock();
+                    // Before the events: the client's first records may ask to change socket
+                    // options (congestion control, user timeout) of this connection.
+                    inner.fds.insert(0, std::os::fd::AsRawFd::as_raw_fd(&stream));
                     inner.dispatch_events();
                     register_tokens(&shared, &mut inner);
                 }

@@ -31,6 +31,23 @@ pub struct Session {
     pub(crate) shared: Shared,
 }
 
+/// Ends a joining connection that [`Session::join`] gave up on.
+struct JoinGuard<'a> {
+    shared: &'a Shared,
+    id: ConnId,
+    armed: bool,
+}
+
+impl Drop for JoinGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let mut inner = self.shared.lock();
+            inner.proto.handle_io_error(self.id, "join abandoned", std::time::Instant::now());
+            inner.wake_driver();
+        }
+    }
+}
+
 /// How long a join waits for the server's tokens.
 const TOKEN_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -176,13 +193,12 @@ impl Session {
     /// its handshake is done.
     pub async fn join(&self, addr: SocketAddr) -> io::Result<ConnId> {
         let id = self.take_token_for_join().await?;
-        let stream = match tokio::net::TcpStream::connect(addr).await {
-            Ok(s) => s,
-            Err(e) => {
-                self.shared.lock().proto.handle_io_error(id, &e.to_string(), std::time::Instant::now());
-                return Err(e);
-            }
-        };
+        // From here on, an early return (an error, a timeout, or the caller dropping this
+        // future) must end the half-made connection, or the session could never close.
+        let mut guard = JoinGuard { shared: &self.shared, id, armed: true };
+        let stream = tokio::time::timeout(crate::HANDSHAKE_TIMEOUT, tokio::net::TcpStream::connect(addr))
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, format!("connecting to {addr} timed out")))??;
         crate::socket::configure(&stream)?;
         {
             let mut inner = self.shared.lock();
@@ -190,15 +206,13 @@ impl Session {
             inner.new_sockets.push((id, stream));
             inner.wake_driver();
         }
+        // Done when the server answered on the new connection (it accepted the token).
         let wait = poll_fn(|cx| {
             let mut inner = self.shared.lock();
             if inner.proto.is_connection_usable(id) {
                 return Poll::Ready(Ok(id));
             }
-            if inner.driver_done
-                || !inner.proto.connection_ids().contains(&id)
-                || inner.proto.is_connection_finished(id)
-            {
+            if inner.driver_done || inner.proto.is_connection_finished(id) {
                 let why = inner
                     .proto
                     .connection_error(id)
@@ -212,15 +226,13 @@ impl Session {
             inner.state_waiters.push(cx.waker().clone());
             Poll::Pending
         });
-        match tokio::time::timeout(crate::HANDSHAKE_TIMEOUT, wait).await {
-            Ok(r) => r,
-            Err(_) => {
-                let mut inner = self.shared.lock();
-                inner.proto.handle_io_error(id, "join timed out", std::time::Instant::now());
-                inner.wake_driver();
-                Err(io::Error::new(io::ErrorKind::TimedOut, "join timed out"))
-            }
+        let result = tokio::time::timeout(crate::HANDSHAKE_TIMEOUT, wait)
+            .await
+            .unwrap_or_else(|_| Err(io::Error::new(io::ErrorKind::TimedOut, "join timed out")));
+        if result.is_ok() {
+            guard.armed = false;
         }
+        result
     }
 
     /// Starts a joining connection in the core. Tokens come with the server's first record,

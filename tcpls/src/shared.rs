@@ -26,6 +26,8 @@ pub(crate) struct Inner {
     pub(crate) issued_tokens: Vec<[u8; 32]>,
     /// Socket descriptors of live connections (the driver adds and removes them), for TCP_INFO.
     pub(crate) fds: HashMap<tcpls_proto::ConnId, std::os::fd::RawFd>,
+    /// Answers to the extension probes (see `ext.rs`).
+    pub(crate) ext: crate::ext::ExtResults,
 }
 
 const MAX_APP_EVENTS: usize = 1024;
@@ -50,6 +52,7 @@ impl Inner {
             registry: None,
             issued_tokens: Vec::new(),
             fds: HashMap::new(),
+            ext: Default::default(),
         }
     }
 
@@ -75,8 +78,15 @@ impl Inner {
     pub(crate) fn dispatch_events(&mut self) {
         while let Some(event) = self.proto.poll_event() {
             if trace_events() {
-                eprintln!("tcpls trace ({:?}): {event:?}", self.proto.side());
+                match &event {
+                    // Tokens are credentials: never print them.
+                    Event::TokenIssued { sequence, .. } => {
+                        eprintln!("tcpls trace ({:?}): TokenIssued {{ sequence: {sequence}, .. }}", self.proto.side())
+                    }
+                    other => eprintln!("tcpls trace ({:?}): {other:?}", self.proto.side()),
+                }
             }
+            crate::ext::observe(self, &event);
             match event {
                 Event::StreamReadable(id) => {
                     if let Some(w) = self.readers.remove(&id) {
@@ -125,6 +135,8 @@ impl Inner {
 
     pub(crate) fn driver_finished(&mut self) {
         self.driver_done = true;
+        // The sockets close right after: no TCP_INFO may be read from their descriptors.
+        self.fds.clear();
         // The session's unused tokens expire with it.
         if let Some(registry) = &self.registry {
             for (_, token) in self.proto.tokens() {

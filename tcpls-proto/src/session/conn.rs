@@ -67,6 +67,9 @@ pub(crate) struct Connection {
     pub(crate) app_records: u64,
     /// Client side of a joining connection: the token its first record must carry.
     pub(crate) join_token: Option<[u8; 32]>,
+    /// Client side of a joining connection: the server has not yet answered on it, so it may
+    /// still refuse the join; stream data waits (it would be lost with the connection).
+    pub(crate) awaiting_join_ack: bool,
     /// The handshake completed (reported once).
     pub(crate) established: bool,
     /// Stop processing received records until the session decides (a Join waits for its
@@ -112,6 +115,7 @@ impl Connection {
             records_opened: 0,
             app_records: 0,
             join_token: None,
+            awaiting_join_ack: false,
             established: false,
             paused: false,
             rtt_us: None,
@@ -126,6 +130,11 @@ impl Connection {
     /// Can carry new records.
     pub(crate) fn is_usable(&self) -> bool {
         !self.dead && !self.close_sent && matches!(self.state, ConnState::Tcpls(_) | ConnState::Fallback(_))
+    }
+
+    /// Can carry stream records: usable, and (for a joining connection) accepted by the server.
+    pub(crate) fn carries_streams(&self) -> bool {
+        self.is_usable() && self.join_token.is_none() && !self.awaiting_join_ack
     }
 
     /// Advances the handshake. Returns the outcome's info once, when it completes.
@@ -197,6 +206,9 @@ impl Connection {
                     CT_APPLICATION_DATA => {
                         let first = self.app_records == 0;
                         self.app_records += 1;
+                        // Any record from the server on a joining connection means it accepted
+                        // the join (a refusal is an alert).
+                        self.awaiting_join_ack = false;
                         if deliver(id, seq, Inbound::Frames { plaintext: content, first })? == Flow::Pause {
                             self.paused = true;
                         }

@@ -7,7 +7,7 @@
 use std::collections::VecDeque;
 
 use crate::event::{ConnId, StreamId};
-use crate::frame::Frame;
+use crate::frame::{Frame, FrameType};
 
 use super::streams::RESET_REFUSED;
 
@@ -114,5 +114,27 @@ impl ControlQueue {
             }
         }
         used
+    }
+
+    /// A connection ended: frames bound to it either move to any connection (those that say
+    /// something about the session: New Token, Stream Steer) or are dropped (answers that only
+    /// mean something on that connection: RTT Echo, Address Echo, Join). Without this, a frame
+    /// waiting for a dead connection would keep `close` from finishing and count against the
+    /// backlog limit for ever.
+    pub(crate) fn forget_conn(&mut self, conn: ConnId) {
+        self.frames.retain_mut(|f| {
+            if f.conn != Some(conn) {
+                return true;
+            }
+            match f.bytes.last().copied().and_then(FrameType::from_u8) {
+                Some(
+                    FrameType::NewToken | FrameType::StreamSteer | FrameType::MaxStreamData | FrameType::StreamReset,
+                ) => {
+                    f.conn = None;
+                    true
+                }
+                _ => false,
+            }
+        });
     }
 }

@@ -61,6 +61,7 @@ impl Session {
         };
         let mut conn = super::Connection::new(id, crate::tls::Handshake::client(config, name)?);
         conn.join_token = Some(token);
+        conn.awaiting_join_ack = true;
         self.conns.push(conn);
         self.drive_handshakes();
         Ok(id)

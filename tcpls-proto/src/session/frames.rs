@@ -183,6 +183,8 @@ impl Core {
                 self.events.push_back(Event::AddressEchoed { conn: connection_id, addr });
             }
             Frame::RateLimit { connection_id, bytes_per_second } => {
+                let now = self.now.unwrap_or_else(Instant::now);
+                self.ext.set_rate(connection_id, bytes_per_second, now);
                 self.events.push_back(Event::RateLimited { conn: connection_id, bytes_per_second });
             }
             Frame::CongestionControl { connection_id, name } => {

@@ -10,6 +10,7 @@
 mod conn;
 mod control;
 mod danger;
+mod ext;
 mod frames;
 mod multipath;
 mod packetize;
@@ -44,6 +45,9 @@ pub enum Side {
 
 /// Bytes the IO layer should be able to read in one go (large reads: fewer syscalls).
 pub const READ_CHUNK: usize = 256 * 1024;
+
+/// Read size before a connection's handshake completes (a handshake flight fits easily).
+pub const HANDSHAKE_READ_CHUNK: usize = 16 * 1024;
 
 /// Queued control frames beyond which we stop reading (see [`Session::read_buffer`]).
 const MAX_QUEUED_CONTROL: usize = 4096;
@@ -94,6 +98,8 @@ pub(crate) struct Core {
     pub(crate) scheduler: Box<dyn sched::Scheduler>,
     /// Client: sequence numbers of tokens already spent (IDs of connections, live or not).
     pub(crate) used_token_seqs: std::collections::BTreeSet<u32>,
+    /// Extension state (rate limits), see `ext.rs`.
+    pub(crate) ext: ext::ExtState,
 }
 
 /// Session-wide counters.
@@ -201,6 +207,7 @@ impl Session {
                 next_token_seq: 1,
                 scheduler: Box::new(sched::LowestRtt),
                 used_token_seqs: std::collections::BTreeSet::new(),
+                ext: ext::ExtState::default(),
             },
         }
     }
@@ -301,7 +308,8 @@ impl Session {
         let tx_cap = 2 * self.core.config.transmit_high_water;
         match self.conns.iter_mut().find(|c| c.id == conn) {
             Some(c) if !c.is_finished() && !c.close_received && !backpressure && c.tx.len() < tx_cap => {
-                c.rx.spare(READ_CHUNK)
+                // Small until the handshake is done: a peer that only connects costs little.
+                c.rx.spare(if c.established { READ_CHUNK } else { HANDSHAKE_READ_CHUNK })
             }
             _ => &mut [],
         }
@@ -394,7 +402,12 @@ impl Session {
         };
         let c = &mut self.conns[idx];
         let core = &mut self.core;
+        let was_awaiting_join_ack = c.awaiting_join_ack;
         let result = c.read_records(&mut |conn, seq, inbound| core.on_inbound(conn, seq, inbound));
+        if was_awaiting_join_ack && !c.awaiting_join_ack {
+            // The server answered on a joining connection: it is part of the session now.
+            core.events.push_back(Event::ConnectionEstablished { conn: c.id });
+        }
         if let Err(e) = result {
             c.fail(e);
         }
@@ -430,7 +443,7 @@ impl Session {
                 frames::ConnAction::Steer { stream, conn } => {
                     // Honoured when that connection can carry data; otherwise the stream stays
                     // where it is (the request may be stale, e.g. the connection just failed).
-                    if self.conn(conn).is_some_and(Connection::is_usable) {
+                    if self.conn(conn).is_some_and(Connection::carries_streams) {
                         let _ = self.steer_stream(stream, Some(conn));
                     }
                 }
@@ -461,7 +474,7 @@ impl Session {
                             )
                             .into(),
                         );
-                    } else {
+                    } else if !c.awaiting_join_ack {
                         self.core.events.push_back(Event::ConnectionEstablished { conn: c.id });
                     }
                 }
@@ -478,6 +491,7 @@ impl Session {
                 c.reported = true;
                 let error = c.error.clone();
                 last_errors.push(error.clone());
+                self.core.control.forget_conn(c.id);
                 self.core.events.push_back(Event::ConnectionClosed { conn: c.id, error });
             }
         }
@@ -491,6 +505,7 @@ impl Session {
         } else {
             // A lost connection frees room in the budget: a fresh token lets the client rejoin.
             self.replenish_tokens(None);
+            self.prune_finished_connections();
         }
     }
 

@@ -144,6 +144,9 @@ impl Session {
         self.conns.push(*conn);
         self.core.set_now(now);
         self.core.events.push_back(Event::ConnectionEstablished { conn: sequence });
+        // Answer on the new connection at once: the client sends stream data on it only after
+        // hearing from us there (a refused join would lose it).
+        self.core.control.push(&Frame::Padding, Some(sequence));
         let result = self.core.on_frames(sequence, request.seq, &request.rest);
         if let Err(e) = result {
             self.fail_conn(sequence, e.into());
@@ -176,6 +179,23 @@ impl Session {
         }
     }
 
+    /// Forgets the oldest finished connections beyond a few kept for reports, so a client that
+    /// joins and drops connections in a loop cannot grow the table (and every scan of it).
+    pub(crate) fn prune_finished_connections(&mut self) {
+        const KEEP_FINISHED: usize = 8;
+        let finished = |c: &Connection| c.reported && c.is_finished() && (c.dead || c.tx.is_empty());
+        let mut excess = self.conns.iter().filter(|c| finished(c)).count().saturating_sub(KEEP_FINISHED);
+        if excess > 0 {
+            self.conns.retain(|c| {
+                if excess > 0 && finished(c) && c.id != 0 {
+                    excess -= 1;
+                    return false;
+                }
+                true
+            });
+        }
+    }
+
     pub(crate) fn fail_conn(&mut self, conn: ConnId, error: Error) {
         if let Some(c) = self.conn_mut(conn) {
             c.fail(error);
@@ -199,6 +219,7 @@ impl Session {
         self.core.used_token_seqs.insert(sequence);
         let mut conn = Connection::new(sequence, Handshake::client(config, name)?);
         conn.join_token = Some(token);
+        conn.awaiting_join_ack = true;
         self.conns.push(conn);
         self.drive_handshakes();
         Ok(sequence)
@@ -223,6 +244,7 @@ impl Session {
     /// sees it no later than that data (e.g. the request a download answers).
     pub fn request_steer(&mut self, stream: StreamId, conn: ConnId) {
         let on = self.core.streams.get(&stream).and_then(|s| s.steer);
+        let on = on.filter(|c| self.conn(*c).is_some_and(Connection::is_usable));
         self.core.control.push(&Frame::StreamSteer { stream_id: stream, connection_id: conn }, on);
     }
 
@@ -230,7 +252,7 @@ impl Session {
     /// streams simply stop using `from`), and `from` is closed gracefully: the records already sealed on it still
     /// go out, then close_notify. Nothing is lost; the receiver reorders by offset.
     pub fn migrate(&mut self, from: ConnId, to: ConnId) -> Result<(), Error> {
-        if !self.conn(to).is_some_and(Connection::is_usable) {
+        if !self.conn(to).is_some_and(Connection::carries_streams) {
             return Err(TransportError::internal(format!("connection {to} cannot carry data")).into());
         }
         let moved: Vec<StreamId> =
@@ -284,9 +306,15 @@ impl Session {
         self.conn(conn).and_then(|c| c.error.as_ref())
     }
 
-    /// The connection can carry new records (handshake done, not closing, not failed).
+    /// The connection's TLS handshake is complete (it may still be refused as a join).
+    pub fn is_connection_established(&self, conn: ConnId) -> bool {
+        self.conn(conn).is_some_and(|c| c.established)
+    }
+
+    /// The connection can carry stream data (handshake done, join accepted, not closing, not
+    /// failed).
     pub fn is_connection_usable(&self, conn: ConnId) -> bool {
-        self.conn(conn).is_some_and(Connection::is_usable)
+        self.conn(conn).is_some_and(Connection::carries_streams)
     }
 
     pub(crate) fn path_view(c: &Connection) -> PathView {

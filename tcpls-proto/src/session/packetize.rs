@@ -93,20 +93,26 @@ impl Session {
         let mut failed = false;
         let mut skipped = 0;
         let mut views = Vec::new();
+        if let Some(now) = self.core.now {
+            self.core.ext.refill(now);
+        }
         while let Some(id) = self.core.next_ready() {
             if skipped > self.core.ready.len() {
                 break;
             }
             let steer = self.core.streams.get(&id).and_then(|s| s.steer);
-            let steer = steer.filter(|c| self.conn(*c).is_some_and(|c| c.is_usable() && c.join_token.is_none()));
+            let steer = steer.filter(|c| self.conn(*c).is_some_and(Connection::carries_streams));
             let target = match steer {
-                Some(conn) => self.conn(conn).filter(|c| c.tx.len() < high).map(|c| c.id),
+                Some(conn) => {
+                    self.conn(conn).filter(|c| c.tx.len() < high && self.core.ext.may_send(c.id)).map(|c| c.id)
+                }
                 None => {
                     views.clear();
                     views.extend(
                         self.conns
                             .iter()
-                            .filter(|c| c.is_usable() && c.join_token.is_none() && c.tx.len() < high)
+                            .filter(|c| c.carries_streams() && c.tx.len() < high)
+                            .filter(|c| self.core.ext.may_send(c.id))
                             .map(Session::path_view),
                     );
                     if views.is_empty() {
@@ -124,10 +130,12 @@ impl Session {
             };
             skipped = 0;
             let Some(c) = self.conns.iter_mut().find(|c| c.id == conn) else { break };
+            let before = c.tx.len();
             if let Err(e) = self.core.seal_stream_record(c, id) {
                 c.fail(e);
                 failed = true;
             }
+            self.core.ext.charge(conn, c.tx.len().saturating_sub(before));
         }
         failed
     }
