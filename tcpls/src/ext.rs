@@ -13,6 +13,9 @@ use std::net::SocketAddr;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
+/// User timeouts a peer may ask us to apply (TCP_USER_TIMEOUT, milliseconds).
+pub const PEER_USER_TIMEOUT_MS: std::ops::RangeInclusive<u32> = 100..=600_000;
+
 use tcpls_proto::{ConnId, Event};
 
 use crate::session::Session;
@@ -62,9 +65,15 @@ pub(crate) fn observe(inner: &mut Inner, event: &Event) {
             inner.ext.addr.insert(*conn, (inner.ext.seq, *addr));
         }
         Event::UserTimeoutRequested { conn, timeout_ms } => {
-            let result = match inner.fds.get(conn) {
-                Some(fd) => crate::sockopt::set_user_timeout(*fd, *timeout_ms).map_err(|e| e.to_string()),
-                None => Err(format!("no open socket for connection {conn}")),
+            let result = if *timeout_ms != 0 && !PEER_USER_TIMEOUT_MS.contains(timeout_ms) {
+                // A peer may tune failure detection, not make our sockets fail at the slightest
+                // delay nor hang for hours. 0 restores the system default.
+                Err(format!("{timeout_ms} ms is outside the accepted range {PEER_USER_TIMEOUT_MS:?} ms"))
+            } else {
+                match inner.fds.get(conn) {
+                    Some(fd) => crate::sockopt::set_user_timeout(*fd, *timeout_ms).map_err(|e| e.to_string()),
+                    None => Err(format!("no open socket for connection {conn}")),
+                }
             };
             push(
                 inner,

@@ -92,6 +92,12 @@ async fn peer_congestion_control_is_applied_within_policy_and_user_timeout_on_bo
     assert_eq!(session.user_timeout(0).unwrap(), 4000);
     assert_eq!(outcome(&server_session, "user_timeout").await, Ok(()));
     assert_eq!(server_session.user_timeout(0).unwrap(), 4000);
+
+    // A peer may not make our socket give up at the slightest delay.
+    session.set_user_timeout(0, Duration::from_millis(5)).unwrap();
+    let refused = outcome(&server_session, "user_timeout").await;
+    assert!(refused.unwrap_err().contains("range"));
+    assert_eq!(server_session.user_timeout(0).unwrap(), 4000, "unchanged");
 }
 
 /// Bytes received on `recv` during `time`.

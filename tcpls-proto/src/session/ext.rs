@@ -37,9 +37,10 @@ pub(crate) struct Bucket {
 
 impl Bucket {
     fn new(rate: u64, now: Instant) -> Self {
-        // About 20 ms worth of sending, between one and four records: small bursts at high
-        // rates, no long burst at low ones.
-        let depth = (rate as f64 / 50.0).clamp(RECORD_BYTES, 4.0 * RECORD_BYTES);
+        // About 20 ms worth of sending, between one and four records (no long burst at low
+        // rates), but at least 4 ms worth: the IO layer's timers wake about once a millisecond,
+        // and a bucket that fills in less than that would cap high rates below the limit.
+        let depth = (rate as f64 / 50.0).clamp(RECORD_BYTES, 4.0 * RECORD_BYTES).max(rate as f64 * 0.004);
         Self { rate, tokens: depth, depth, last: now }
     }
 
