@@ -173,7 +173,8 @@ struct PerfArgs {
     /// Largest record plaintext (default 16384; ~1400 smooths multipath reordering).
     #[arg(long, value_parser = parse_size)]
     record_size: Option<u64>,
-    /// Disable ACKs and failover (this version has neither yet: accepted, no effect).
+    /// Disable record acknowledgements and failover (no retention of sent data; for
+    /// constrained devices and to measure what ACKs cost).
     #[arg(long)]
     no_failover: bool,
     /// Force the copying receive path (this version always copies: accepted, no effect).
@@ -348,7 +349,7 @@ async fn perf_cmd(a: PerfArgs) -> Result<(), String> {
     if (a.aggregate || a.migrate_at.is_some()) && paths.is_empty() {
         return Err("--aggregate and --migrate-at need at least one --path".into());
     }
-    let mut settings = SessionConfig::default();
+    let mut settings = SessionConfig { failover: !a.no_failover, ..SessionConfig::default() };
     if let Some(r) = a.record_size {
         if !(256..=16384).contains(&r) {
             return Err(format!("--record-size {r} is out of range (256..=16384)"));

@@ -187,7 +187,7 @@ pub async fn run(opts: PerfOptions) -> Result<PerfReport, String> {
         verified,
         fallback: false,
         cipher: info.cipher_suite,
-        failovers: 0,
+        failovers: stats.failovers,
         resumed: info.resumed,
         early_data_accepted: false,
         // Received stream bytes all go through the copying receive path for now.

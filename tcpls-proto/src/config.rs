@@ -46,6 +46,10 @@ pub struct SessionConfig {
     /// frame); a name not listed is refused. Empty: every request is refused.
     pub congestion_control_allowed: Vec<String>,
     pub random: RandomSource,
+    /// Acknowledge records and keep what was sent until acknowledged, so that the records of a
+    /// failed connection are re-sent on the others (PROTOCOL.md §5). Off: no retention (less
+    /// memory, for constrained devices), a failed connection loses what it carried.
+    pub failover: bool,
 }
 
 impl Default for SessionConfig {
@@ -61,6 +65,7 @@ impl Default for SessionConfig {
             transmit_high_water: 512 << 10,
             congestion_control_allowed: ["cubic", "reno", "bbr"].iter().map(|s| s.to_string()).collect(),
             random: system_random(),
+            failover: true,
         }
     }
 }

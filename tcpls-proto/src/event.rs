@@ -109,6 +109,10 @@ pub enum Event {
         conn: ConnId,
         error: Option<Error>,
     },
+    /// A connection failed with unacknowledged records; they are being re-sent on the others.
+    FailedOver {
+        conn: ConnId,
+    },
     /// The whole session ended.
     Closed {
         error: Option<Error>,

@@ -165,3 +165,103 @@ fn a_receiver_can_steer_what_its_peer_sends() {
     assert!(p.read_to_end_client(sid) == expect);
     assert!(p.server.connection_stats(second).unwrap().bytes_sent - before > 1 << 20);
 }
+
+/// Reads every stream in `ids` to its end on the given side, driving the pair (bounded).
+fn read_all(p: &mut MultiPair, server_side: bool, ids: &[u32]) -> Vec<Vec<u8>> {
+    let mut out = vec![Vec::new(); ids.len()];
+    let mut done = vec![false; ids.len()];
+    let mut buf = vec![0u8; 1 << 20];
+    for _ in 0..10_000 {
+        let s = if server_side { &mut p.server } else { &mut p.client };
+        while s.accept_stream().is_some() {}
+        for (i, id) in ids.iter().enumerate() {
+            while !done[i] {
+                match s.read(*id, &mut buf).unwrap() {
+                    Some(0) => done[i] = true,
+                    Some(n) => out[i].extend_from_slice(&buf[..n]),
+                    None => break,
+                }
+            }
+        }
+        if done.iter().all(|d| *d) {
+            return out;
+        }
+        p.drive();
+    }
+    panic!("streams did not end: {:?}", out.iter().map(Vec::len).collect::<Vec<_>>());
+}
+
+#[test]
+fn failover_resends_what_a_failed_connection_carried_in_both_directions() {
+    let mut p = MultiPair::default_pair();
+    let second = p.join().unwrap();
+    p.client.set_scheduler(Box::new(RoundRobin::default()));
+    p.server.set_scheduler(Box::new(RoundRobin::default()));
+    let mut up = Vec::new();
+    let mut down = Vec::new();
+    for i in 0..4u32 {
+        let c = p.client.open_stream().unwrap();
+        let data = pattern(60_000, 100 + i);
+        assert_eq!(p.client.write(c, &data).unwrap(), data.len());
+        p.client.finish(c).unwrap();
+        up.push((c, data));
+        let s = p.server.open_stream().unwrap();
+        let data = pattern(60_000, 200 + i);
+        assert_eq!(p.server.write(s, &data).unwrap(), data.len());
+        p.server.finish(s).unwrap();
+        down.push((s, data));
+    }
+    // Seal records on both connections, deliver only some, then the second connection dies
+    // with records in flight in both directions.
+    p.client.prepare_transmit(p.now);
+    p.server.prepare_transmit(p.now);
+    assert!(!p.client.transmit_data(second).is_empty() && !p.server.transmit_data(second).is_empty());
+    p.kill(second);
+    let ids: Vec<u32> = up.iter().map(|(id, _)| *id).collect();
+    let got = read_all(&mut p, true, &ids);
+    for ((id, data), got) in up.iter().zip(&got) {
+        assert!(got == data, "upload stream {id}: {} of {} bytes, content checked", got.len(), data.len());
+    }
+    let ids: Vec<u32> = down.iter().map(|(id, _)| *id).collect();
+    let got = read_all(&mut p, false, &ids);
+    for ((id, data), got) in down.iter().zip(&got) {
+        assert!(got == data, "download stream {id}: {} of {} bytes", got.len(), data.len());
+    }
+    assert!(p.client.stats().failovers >= 1 && p.server.stats().failovers >= 1);
+    assert!(p.client_events.contains(&Event::FailedOver { conn: second }));
+    assert!(p.client.error().is_none() && p.server.error().is_none());
+}
+
+#[test]
+fn acknowledged_data_is_released_and_not_resent() {
+    let mut p = MultiPair::default_pair();
+    let second = p.join().unwrap();
+    let id = p.client.open_stream().unwrap();
+    p.client.steer_stream(id, Some(second)).unwrap();
+    let data = pattern(300_000, 7);
+    let got = p.transfer(id, &data, |_, _| {});
+    assert!(got == data);
+    p.server.finish(id).unwrap();
+    p.drive();
+    assert_eq!(p.read_to_end_client(id), b"");
+    // Everything was acknowledged (delayed ACKs included): the stream is forgotten, and losing
+    // the connection afterwards re-sends nothing.
+    p.drive();
+    assert_eq!(p.client.stream_count(), 0, "the stream's data was acknowledged and released");
+    let before = p.client.stats().failovers;
+    p.kill(second);
+    assert_eq!(p.client.stats().failovers, before, "nothing unacknowledged was left to re-send");
+}
+
+#[test]
+fn without_failover_nothing_is_retained() {
+    let settings = tcpls_proto::SessionConfig { failover: false, ..test_config() };
+    let mut p = MultiPair::new(settings);
+    let id = p.client.open_stream().unwrap();
+    let data = pattern(200_000, 9);
+    assert!(p.transfer(id, &data, |_, _| {}) == data);
+    p.server.finish(id).unwrap();
+    p.drive();
+    assert_eq!(p.read_to_end_client(id), b"");
+    assert_eq!(p.client.stream_count(), 0, "released as soon as sealed, no ACK needed");
+}

@@ -21,6 +21,10 @@ pub(crate) struct RecordLayer {
     kernel: Kernel,
     /// Sequence number at which the current sending key was installed.
     tx_key_since: u64,
+    /// Records sealed (tx) and opened (rx) under earlier key generations: record numbers run
+    /// on across KeyUpdate (which restarts TLS sequence numbers) so ACKs stay unambiguous.
+    tx_base: u64,
+    rx_base: u64,
     pub(crate) key_updates_sent: u64,
     pub(crate) key_updates_received: u64,
 }
@@ -63,6 +67,9 @@ pub(crate) struct Connection {
     pub(crate) error: Option<Error>,
     /// Records decrypted on this connection (for ACK frames; the next expected sequence).
     pub(crate) records_opened: u64,
+    /// Records sealed on this connection whose frames the peer has not acknowledged yet,
+    /// oldest first (kept only with failover on): what a failover re-sends elsewhere.
+    pub(crate) sent_log: std::collections::VecDeque<SentRecord>,
     /// TCPLS records (content type 23) received: the first one may carry a Join.
     pub(crate) app_records: u64,
     /// Client side of a joining connection: the token its first record must carry.
@@ -78,6 +85,16 @@ pub(crate) struct Connection {
     /// Path information from the IO layer, for the scheduler.
     pub(crate) rtt_us: Option<u32>,
     pub(crate) cwnd: Option<u32>,
+}
+
+/// What one sealed record carried, by reference: a stream range and retransmittable control
+/// frames (encoded; ACKs are not kept, they are stale once lost).
+#[derive(Debug)]
+pub(crate) struct SentRecord {
+    /// Record number on its connection (see `RecordLayer::tx_base`).
+    pub(crate) number: u64,
+    pub(crate) stream: Option<(crate::event::StreamId, u64, usize, bool)>,
+    pub(crate) control: Vec<u8>,
 }
 
 /// What the session wants after a record.
@@ -113,6 +130,7 @@ impl Connection {
             reported: false,
             error: None,
             records_opened: 0,
+            sent_log: std::collections::VecDeque::new(),
             app_records: 0,
             join_token: None,
             awaiting_join_ack: false,
@@ -130,6 +148,14 @@ impl Connection {
     /// Can carry new records.
     pub(crate) fn is_usable(&self) -> bool {
         !self.dead && !self.close_sent && matches!(self.state, ConnState::Tcpls(_) | ConnState::Fallback(_))
+    }
+
+    /// Number the next sealed record gets (monotonic over the connection's life).
+    pub(crate) fn next_tx_number(&self) -> u64 {
+        match &self.state {
+            ConnState::Tcpls(layer) => layer.tx_base + layer.tx.seq(),
+            _ => 0,
+        }
     }
 
     /// Can carry stream records: usable, and (for a joining connection) accepted by the server.
@@ -156,6 +182,8 @@ impl Connection {
                             rx,
                             kernel,
                             tx_key_since,
+                            tx_base: 0,
+                            rx_base: 0,
                             key_updates_sent: 0,
                             key_updates_received: 0,
                         }));
@@ -196,10 +224,10 @@ impl Connection {
                 if self.close_received {
                     return Err(TransportError::unexpected("record after close_notify").into());
                 }
-                let seq = layer.rx.seq();
+                let seq = layer.rx_base + layer.rx.seq();
                 let record = &mut self.rx.data_mut()[..span.len];
                 let (content_type, range) = layer.rx.open_in_place(record)?;
-                self.records_opened = layer.rx.seq();
+                self.records_opened = layer.rx_base + layer.rx.seq();
                 self.stats.records_received += 1;
                 let content = &record[range];
                 match content_type {
@@ -320,6 +348,7 @@ impl Connection {
 
 fn send_key_update(layer: &mut RecordLayer, request_update: bool, tx: &mut TxBuf) -> Result<(), TransportError> {
     layer.tx.seal(CT_HANDSHAKE, &[HS_KEY_UPDATE, 0, 0, 1, request_update as u8], tx)?;
+    layer.tx_base += layer.tx.seq();
     layer.tx = layer.kernel.next_tx_key()?;
     layer.tx_key_since = layer.tx.seq();
     layer.key_updates_sent += 1;
@@ -355,6 +384,7 @@ fn post_handshake(layer: &mut RecordLayer, mut content: &[u8], tx: &mut TxBuf) -
                 if !content.is_empty() {
                     return Err(TransportError::unexpected("KeyUpdate not at the end of its record"));
                 }
+                layer.rx_base += layer.rx.seq();
                 layer.rx = layer.kernel.next_rx_key()?;
                 layer.key_updates_received += 1;
                 if request {

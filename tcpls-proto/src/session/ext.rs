@@ -172,10 +172,14 @@ impl Session {
     /// When the IO layer should call [`Session::prepare_transmit`] again although nothing else
     /// happened: data waits for a rate-limited connection's tokens.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        if !self.core.established || self.core.ready.is_empty() {
+        if !self.core.established {
             return None;
         }
-        self.core.ext.next_ready()
+        let paced = if self.core.ready.is_empty() { None } else { self.core.ext.next_ready() };
+        match (paced, self.ack_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     fn usable(&self, conn: ConnId) -> Result<(), Error> {

@@ -26,6 +26,8 @@ pub(crate) enum ConnAction {
     Reset(ConnId),
     /// Answer an Address Probe about `about` on connection `on`.
     EchoAddress { on: ConnId, about: ConnId },
+    /// The peer acknowledged records of connection `conn` up to `highest`.
+    Ack { conn: ConnId, highest: u64 },
     /// The peer asks that `stream` be sent on `conn` (receiver-driven steering).
     Steer { stream: StreamId, conn: ConnId },
     /// Answer an RTT Probe on the probed connection, if we have it.
@@ -93,13 +95,15 @@ impl Core {
     }
 
     fn on_frame(&mut self, conn: ConnId, seq: u64, frame: Frame<'_>) -> Result<(), TransportError> {
+        if frame.is_ack_eliciting() {
+            self.note_ack_eliciting(conn, seq);
+        }
         match frame {
             Frame::Padding | Frame::StreamChange { .. } => {}
             Frame::Ping => self.control.push_ack(conn, seq),
             Frame::Stream { stream_id, offset, fin, data } => self.on_stream_frame(stream_id, offset, data, fin)?,
-            Frame::Ack { .. } => {
-                // Acknowledgements free retained frames once failover keeps them; until then
-                // there is nothing to release.
+            Frame::Ack { connection_id, highest_record_seq } => {
+                self.actions.push(ConnAction::Ack { conn: connection_id, highest: highest_record_seq });
             }
             Frame::NewToken { sequence, token } => {
                 if self.side == Side::Server {

@@ -7,6 +7,7 @@
 //! stream calls (`open_stream`, `write`, `read`, ...). Nothing here blocks, sleeps or does IO;
 //! `now` is passed in where time matters.
 
+mod ack;
 mod conn;
 mod control;
 mod danger;
@@ -96,6 +97,8 @@ pub(crate) struct Core {
     pub(crate) next_token_seq: u32,
     /// Policy for records of unsteered streams.
     pub(crate) scheduler: Box<dyn sched::Scheduler>,
+    /// Receive-side acknowledgement state per connection.
+    pub(crate) acks: ack::Acks,
     /// Client: sequence numbers of tokens already spent (IDs of connections, live or not).
     pub(crate) used_token_seqs: std::collections::BTreeSet<u32>,
     /// Extension state (rate limits), see `ext.rs`.
@@ -110,6 +113,8 @@ pub struct SessionStats {
     pub streams_opened: u64,
     pub streams_accepted: u64,
     pub streams_refused: u64,
+    /// Connections that failed with unacknowledged records, which were re-sent on others.
+    pub failovers: u64,
 }
 
 pub struct Session {
@@ -207,6 +212,7 @@ impl Session {
                 next_token_seq: 1,
                 scheduler: Box::new(sched::LowestRtt),
                 used_token_seqs: std::collections::BTreeSet::new(),
+                acks: ack::Acks::default(),
                 ext: ext::ExtState::default(),
             },
         }
@@ -440,6 +446,11 @@ impl Session {
                         self.core.control.push(&echo, Some(conn));
                     }
                 }
+                frames::ConnAction::Ack { conn, highest } => {
+                    if let Some(idx) = self.conns.iter().position(|c| c.id == conn) {
+                        self.core.on_acked(&mut self.conns[idx], highest);
+                    }
+                }
                 frames::ConnAction::Steer { stream, conn } => {
                     // Honoured when that connection can carry data; otherwise the stream stays
                     // where it is (the request may be stale, e.g. the connection just failed).
@@ -486,14 +497,19 @@ impl Session {
     /// Reports finished connections and ends the session when none is left.
     fn after_connection_change(&mut self) {
         let mut last_errors = Vec::new();
+        let mut finished = Vec::new();
         for c in &mut self.conns {
             if c.is_finished() && !c.reported {
                 c.reported = true;
                 let error = c.error.clone();
                 last_errors.push(error.clone());
+                finished.push(c.id);
                 self.core.control.forget_conn(c.id);
                 self.core.events.push_back(Event::ConnectionClosed { conn: c.id, error });
             }
+        }
+        for id in finished {
+            self.on_connection_finished(id);
         }
         if !self.core.closed && self.conns.iter().all(|c| c.is_finished()) {
             // The session fails only when its last connections fail; earlier losses were

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use crate::error::Error;
 use crate::event::StreamId;
-use crate::frame::{write_stream_trailer, Frame, STREAM_FRAME_OVERHEAD};
+use crate::frame::{write_stream_trailer, Frame, FrameReader, STREAM_FRAME_OVERHEAD};
 use crate::record::{CT_APPLICATION_DATA, MAX_PLAINTEXT};
 
 use super::conn::{ConnState, Connection};
@@ -28,6 +28,7 @@ impl Session {
         if !self.core.established {
             return;
         }
+        self.core.flush_delayed_acks(now);
         let mut failed = false;
         if self.core.fallback {
             for c in &mut self.conns {
@@ -251,7 +252,9 @@ impl Core {
         trailer.clear();
         let budget = record_size - STREAM_FRAME_OVERHEAD - MIN_STREAM_CHUNK;
         let control_len = self.control.take_into(c.id, budget, &mut trailer);
-        let result = (|| {
+        let number = c.next_tx_number();
+        let mut sent = None;
+        let result: Result<(), Error> = (|| {
             let ConnState::Tcpls(layer) = &mut c.state else { return Ok(()) };
             let Some(s) = self.streams.get_mut(&id) else { return Ok(()) };
             let room = record_size - control_len - STREAM_FRAME_OVERHEAD;
@@ -264,21 +267,39 @@ impl Core {
             trailer.push(CT_APPLICATION_DATA);
             layer.tx.seal_scatter(data, &trailer, &mut c.tx)?;
             s.send.mark_sent(offset, len, fin);
-            c.stats.records_sent += 1;
-            // Round robin: a stream with more to send goes to the back.
-            self.ready.pop_front();
-            if s.send.has_pending() {
-                self.ready.push_back(id);
-            } else {
-                s.queued = false;
-            }
-            self.notify_writable_if_blocked(id);
-            self.maybe_remove(id);
-            c.maybe_update_key(self.config.key_update_records)?;
+            sent = Some((offset, len, fin));
             Ok(())
         })();
+        match sent {
+            Some(chunk) => {
+                c.stats.records_sent += 1;
+                let control = &trailer[STREAM_FRAME_OVERHEAD..STREAM_FRAME_OVERHEAD + control_len];
+                self.log_sent(c, number, Some((id, chunk.0, chunk.1, chunk.2)), control);
+                // Round robin: a stream with more to send goes to the back.
+                self.ready.pop_front();
+                if let Some(s) = self.streams.get_mut(&id) {
+                    if s.send.has_pending() {
+                        self.ready.push_back(id);
+                    } else {
+                        s.queued = false;
+                    }
+                }
+                self.notify_writable_if_blocked(id);
+                self.maybe_remove(id);
+            }
+            // Nothing was sealed: the control frames taken for this record go back.
+            None => self.requeue_control(&trailer[..control_len]),
+        }
         self.scratch = trailer;
-        result
+        result?;
+        c.maybe_update_key(self.config.key_update_records)?;
+        Ok(())
+    }
+
+    fn requeue_control(&mut self, encoded: &[u8]) {
+        for frame in FrameReader::new(encoded).flatten() {
+            self.control.push(&frame, None);
+        }
     }
 
     /// A record of control frames only. Returns false when nothing fitted.
@@ -286,19 +307,28 @@ impl Core {
         let record_size = self.record_size();
         let mut trailer = std::mem::take(&mut self.scratch);
         trailer.clear();
-        let result = (|| {
-            if self.control.take_into(c.id, record_size, &mut trailer) == 0 {
-                return Ok(false);
+        let len = self.control.take_into(c.id, record_size, &mut trailer);
+        if len == 0 {
+            self.scratch = trailer;
+            return Ok(false);
+        }
+        let number = c.next_tx_number();
+        trailer.push(CT_APPLICATION_DATA);
+        let result = match &mut c.state {
+            ConnState::Tcpls(layer) => layer.tx.seal_scatter(&[], &trailer, &mut c.tx).map(|_| true),
+            _ => Ok(false),
+        };
+        match result {
+            Ok(true) => {
+                c.stats.records_sent += 1;
+                self.log_sent(c, number, None, &trailer[..len]);
             }
-            trailer.push(CT_APPLICATION_DATA);
-            let ConnState::Tcpls(layer) = &mut c.state else { return Ok(false) };
-            layer.tx.seal_scatter(&[], &trailer, &mut c.tx)?;
-            c.stats.records_sent += 1;
-            c.maybe_update_key(self.config.key_update_records)?;
-            Ok(true)
-        })();
+            _ => self.requeue_control(&trailer[..len]),
+        }
         self.scratch = trailer;
-        result
+        let sealed = result?;
+        c.maybe_update_key(self.config.key_update_records)?;
+        Ok(sealed)
     }
 
     /// A fallback session sends stream 0's bytes as plain TLS application data.

@@ -36,8 +36,8 @@ pub(crate) struct Stream {
 impl Stream {
     fn new(core: &Core, peer_initiated: bool) -> Self {
         let mut send = SendBuf::new(core.config.stream_send_buffer);
-        // Without ACKs (until failover support) nothing needs to be kept after sealing.
-        send.set_retain_unacked(false);
+        // With failover, sealed data stays until the peer acknowledges it.
+        send.set_retain_unacked(core.config.failover);
         Self {
             send,
             recv: RecvBuf::new(core.config.stream_receive_window),

@@ -136,8 +136,11 @@ impl Pair {
         Self::new(pki.client_config(&[]), pki.server_config(&[]), test_config())
     }
 
-    /// Moves bytes both ways until nothing moves any more (bounded).
+    /// Moves bytes both ways until nothing moves any more (bounded). Like a real IO layer it
+    /// honours the sessions' timers (`poll_timeout`: delayed ACKs, pacing) by advancing the
+    /// virtual clock to the next one, a few times at most.
     pub fn drive(&mut self) {
+        let mut timers = 0;
         for _ in 0..100_000 {
             self.now += Duration::from_micros(10);
             let a = Self::step(&mut self.client, &mut self.server, self.now, &mut self.client_writes);
@@ -149,7 +152,14 @@ impl Pair {
                 self.server_events.push(e);
             }
             if !a && !b {
-                return;
+                let next = [self.client.poll_timeout(), self.server.poll_timeout()].into_iter().flatten().min();
+                match next {
+                    Some(at) if timers < 4 && at <= self.now + Duration::from_millis(100) => {
+                        timers += 1;
+                        self.now = self.now.max(at);
+                    }
+                    _ => return,
+                }
             }
         }
         panic!("pair did not settle");

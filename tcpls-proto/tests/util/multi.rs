@@ -61,6 +61,7 @@ impl MultiPair {
 
     /// Moves bytes on every connection both ways until nothing moves (bounded).
     pub fn drive(&mut self) {
+        let mut timers = 0;
         for _ in 0..200_000 {
             self.now += Duration::from_micros(10);
             let mut moved = false;
@@ -80,7 +81,15 @@ impl MultiPair {
                 self.server_events.push(e);
             }
             if !moved {
-                return;
+                // Honour the sessions' timers (delayed ACKs, pacing), as a real IO layer would.
+                let next = [self.client.poll_timeout(), self.server.poll_timeout()].into_iter().flatten().min();
+                match next {
+                    Some(at) if timers < 4 && at <= self.now + Duration::from_millis(100) => {
+                        timers += 1;
+                        self.now = self.now.max(at);
+                    }
+                    _ => return,
+                }
             }
         }
         panic!("pair did not settle");

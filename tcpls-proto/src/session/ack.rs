@@ -1,0 +1,169 @@
+//! Record acknowledgements and failover (PROTOCOL.md §5).
+//!
+//! The receiver acknowledges, per connection, the highest record number it has processed: after
+//! 16 ack-eliciting records, or 25 ms after the first one not yet acknowledged, on any
+//! connection. The sender keeps, per connection, what each unacknowledged record carried (stream
+//! ranges by reference, control frames encoded) and releases it on acknowledgement. When a
+//! connection fails, its unacknowledged records are re-sent, re-encrypted, on the others; the
+//! receiver drops bytes it already has by offset, so nothing is lost or delivered twice.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use crate::event::{ConnId, Event, StreamId};
+use crate::frame::{Frame, FrameReader};
+
+use super::conn::{Connection, SentRecord};
+use super::{Core, Session};
+
+/// Ack-eliciting records that trigger an ACK at once.
+pub const ACK_EVERY_RECORDS: u32 = 16;
+/// Longest wait before acknowledging an ack-eliciting record.
+pub const ACK_DELAY: Duration = Duration::from_millis(25);
+
+/// Receive-side acknowledgement state of one connection.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct AckState {
+    /// Highest record number processed.
+    highest: u64,
+    /// The last record counted (a record with several frames counts once).
+    last_counted: Option<u64>,
+    /// Ack-eliciting records since the last ACK.
+    pending: u32,
+    deadline: Option<Instant>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Acks {
+    conns: HashMap<ConnId, AckState>,
+}
+
+impl Core {
+    /// Record `number` on `conn` carried an ack-eliciting frame.
+    pub(crate) fn note_ack_eliciting(&mut self, conn: ConnId, number: u64) {
+        let now = self.now.unwrap_or_else(Instant::now);
+        let state = self.acks.conns.entry(conn).or_default();
+        state.highest = state.highest.max(number);
+        if state.last_counted == Some(number) {
+            return;
+        }
+        state.last_counted = Some(number);
+        state.pending += 1;
+        if state.pending >= ACK_EVERY_RECORDS {
+            state.pending = 0;
+            state.deadline = None;
+            let highest = state.highest;
+            self.control.push_ack(conn, highest);
+        } else if state.deadline.is_none() {
+            state.deadline = Some(now + ACK_DELAY);
+        }
+    }
+
+    /// Queues the ACKs whose delay has run out.
+    pub(crate) fn flush_delayed_acks(&mut self, now: Instant) {
+        for (conn, state) in &mut self.acks.conns {
+            if state.deadline.is_some_and(|d| d <= now) {
+                state.deadline = None;
+                state.pending = 0;
+                self.control.push_ack(*conn, state.highest);
+            }
+        }
+    }
+
+    /// The earliest pending ACK deadline.
+    pub(crate) fn next_ack_deadline(&self) -> Option<Instant> {
+        self.acks.conns.values().filter_map(|s| s.deadline).min()
+    }
+
+    /// Remembers what a record carried, for release on ACK or re-sending on failover.
+    pub(crate) fn log_sent(
+        &mut self,
+        c: &mut Connection,
+        number: u64,
+        stream: Option<(StreamId, u64, usize, bool)>,
+        control: &[u8],
+    ) {
+        if !self.config.failover {
+            return;
+        }
+        // ACKs and Padding are not worth re-sending; the rest of the control frames are.
+        let mut kept = Vec::new();
+        if !control.is_empty() {
+            for frame in FrameReader::new(control).flatten() {
+                if !matches!(frame, Frame::Ack { .. } | Frame::Padding) {
+                    frame.encode(&mut kept);
+                }
+            }
+        }
+        if stream.is_none() && kept.is_empty() {
+            return;
+        }
+        c.sent_log.push_back(SentRecord { number, stream, control: kept });
+    }
+
+    /// Releases what the peer acknowledged on `c` (records numbered up to `highest`).
+    pub(crate) fn on_acked(&mut self, c: &mut Connection, highest: u64) {
+        while c.sent_log.front().is_some_and(|r| r.number <= highest) {
+            if let Some(record) = c.sent_log.pop_front() {
+                self.release(record);
+            }
+        }
+    }
+
+    fn release(&mut self, record: SentRecord) {
+        if let Some((id, offset, len, fin)) = record.stream {
+            if let Some(s) = self.streams.get_mut(&id) {
+                s.send.ack(offset, len, fin);
+            }
+            self.notify_writable_if_blocked(id);
+            self.maybe_remove(id);
+        }
+    }
+
+    /// `c` failed: everything it carried that the peer did not acknowledge goes out again on
+    /// the other connections. Returns whether anything had to be re-sent.
+    pub(crate) fn fail_over(&mut self, c: &mut Connection) -> bool {
+        let resent = !c.sent_log.is_empty();
+        for record in std::mem::take(&mut c.sent_log) {
+            if let Some((id, offset, len, fin)) = record.stream {
+                if let Some(s) = self.streams.get_mut(&id) {
+                    s.send.retransmit(offset, len, fin);
+                }
+                self.schedule(id);
+            }
+            for frame in FrameReader::new(&record.control).flatten() {
+                self.control.push(&frame, None);
+            }
+        }
+        self.acks.conns.remove(&c.id);
+        resent
+    }
+}
+
+impl Session {
+    /// Connection `id` ended. A clean close (close_notify both ways) means the peer processed
+    /// everything sent before our close_notify; a failure means re-sending what it did not
+    /// acknowledge, and telling the peer (Connection Reset) over the connections left.
+    pub(crate) fn on_connection_finished(&mut self, id: ConnId) {
+        let Some(idx) = self.conns.iter().position(|c| c.id == id) else { return };
+        let others = self.conns.iter().any(|c| c.id != id && c.is_usable());
+        let c = &mut self.conns[idx];
+        if c.error.is_none() {
+            let highest = u64::MAX;
+            self.core.on_acked(c, highest);
+            return;
+        }
+        if self.core.fail_over(c) {
+            self.core.stats.failovers += 1;
+            self.core.events.push_back(Event::FailedOver { conn: id });
+        }
+        if others {
+            self.core.control.push(&Frame::ConnectionReset { connection_id: id }, None);
+        }
+    }
+
+    /// When the IO layer should call [`Session::prepare_transmit`] for a delayed ACK.
+    pub(crate) fn ack_timeout(&self) -> Option<Instant> {
+        self.core.next_ack_deadline()
+    }
+}
