@@ -1,0 +1,116 @@
+//! Failover over real sockets: one of two connections is killed mid-transfer with `ss -K` (the
+//! kernel resets it), and every byte still arrives once, in order. Needs root (CAP_NET_ADMIN)
+//! and a kernel with socket destroy support; says SKIPPED otherwise.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{pattern, Pki};
+use tcpls::{server_name_for, JoinRegistry, RoundRobin, SessionConfig, TcplsConnector, TcplsListener};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Kills every TCP socket whose destination is `ip` (an RST goes to the peer).
+fn kill_sockets_to(ip: &str) -> Result<(), String> {
+    let out =
+        std::process::Command::new("ss").args(["-K", "dst", ip]).output().map_err(|e| format!("cannot run ss: {e}"))?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    Ok(())
+}
+
+fn can_kill_sockets() -> Result<(), String> {
+    // A harmless probe: destroy sockets to an address nothing uses.
+    let out = std::process::Command::new("ss")
+        .args(["-K", "dst", "127.0.0.254"])
+        .output()
+        .map_err(|e| format!("ss is not installed: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("ss -K failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    // ss -K silently does nothing without CAP_NET_ADMIN: check for root as well.
+    let uid = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(1).unwrap_or("").to_string())
+        })
+        .unwrap_or_default();
+    if uid != "0" {
+        return Err("not root: ss -K needs CAP_NET_ADMIN".into());
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_reset_mid_transfer_loses_nothing() {
+    if let Err(why) = can_kill_sockets() {
+        eprintln!("SKIPPED: a_connection_reset_mid_transfer_loses_nothing: {why}");
+        return;
+    }
+    let pki = Pki::new();
+    let registry = JoinRegistry::new();
+    let mut addrs = Vec::new();
+    for a in ["127.0.0.1:0", "127.0.0.2:0"] {
+        let l = TcplsListener::bind_with_registry(
+            a.parse().unwrap(),
+            pki.server(),
+            SessionConfig::default(),
+            registry.clone(),
+        )
+        .await
+        .unwrap();
+        addrs.push(l.local_addr());
+        tokio::spawn(async move {
+            while let Some((session, _)) = l.accept().await {
+                session.set_scheduler(Box::new(RoundRobin::default()));
+                tokio::spawn(async move {
+                    while let Some((mut send, mut recv)) = session.accept_stream().await {
+                        tokio::spawn(async move {
+                            // Echo as it arrives, so both directions have records in flight.
+                            tokio::io::copy(&mut recv, &mut send).await.unwrap();
+                            send.shutdown().await.unwrap();
+                        });
+                    }
+                });
+            }
+        });
+    }
+    let session =
+        TcplsConnector::new(pki.client()).connect(addrs[0], server_name_for("localhost").unwrap()).await.unwrap();
+    let second = session.join(addrs[1]).await.unwrap();
+    session.set_scheduler(Box::new(RoundRobin::default()));
+    let (mut send, mut recv) = session.open_stream().unwrap();
+    let data = pattern(96 << 20, 5);
+    let expect = data.clone();
+    let writer = tokio::spawn(async move {
+        for chunk in data.chunks(256 << 10) {
+            send.write_all(chunk).await.unwrap();
+        }
+        send.shutdown().await.unwrap();
+    });
+    let killer = {
+        let session = session.clone();
+        tokio::spawn(async move {
+            // Once both connections carry data, reset the second one.
+            for _ in 0..1000 {
+                let sent: Vec<u64> = session.connections().iter().map(|c| c.bytes_sent).collect();
+                if sent.len() == 2 && sent.iter().all(|b| *b > 4 << 20) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            kill_sockets_to("127.0.0.2").unwrap();
+        })
+    };
+    let mut got = Vec::with_capacity(expect.len());
+    tokio::time::timeout(Duration::from_secs(60), recv.read_to_end(&mut got)).await.unwrap().unwrap();
+    writer.await.unwrap();
+    killer.await.unwrap();
+    assert_eq!(got.len(), expect.len(), "every byte arrived, none twice");
+    assert!(got == expect, "content verified after the failover");
+    let stats = session.stats();
+    assert!(stats.failovers >= 1, "the reset connection's records were re-sent: {stats:?}");
+    assert!(!session.usable_connections().contains(&second), "the reset connection is gone");
+}
