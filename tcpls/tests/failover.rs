@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::{pattern, Pki};
-use tcpls::{server_name_for, JoinRegistry, RoundRobin, SessionConfig, TcplsConnector, TcplsListener};
+use tcpls::{server_name_for, RoundRobin, TcplsConnector};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Kills every TCP socket whose destination is `ip` (an RST goes to the peer).
@@ -50,17 +50,8 @@ async fn a_connection_reset_mid_transfer_loses_nothing() {
         return;
     }
     let pki = Pki::new();
-    let registry = JoinRegistry::new();
     let mut addrs = Vec::new();
-    for a in ["127.0.0.1:0", "127.0.0.2:0"] {
-        let l = TcplsListener::bind_with_registry(
-            a.parse().unwrap(),
-            pki.server(),
-            SessionConfig::default(),
-            registry.clone(),
-        )
-        .await
-        .unwrap();
+    for l in common::listen_on(&pki, &["127.0.0.1:0", "127.0.0.2:0"]).await {
         addrs.push(l.local_addr());
         tokio::spawn(async move {
             while let Some((session, _)) = l.accept().await {

@@ -127,17 +127,10 @@ async fn a_join_to_a_black_hole_gives_up_within_the_handshake_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn joined_sessions_leave_nothing_in_the_registry() {
     let pki = Pki::new();
-    let registry = JoinRegistry::new();
+    let listeners = common::listen_on(&pki, &["127.0.0.1:0", "127.0.0.2:0"]).await;
+    let registry = listeners[0].registry().clone();
     let mut addrs = Vec::new();
-    for a in ["127.0.0.1:0", "127.0.0.2:0"] {
-        let l = TcplsListener::bind_with_registry(
-            a.parse().unwrap(),
-            pki.server(),
-            SessionConfig::default(),
-            registry.clone(),
-        )
-        .await
-        .unwrap();
+    for l in listeners {
         addrs.push(l.local_addr());
         tokio::spawn(async move {
             while let Some((s, _)) = l.accept().await {

@@ -151,15 +151,8 @@ impl Pair {
             while let Some(e) = self.server.poll_event() {
                 self.server_events.push(e);
             }
-            if !a && !b {
-                let next = [self.client.poll_timeout(), self.server.poll_timeout()].into_iter().flatten().min();
-                match next {
-                    Some(at) if timers < 4 && at <= self.now + Duration::from_millis(100) => {
-                        timers += 1;
-                        self.now = self.now.max(at);
-                    }
-                    _ => return,
-                }
+            if !a && !b && !advance_to_next_timer(&mut self.now, [&self.client, &self.server], &mut timers) {
+                return;
             }
         }
         panic!("pair did not settle");
@@ -190,6 +183,21 @@ impl Pair {
             }
         }
         panic!("stream {id} did not end");
+    }
+}
+
+/// When nothing moves, jumps the virtual clock to the sessions' next timer (delayed ACK,
+/// pacing), as a real IO layer's sleep would; a few times per drive, and only for near timers.
+/// Returns false when there is nothing to wait for.
+pub fn advance_to_next_timer(now: &mut Instant, sessions: [&Session; 2], timers: &mut u32) -> bool {
+    let next = sessions.iter().filter_map(|s| s.poll_timeout()).min();
+    match next {
+        Some(at) if *timers < 4 && at <= *now + Duration::from_millis(100) => {
+            *timers += 1;
+            *now = (*now).max(at);
+            true
+        }
+        _ => false,
     }
 }
 

@@ -80,16 +80,8 @@ impl MultiPair {
             while let Some(e) = self.server.poll_event() {
                 self.server_events.push(e);
             }
-            if !moved {
-                // Honour the sessions' timers (delayed ACKs, pacing), as a real IO layer would.
-                let next = [self.client.poll_timeout(), self.server.poll_timeout()].into_iter().flatten().min();
-                match next {
-                    Some(at) if timers < 4 && at <= self.now + Duration::from_millis(100) => {
-                        timers += 1;
-                        self.now = self.now.max(at);
-                    }
-                    _ => return,
-                }
+            if !moved && !super::advance_to_next_timer(&mut self.now, [&self.client, &self.server], &mut timers) {
+                return;
             }
         }
         panic!("pair did not settle");

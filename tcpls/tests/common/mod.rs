@@ -46,3 +46,22 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
         })
         .collect()
 }
+
+/// Listeners on several loopback addresses (e.g. 127.0.0.1 and 127.0.0.2 as two paths) sharing
+/// one join registry, as a multi-address server has them.
+pub async fn listen_on(pki: &Pki, addrs: &[&str]) -> Vec<tcpls::TcplsListener> {
+    let registry = tcpls::JoinRegistry::new();
+    let mut listeners = Vec::new();
+    for a in addrs {
+        let l = tcpls::TcplsListener::bind_with_registry(
+            a.parse().unwrap(),
+            pki.server(),
+            tcpls::SessionConfig::default(),
+            registry.clone(),
+        )
+        .await
+        .unwrap();
+        listeners.push(l);
+    }
+    listeners
+}
