@@ -404,7 +404,11 @@ fn victim_turn(victim: &mut Session, app_reads: bool, now: Instant) {
 /// what flow control allows.
 fn check_victim(victim: &Session, handshake_done: bool) {
     match victim.error() {
-        None => assert!(!victim.is_closed() || victim.peer_closed(), "closed with no error and no close_notify"),
+        None => assert!(
+            !victim.is_closed() || victim.peer_closed(),
+            "closed with no error and no close_notify: {victim:?}, connection errors {:?}",
+            victim.connection_ids().iter().map(|c| victim.connection_error(*c).cloned()).collect::<Vec<_>>()
+        ),
         Some(Error::Local(e)) => {
             assert!(
                 matches!(

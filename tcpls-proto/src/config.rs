@@ -50,6 +50,9 @@ pub struct SessionConfig {
     /// failed connection are re-sent on the others (PROTOCOL.md §5). Off: no retention (less
     /// memory, for constrained devices), a failed connection loses what it carried.
     pub failover: bool,
+    /// With failover, how long a session whose every connection was lost waits for the client
+    /// to join a new one (break-before-make); zero: the session ends with its last connection.
+    pub rejoin_timeout: std::time::Duration,
 }
 
 impl Default for SessionConfig {
@@ -66,6 +69,7 @@ impl Default for SessionConfig {
             congestion_control_allowed: ["cubic", "reno", "bbr"].iter().map(|s| s.to_string()).collect(),
             random: system_random(),
             failover: true,
+            rejoin_timeout: std::time::Duration::from_secs(10),
         }
     }
 }

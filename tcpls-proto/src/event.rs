@@ -113,6 +113,8 @@ pub enum Event {
     FailedOver {
         conn: ConnId,
     },
+    /// Every connection was lost; the session waits for a rejoin (client: add a connection).
+    AllConnectionsLost,
     /// The whole session ended.
     Closed {
         error: Option<Error>,

@@ -220,10 +220,16 @@ fn truncated_record_then_eof() {
             let now = p.now;
             let victim = sides(&mut p, v).0;
             victim.handle_eof(0, now);
-            assert!(matches!(victim.error(), Some(Error::ConnectionLost(_))), "{:?}", victim.error());
-            assert!(victim.is_closed());
+            assert!(matches!(victim.connection_error(0), Some(Error::ConnectionLost(_))));
             assert!(victim.transmit_data(0).is_empty(), "no alert on a socket that reached EOF");
             assert!(victim.should_close_socket(0));
+            // Losing the only connection: the session first waits for a rejoin (failover), then
+            // ends with the loss as its error.
+            assert!(victim.is_orphaned() && !victim.is_closed());
+            let deadline = victim.poll_timeout().expect("rejoin deadline");
+            victim.prepare_transmit(deadline);
+            assert!(matches!(victim.error(), Some(Error::ConnectionLost(_))), "{:?}", victim.error());
+            assert!(victim.is_closed());
         }
     }
 }

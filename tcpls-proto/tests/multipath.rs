@@ -265,3 +265,67 @@ fn without_failover_nothing_is_retained() {
     assert_eq!(p.read_to_end_client(id), b"");
     assert_eq!(p.client.stream_count(), 0, "released as soon as sealed, no ACK needed");
 }
+
+#[test]
+fn losing_the_only_connection_twice_is_survived_by_rejoining() {
+    let mut p = MultiPair::default_pair();
+    let id = p.client.open_stream().unwrap();
+    let data = pattern(3 << 20, 12);
+    assert_eq!(p.client.write(id, &data[..1 << 20]).unwrap(), 1 << 20);
+    let mut written = 1 << 20;
+    let mut current = 0;
+    let mut got = Vec::new();
+    let mut buf = vec![0u8; 1 << 20];
+    for round in 0..2 {
+        // The server's credit reaches the client, which seals records; then the only
+        // connection dies with them in flight.
+        p.server.prepare_transmit(p.now);
+        let down = p.server.transmit_data(current).to_vec();
+        p.server.transmit_advance(current, down.len());
+        p.client.handle_data(current, &down, p.now);
+        p.client.prepare_transmit(p.now);
+        assert!(
+            !p.client.transmit_data(current).is_empty(),
+            "round {round}: records in flight when the connection dies"
+        );
+        let failovers = p.client.stats().failovers;
+        p.kill(current);
+        assert_eq!(
+            p.client.stats().failovers,
+            failovers + 1,
+            "round {round}: the lost records are kept for re-sending"
+        );
+        assert!(p.client.is_orphaned() && p.server.is_orphaned(), "round {round}: both sides wait for a rejoin");
+        assert!(!p.client.is_closed() && !p.server.is_closed());
+        assert!(p.client_events.contains(&Event::AllConnectionsLost));
+        // Break-before-make: the client joins a new connection with a spare token.
+        current = p.join().unwrap();
+        assert!(!p.client.is_orphaned() && !p.server.is_orphaned());
+        written += p.client.write(id, &data[written..written + (1 << 20)]).unwrap();
+        while p.server.accept_stream().is_some() {}
+        while let Some(n) = p.server.read(id, &mut buf).unwrap() {
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+    }
+    assert_eq!(written, data.len());
+    p.client.finish(id).unwrap();
+    p.drive();
+    got.extend(p.transfer(id, &[], |_, _| {}));
+    assert!(got == data, "{} of {} bytes, content checked, nothing twice", got.len(), data.len());
+    assert!(p.client.error().is_none() && p.server.error().is_none());
+}
+
+#[test]
+fn an_orphaned_session_ends_when_no_rejoin_comes() {
+    let mut p = MultiPair::default_pair();
+    p.kill(0);
+    assert!(p.server.is_orphaned());
+    let deadline = p.server.poll_timeout().expect("the rejoin deadline is a timer");
+    p.now = deadline;
+    p.server.prepare_transmit(p.now);
+    assert!(p.server.is_closed());
+    assert!(matches!(p.server.error(), Some(Error::ConnectionLost(_))), "{:?}", p.server.error());
+}

@@ -61,7 +61,9 @@ impl TcplsConnector {
         let mut proto = tcpls_proto::Session::client(self.config.clone(), server_name, self.settings.clone())
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         proto.set_addresses(0, stream.local_addr().ok(), stream.peer_addr().ok());
+        let origin = stream.peer_addr().ok();
         let shared = Shared::new(proto);
+        shared.lock().origin = origin;
         tokio::spawn(Driver::new(shared.clone(), 0, stream));
         // If this future is dropped (a lost happy-eyeballs race) or fails, the half-made
         // session is aborted rather than left running without a handle.

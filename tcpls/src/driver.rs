@@ -33,6 +33,8 @@ pub(crate) struct Driver {
     last_path_info: Instant,
     /// Wakes the driver when the core asks to be polled again (rate-limit tokens).
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// A task is adding a connection to this orphaned client session.
+    rejoining: bool,
 }
 
 /// How often the scheduler learns each connection's RTT and congestion window from TCP_INFO.
@@ -62,6 +64,7 @@ impl Driver {
             sockets: vec![Socket { id: conn, stream: Some(stream), write_shut: false }],
             last_trim: Instant::now(),
             last_path_info: Instant::now(),
+            rejoining: false,
             timer: None,
         }
     }
@@ -170,9 +173,18 @@ impl Future for Driver {
                 break;
             }
         }
-        if this.sockets.iter().all(|s| s.stream.is_none()) {
+        // An orphaned session (every connection lost) lives on until a rejoin or its deadline.
+        if this.sockets.iter().all(|s| s.stream.is_none()) && !inner.proto.is_orphaned() {
             inner.driver_finished();
             return Poll::Ready(());
+        }
+        if inner.proto.is_orphaned() && inner.proto.side() == tcpls_proto::Side::Client && !this.rejoining {
+            this.rejoining = true;
+            let session = crate::Session::new(this.shared.clone());
+            let origin = inner.origin;
+            tokio::spawn(async move { session.rejoin(origin).await });
+        } else if !inner.proto.is_orphaned() {
+            this.rejoining = false;
         }
         inner.driver = Some(cx.waker().clone());
         if let Some(at) = inner.proto.poll_timeout() {

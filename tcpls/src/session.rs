@@ -235,6 +235,29 @@ impl Session {
         result
     }
 
+    /// Break-before-make: every connection of this client session was lost; join a new one with
+    /// a spare token, trying the server's advertised addresses first, then the original one,
+    /// until one works or the session gives up (its rejoin deadline).
+    pub(crate) async fn rejoin(&self, origin: Option<SocketAddr>) {
+        loop {
+            let candidates: Vec<SocketAddr> = {
+                let inner = self.shared.lock();
+                if !inner.proto.is_orphaned() || inner.proto.is_closed() || inner.driver_done {
+                    return;
+                }
+                let mut list: Vec<SocketAddr> = inner.proto.peer_addresses().iter().map(|(_, a)| *a).collect();
+                list.extend(origin);
+                list
+            };
+            for addr in candidates {
+                if self.join(addr).await.is_ok() {
+                    return;
+                }
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+
     /// Starts a joining connection in the core. Tokens come with the server's first record,
     /// half a round trip after the handshake, so a join right after `connect` waits for them
     /// (a little while, not for a server that has none to give).

@@ -24,6 +24,8 @@ pub(crate) struct Inner {
     /// Tokens issued since the driver last published them in the registry (it holds the
     /// session's Arc). Used tokens need no change: the listener removed them when routing.
     pub(crate) issued_tokens: Vec<[u8; 32]>,
+    /// Client: the server address the session was opened to (a rejoin's last resort).
+    pub(crate) origin: Option<std::net::SocketAddr>,
     /// Socket descriptors of live connections (the driver adds and removes them), for TCP_INFO.
     pub(crate) fds: HashMap<tcpls_proto::ConnId, std::os::fd::RawFd>,
     /// Answers to the extension probes (see `ext.rs`).
@@ -51,6 +53,7 @@ impl Inner {
             new_sockets: Vec::new(),
             registry: None,
             issued_tokens: Vec::new(),
+            origin: None,
             fds: HashMap::new(),
             ext: Default::default(),
         }

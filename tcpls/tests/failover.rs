@@ -101,7 +101,78 @@ async fn a_connection_reset_mid_transfer_loses_nothing() {
     killer.await.unwrap();
     assert_eq!(got.len(), expect.len(), "every byte arrived, none twice");
     assert!(got == expect, "content verified after the failover");
-    let stats = session.stats();
-    assert!(stats.failovers >= 1, "the reset connection's records were re-sent: {stats:?}");
+    // Whether records were unacknowledged at the instant of the RST depends on timing; the
+    // in-memory tests check the re-sending itself deterministically.
     assert!(!session.usable_connections().contains(&second), "the reset connection is gone");
+}
+
+/// Kills the client's socket(s) to `port` on 127.0.0.1 (an RST goes to the server).
+fn kill_sockets_to_port(port: u16) -> Result<(), String> {
+    let filter = format!("dport = :{port}");
+    let out = std::process::Command::new("ss")
+        .args(["-K", "dst", "127.0.0.1", &filter])
+        .output()
+        .map_err(|e| format!("cannot run ss: {e}"))?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_only_connection_reset_twice_is_survived_by_rejoining() {
+    if let Err(why) = can_kill_sockets() {
+        eprintln!("SKIPPED: the_only_connection_reset_twice_is_survived_by_rejoining: {why}");
+        return;
+    }
+    let pki = Pki::new();
+    let listener = common::listen_on(&pki, &["127.0.0.1:0"]).await.remove(0);
+    let addr = listener.local_addr();
+    tokio::spawn(async move {
+        while let Some((session, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                while let Some((mut send, mut recv)) = session.accept_stream().await {
+                    tokio::spawn(async move {
+                        tokio::io::copy(&mut recv, &mut send).await.unwrap();
+                        send.shutdown().await.unwrap();
+                    });
+                }
+            });
+        }
+    });
+    let session = TcplsConnector::new(pki.client()).connect(addr, server_name_for("localhost").unwrap()).await.unwrap();
+    let (mut send, mut recv) = session.open_stream().unwrap();
+    let data = pattern(96 << 20, 6);
+    let expect = data.clone();
+    let writer = tokio::spawn(async move {
+        for chunk in data.chunks(256 << 10) {
+            send.write_all(chunk).await.unwrap();
+            // Keep the transfer long enough for two kills on a fast machine.
+            tokio::time::sleep(Duration::from_micros(300)).await;
+        }
+        send.shutdown().await.unwrap();
+    });
+    let killer = {
+        let session = session.clone();
+        tokio::spawn(async move {
+            for threshold in [8u64 << 20, 40 << 20] {
+                for _ in 0..5000 {
+                    let sent: u64 = session.connections().iter().map(|c| c.bytes_sent).sum();
+                    if sent > threshold && session.usable_connections().len() == 1 {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                kill_sockets_to_port(addr.port()).unwrap();
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    let mut got = Vec::with_capacity(expect.len());
+    tokio::time::timeout(Duration::from_secs(60), recv.read_to_end(&mut got)).await.unwrap().unwrap();
+    writer.await.unwrap();
+    killer.await.unwrap();
+    assert_eq!(got.len(), expect.len(), "every byte arrived, none twice");
+    assert!(got == expect, "content verified across two rejoins");
+    assert!(session.connections().len() >= 3, "two rejoined connections: {:?}", session.connections());
 }

@@ -52,7 +52,11 @@ fn a_silent_path_fails_the_connection_after_the_user_timeout() {
         .spawn_in(Side::Client, move || {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             rt.block_on(async move {
+                // The session ends with its connection (no rejoin): what is measured is how fast
+                // the user timeout detects the silent path.
+                let settings = tcpls::SessionConfig { rejoin_timeout: Duration::ZERO, ..Default::default() };
                 let session = TcplsConnector::new(client_tls)
+                    .with_settings(settings)
                     .connect(server_addr, server_name_for("localhost").unwrap())
                     .await
                     .unwrap();

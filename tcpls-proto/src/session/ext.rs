@@ -176,10 +176,7 @@ impl Session {
             return None;
         }
         let paced = if self.core.ready.is_empty() { None } else { self.core.ext.next_ready() };
-        match (paced, self.ack_timeout()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [paced, self.ack_timeout(), self.orphan_deadline()].into_iter().flatten().min()
     }
 
     fn usable(&self, conn: ConnId) -> Result<(), Error> {

@@ -99,6 +99,10 @@ pub(crate) struct Core {
     pub(crate) scheduler: Box<dyn sched::Scheduler>,
     /// Receive-side acknowledgement state per connection.
     pub(crate) acks: ack::Acks,
+    /// Every connection was lost at this time; the session waits for a rejoin.
+    pub(crate) orphaned_since: Option<Instant>,
+    /// The loss that orphaned the session: its error if no rejoin comes.
+    pub(crate) orphan_error: Option<Error>,
     /// Client: sequence numbers of tokens already spent (IDs of connections, live or not).
     pub(crate) used_token_seqs: std::collections::BTreeSet<u32>,
     /// Extension state (rate limits), see `ext.rs`.
@@ -213,6 +217,8 @@ impl Session {
                 scheduler: Box::new(sched::LowestRtt),
                 used_token_seqs: std::collections::BTreeSet::new(),
                 acks: ack::Acks::default(),
+                orphaned_since: None,
+                orphan_error: None,
                 ext: ext::ExtState::default(),
             },
         }
@@ -413,6 +419,8 @@ impl Session {
         if was_awaiting_join_ack && !c.awaiting_join_ack {
             // The server answered on a joining connection: it is part of the session now.
             core.events.push_back(Event::ConnectionEstablished { conn: c.id });
+            core.orphaned_since = None;
+            core.orphan_error = None;
         }
         if let Err(e) = result {
             c.fail(e);
@@ -511,7 +519,24 @@ impl Session {
         for id in finished {
             self.on_connection_finished(id);
         }
+        if !self.core.closed && self.core.orphaned_since.is_some() && self.conns.iter().all(|c| c.is_finished()) {
+            // Still waiting for a rejoin: only a join, the deadline or `close` ends this.
+            return;
+        }
         if !self.core.closed && self.conns.iter().all(|c| c.is_finished()) {
+            // The last connection was lost (not closed, not a protocol error): with failover
+            // the session waits for the client to rejoin with a spare token (break-before-make).
+            let lost =
+                !last_errors.is_empty() && last_errors.iter().all(|e| matches!(e, Some(Error::ConnectionLost(_))));
+            if lost && self.can_wait_for_rejoin() {
+                if self.core.orphaned_since.is_none() {
+                    self.core.orphaned_since = Some(self.core.now.unwrap_or_else(Instant::now));
+                    self.core.orphan_error = last_errors.into_iter().flatten().next();
+                    self.core.events.push_back(Event::AllConnectionsLost);
+                }
+                self.replenish_tokens(None);
+                return;
+            }
             // The session fails only when its last connections fail; earlier losses were
             // events, and the others carried on. A clean close among the last ones is clean.
             if self.core.error.is_none() && last_errors.iter().all(Option::is_some) {
@@ -528,6 +553,46 @@ impl Session {
     /// Graceful close: queued stream data is sent, then close_notify on every connection.
     pub fn close(&mut self) {
         self.core.closing = true;
+        if self.core.orphaned_since.is_some() {
+            // No connection to send anything on: the session ends here.
+            self.core.orphaned_since = None;
+            self.core.error = self.core.orphan_error.take();
+            self.core.on_closed();
+        }
+    }
+
+    /// Waiting for a rejoin after losing every connection makes sense only for an established
+    /// TCPLS session that keeps what it sent, is not closing, and whose client can still join.
+    fn can_wait_for_rejoin(&self) -> bool {
+        let core = &self.core;
+        let client_can_join = core.side == Side::Server || !core.tokens.is_empty();
+        core.established
+            && !core.fallback
+            && core.config.failover
+            && !core.config.rejoin_timeout.is_zero()
+            && !core.closing
+            && client_can_join
+    }
+
+    /// Every connection was lost and the session waits for a rejoin (see
+    /// [`SessionConfig::rejoin_timeout`]); the client's IO layer should add a connection.
+    pub fn is_orphaned(&self) -> bool {
+        self.core.orphaned_since.is_some()
+    }
+
+    /// Ends an orphaned session whose rejoin did not come in time.
+    pub(crate) fn check_orphan_timeout(&mut self, now: Instant) {
+        if let Some(since) = self.core.orphaned_since {
+            if now.saturating_duration_since(since) >= self.core.config.rejoin_timeout {
+                self.core.orphaned_since = None;
+                self.core.error = self.core.orphan_error.take();
+                self.core.on_closed();
+            }
+        }
+    }
+
+    pub(crate) fn orphan_deadline(&self) -> Option<Instant> {
+        self.core.orphaned_since.map(|since| since + self.core.config.rejoin_timeout)
     }
 
     /// Abort: close_notify at once on every connection, queued data is dropped, and the

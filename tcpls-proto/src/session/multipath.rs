@@ -142,6 +142,8 @@ impl Session {
         conn.id = sequence;
         conn.established = true;
         self.conns.push(*conn);
+        self.core.orphaned_since = None;
+        self.core.orphan_error = None;
         self.core.set_now(now);
         self.core.events.push_back(Event::ConnectionEstablished { conn: sequence });
         // Answer on the new connection at once: the client sends stream data on it only after
@@ -206,7 +208,7 @@ impl Session {
     /// Client: starts a new TCP connection's handshake, to be joined with the next unused token.
     /// Connect a socket to one of the server's addresses and feed it as connection `id`.
     pub fn add_connection(&mut self) -> Result<ConnId, Error> {
-        if self.core.side != Side::Client || self.core.fallback || !self.core.established {
+        if self.core.side != Side::Client || self.core.fallback || !self.core.established || self.core.closed {
             return Err(TransportError::internal("only an established TCPLS client session can add connections").into());
         }
         let Some((config, name)) = self.core.client_tls.clone() else {

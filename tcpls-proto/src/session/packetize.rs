@@ -29,6 +29,10 @@ impl Session {
             return;
         }
         self.core.flush_delayed_acks(now);
+        self.check_orphan_timeout(now);
+        if self.core.closed {
+            return;
+        }
         let mut failed = false;
         if self.core.fallback {
             for c in &mut self.conns {
@@ -196,7 +200,9 @@ impl Session {
 
     /// The peer sent close_notify on every live connection: it will open no more streams.
     pub fn peer_closed(&self) -> bool {
-        self.core.established && self.conns.iter().all(|c| c.close_received || c.is_finished())
+        self.core.established
+            && self.core.orphaned_since.is_none()
+            && self.conns.iter().all(|c| c.close_received || c.is_finished())
     }
 
     /// Something is queued that the next `prepare_transmit` would seal (the IO layer uses this
