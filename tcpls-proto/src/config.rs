@@ -53,6 +53,15 @@ pub struct SessionConfig {
     /// With failover, how long a session whose every connection was lost waits for the client
     /// to join a new one (break-before-make); zero: the session ends with its last connection.
     pub rejoin_timeout: std::time::Duration,
+    /// ACK after this many ack-eliciting records (PROTOCOL.md §5; default 16).
+    pub ack_every_records: u32,
+    /// ... or this long after the first unacknowledged one (default 25 ms).
+    pub ack_delay: std::time::Duration,
+    /// Failure detection by keepalive: after this long without receiving anything on a
+    /// connection, send it a Ping; if nothing comes back within `ping_timeout`, the connection
+    /// is considered failed (and fails over). None (default): rely on TCP (RST, FIN, user timeout).
+    pub keepalive: Option<std::time::Duration>,
+    pub ping_timeout: std::time::Duration,
 }
 
 impl Default for SessionConfig {
@@ -70,6 +79,10 @@ impl Default for SessionConfig {
             random: system_random(),
             failover: true,
             rejoin_timeout: std::time::Duration::from_secs(10),
+            ack_every_records: 16,
+            ack_delay: std::time::Duration::from_millis(25),
+            keepalive: None,
+            ping_timeout: std::time::Duration::from_secs(1),
         }
     }
 }

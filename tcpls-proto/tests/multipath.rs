@@ -329,3 +329,47 @@ fn an_orphaned_session_ends_when_no_rejoin_comes() {
     assert!(p.server.is_closed());
     assert!(matches!(p.server.error(), Some(Error::ConnectionLost(_))), "{:?}", p.server.error());
 }
+
+#[test]
+fn an_unanswered_keepalive_ping_fails_a_silent_connection_over() {
+    let settings = tcpls_proto::SessionConfig {
+        keepalive: Some(std::time::Duration::from_millis(50)),
+        ping_timeout: std::time::Duration::from_millis(50),
+        ..test_config()
+    };
+    let mut p = MultiPair::new(settings);
+    let second = p.join().unwrap();
+    let id = p.client.open_stream().unwrap();
+    p.client.steer_stream(id, Some(second)).unwrap();
+    // The second path goes silent: no RST, no FIN, packets just vanish.
+    p.cut.insert(second);
+    let data = pattern(200_000, 13);
+    let got = p.transfer(id, &data, |p, _| {
+        // Let time pass as it would (keepalive timers fire within a few rounds).
+        p.now += std::time::Duration::from_millis(30);
+    });
+    assert!(got == data, "the silent connection's records failed over, content checked");
+    assert!(matches!(p.client.connection_error(second), Some(Error::ConnectionLost(why)) if why.contains("Ping")));
+    assert!(p.client.is_connection_usable(0), "the healthy connection answered its Pings");
+    assert!(p.client.stats().failovers >= 1);
+}
+
+#[test]
+fn ack_thresholds_are_configurable() {
+    // A short transfer (a few records) with a delayed-ACK timer far beyond what the pair lets
+    // pass: only an ACK-every-record policy releases the data without the timer.
+    let slow_timer = std::time::Duration::from_secs(10);
+    for (every, released) in [(1, true), (16, false)] {
+        let settings = tcpls_proto::SessionConfig { ack_every_records: every, ack_delay: slow_timer, ..test_config() };
+        let mut p = MultiPair::new(settings);
+        let id = p.client.open_stream().unwrap();
+        let data = pattern(40_000, 14);
+        assert!(p.transfer(id, &data, |_, _| {}) == data);
+        p.server.finish(id).unwrap();
+        p.drive();
+        assert_eq!(p.read_to_end_client(id), b"");
+        p.drive();
+        let forgotten = p.client.stream_count() == 0;
+        assert_eq!(forgotten, released, "ack_every_records = {every}");
+    }
+}

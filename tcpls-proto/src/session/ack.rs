@@ -8,18 +8,13 @@
 //! receiver drops bytes it already has by offset, so nothing is lost or delivered twice.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::event::{ConnId, Event, StreamId};
 use crate::frame::{Frame, FrameReader};
 
 use super::conn::{Connection, SentRecord};
 use super::{Core, Session};
-
-/// Ack-eliciting records that trigger an ACK at once.
-pub const ACK_EVERY_RECORDS: u32 = 16;
-/// Longest wait before acknowledging an ack-eliciting record.
-pub const ACK_DELAY: Duration = Duration::from_millis(25);
 
 /// Receive-side acknowledgement state of one connection.
 #[derive(Debug, Default, Clone, Copy)]
@@ -42,6 +37,8 @@ impl Core {
     /// Record `number` on `conn` carried an ack-eliciting frame.
     pub(crate) fn note_ack_eliciting(&mut self, conn: ConnId, number: u64) {
         let now = self.now.unwrap_or_else(Instant::now);
+        let every = self.config.ack_every_records.max(1);
+        let delay = self.config.ack_delay;
         let state = self.acks.conns.entry(conn).or_default();
         state.highest = state.highest.max(number);
         if state.last_counted == Some(number) {
@@ -49,13 +46,13 @@ impl Core {
         }
         state.last_counted = Some(number);
         state.pending += 1;
-        if state.pending >= ACK_EVERY_RECORDS {
+        if state.pending >= every {
             state.pending = 0;
             state.deadline = None;
             let highest = state.highest;
             self.control.push_ack(conn, highest);
         } else if state.deadline.is_none() {
-            state.deadline = Some(now + ACK_DELAY);
+            state.deadline = Some(now + delay);
         }
     }
 
@@ -141,6 +138,49 @@ impl Core {
 }
 
 impl Session {
+    /// Keepalive (when configured): Ping a connection that has been silent for `keepalive`, and
+    /// fail it when nothing came back within `ping_timeout` (it then fails over).
+    pub(crate) fn check_keepalive(&mut self, now: Instant) {
+        let Some(idle) = self.core.config.keepalive else { return };
+        let timeout = self.core.config.ping_timeout;
+        let mut failed = false;
+        for c in &mut self.conns {
+            if !c.is_tcpls() || c.is_finished() || !c.established {
+                continue;
+            }
+            let last = *c.last_rx.get_or_insert(now);
+            match c.ping_sent {
+                Some(sent) if now.saturating_duration_since(sent) >= timeout => {
+                    c.dead = true;
+                    c.error.get_or_insert(crate::Error::ConnectionLost("no answer to a keepalive Ping".into()));
+                    failed = true;
+                }
+                None if now.saturating_duration_since(last) >= idle => {
+                    self.core.control.push(&Frame::Ping, Some(c.id));
+                    c.ping_sent = Some(now);
+                }
+                _ => {}
+            }
+        }
+        if failed {
+            self.after_connection_change();
+        }
+    }
+
+    /// The next keepalive event (a Ping to send or a Ping's deadline).
+    pub(crate) fn keepalive_deadline(&self) -> Option<Instant> {
+        let idle = self.core.config.keepalive?;
+        let timeout = self.core.config.ping_timeout;
+        self.conns
+            .iter()
+            .filter(|c| c.is_tcpls() && !c.is_finished() && c.established)
+            .filter_map(|c| match c.ping_sent {
+                Some(sent) => Some(sent + timeout),
+                None => c.last_rx.map(|last| last + idle),
+            })
+            .min()
+    }
+
     /// Connection `id` ended. A clean close (close_notify both ways) means the peer processed
     /// everything sent before our close_notify; a failure means re-sending what it did not
     /// acknowledge, and telling the peer (Connection Reset) over the connections left.

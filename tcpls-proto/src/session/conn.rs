@@ -82,6 +82,9 @@ pub(crate) struct Connection {
     /// Stop processing received records until the session decides (a Join waits for its
     /// target session).
     pub(crate) paused: bool,
+    /// Keepalive: when a record last arrived, and when an unanswered Ping went out.
+    pub(crate) last_rx: Option<std::time::Instant>,
+    pub(crate) ping_sent: Option<std::time::Instant>,
     /// Path information from the IO layer, for the scheduler.
     pub(crate) rtt_us: Option<u32>,
     pub(crate) cwnd: Option<u32>,
@@ -138,6 +141,8 @@ impl Connection {
             paused: false,
             rtt_us: None,
             cwnd: None,
+            last_rx: None,
+            ping_sent: None,
         }
     }
 

@@ -26,7 +26,9 @@ pub(crate) struct ControlQueue {
     // record has room for them.
     /// ACKs to send, at most one per connection: only the highest sequence number matters, so a
     /// flood of Pings costs one entry.
-    acks: Vec<(ConnId, u64)>,
+    /// The flag says the ACK must travel on the connection it acknowledges (it answers a Ping:
+    /// a keepalive proves only the connection it came back on).
+    acks: Vec<(ConnId, u64, bool)>,
     /// Peer streams refused over our concurrency limit (PROTOCOL.md §4.3), as ranges
     /// `(first, last)` of IDs of one parity, each owed a Stream Reset 0x1. A single Stream
     /// frame may refuse thousands of streams (every lower ID it opens).
@@ -43,9 +45,17 @@ impl ControlQueue {
     /// Queues an ACK of record `seq` of connection `conn` (answering a Ping), or raises the one
     /// already queued for that connection.
     pub(crate) fn push_ack(&mut self, conn: ConnId, seq: u64) {
-        match self.acks.iter_mut().find(|(c, _)| *c == conn) {
-            Some((_, highest)) => *highest = (*highest).max(seq),
-            None => self.acks.push((conn, seq)),
+        self.push_ack_bound(conn, seq, false);
+    }
+
+    /// Same, for an ACK that must go back on `conn` itself (the answer to a Ping).
+    pub(crate) fn push_ack_bound(&mut self, conn: ConnId, seq: u64, bound: bool) {
+        match self.acks.iter_mut().find(|(c, _, _)| *c == conn) {
+            Some((_, highest, b)) => {
+                *highest = (*highest).max(seq);
+                *b |= bound;
+            }
+            None => self.acks.push((conn, seq, bound)),
         }
     }
 
@@ -69,7 +79,7 @@ impl ControlQueue {
 
     /// Whether something is waiting that `conn` may carry.
     pub(crate) fn has_for(&self, conn: ConnId) -> bool {
-        !self.acks.is_empty()
+        self.acks.iter().any(|(c, _, bound)| !bound || *c == conn)
             || !self.refused.is_empty()
             || self.frames.iter().any(|f| f.conn.is_none_or(|c| c == conn))
     }
@@ -79,14 +89,17 @@ impl ControlQueue {
     pub(crate) fn take_into(&mut self, conn: ConnId, budget: usize, out: &mut Vec<u8>) -> usize {
         let mut used = 0;
         // ACKs and refusals may travel on any connection.
-        while let Some(&(connection_id, highest_record_seq)) = self.acks.last() {
+        let mut i = 0;
+        while i < self.acks.len() {
+            let (connection_id, highest_record_seq, bound) = self.acks[i];
             let ack = Frame::Ack { connection_id, highest_record_seq };
-            if used + ack.encoded_len() > budget {
-                break;
+            if (bound && connection_id != conn) || used + ack.encoded_len() > budget {
+                i += 1;
+                continue;
             }
             used += ack.encoded_len();
             ack.encode(out);
-            self.acks.pop();
+            self.acks.swap_remove(i);
         }
         while let Some((first, last)) = self.refused.front_mut() {
             let reset = Frame::StreamReset { stream_id: *first, final_size: 0, error_code: RESET_REFUSED };
@@ -122,6 +135,7 @@ impl ControlQueue {
     /// waiting for a dead connection would keep `close` from finishing and count against the
     /// backlog limit for ever.
     pub(crate) fn forget_conn(&mut self, conn: ConnId) {
+        self.acks.retain(|(c, _, bound)| !(*bound && *c == conn));
         self.frames.retain_mut(|f| {
             if f.conn != Some(conn) {
                 return true;

@@ -100,7 +100,7 @@ impl Core {
         }
         match frame {
             Frame::Padding | Frame::StreamChange { .. } => {}
-            Frame::Ping => self.control.push_ack(conn, seq),
+            Frame::Ping => self.control.push_ack_bound(conn, seq, true),
             Frame::Stream { stream_id, offset, fin, data } => self.on_stream_frame(stream_id, offset, data, fin)?,
             Frame::Ack { connection_id, highest_record_seq } => {
                 self.actions.push(ConnAction::Ack { conn: connection_id, highest: highest_record_seq });

@@ -415,7 +415,13 @@ impl Session {
         let c = &mut self.conns[idx];
         let core = &mut self.core;
         let was_awaiting_join_ack = c.awaiting_join_ack;
+        let opened_before = c.records_opened;
         let result = c.read_records(&mut |conn, seq, inbound| core.on_inbound(conn, seq, inbound));
+        if c.records_opened != opened_before {
+            // The connection is alive: whatever keepalive Ping was pending is answered.
+            c.last_rx = Some(now);
+            c.ping_sent = None;
+        }
         if was_awaiting_join_ack && !c.awaiting_join_ack {
             // The server answered on a joining connection: it is part of the session now.
             core.events.push_back(Event::ConnectionEstablished { conn: c.id });
@@ -482,6 +488,7 @@ impl Session {
                 Ok(None) => {}
                 Ok(Some(info)) => {
                     c.established = true;
+                    c.last_rx = self.core.now;
                     if !self.core.established {
                         self.core.on_established(c.id, &info, c.is_tcpls());
                     } else if !c.is_tcpls() {

@@ -30,6 +30,7 @@ impl Session {
         }
         self.core.flush_delayed_acks(now);
         self.check_orphan_timeout(now);
+        self.check_keepalive(now);
         if self.core.closed {
             return;
         }

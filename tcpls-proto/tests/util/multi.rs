@@ -188,10 +188,13 @@ impl MultiPair {
                 }
             }
             loop {
-                match self.server.read(id, &mut buf).unwrap() {
-                    Some(0) => return got,
-                    Some(n) => got.extend_from_slice(&buf[..n]),
-                    None => break,
+                match self.server.read(id, &mut buf) {
+                    // Not arrived yet (its first records may be on a connection being lost).
+                    Err(tcpls_proto::StreamError::UnknownStream(_)) => break,
+                    Err(e) => panic!("stream {id}: {e}"),
+                    Ok(Some(0)) => return got,
+                    Ok(Some(n)) => got.extend_from_slice(&buf[..n]),
+                    Ok(None) => break,
                 }
             }
         }
