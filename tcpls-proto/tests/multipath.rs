@@ -373,3 +373,23 @@ fn ack_thresholds_are_configurable() {
         assert_eq!(forgotten, released, "ack_every_records = {every}");
     }
 }
+
+#[test]
+fn an_abrupt_close_fails_over_like_a_reset() {
+    // EOF without close_notify (the peer's process died, a middlebox closed the connection).
+    let mut p = MultiPair::default_pair();
+    let second = p.join().unwrap();
+    p.client.set_scheduler(Box::new(RoundRobin::default()));
+    let id = p.client.open_stream().unwrap();
+    let data = pattern(1 << 20, 15);
+    assert_eq!(p.client.write(id, &data).unwrap(), data.len());
+    p.client.finish(id).unwrap();
+    p.client.prepare_transmit(p.now);
+    assert!(!p.client.transmit_data(second).is_empty(), "records in flight on the closing connection");
+    p.cut.insert(second);
+    p.client.handle_eof(second, p.now);
+    p.server.handle_eof(second, p.now);
+    let got = p.transfer(id, &[], |_, _| {});
+    assert!(got == data, "content checked after the abrupt close");
+    assert!(p.client.stats().failovers >= 1);
+}
