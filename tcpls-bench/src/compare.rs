@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use crate::pki::Pki;
 use crate::proto::{Proto, Ready, SideReport};
-use crate::sys::{children_cpu_ns, kill_child, machine_busy_ns, monotonic_ns};
+use crate::sys::kill_child;
 use crate::Res;
 
 const GIB: f64 = (1u64 << 30) as f64;
@@ -411,9 +411,7 @@ fn run_one(proto: Proto, rep: u32, opts: &Options, env: &[(&'static str, String)
         }
         args
     };
-    let busy0 = machine_busy_ns();
-    let children0 = children_cpu_ns();
-    let wall0 = monotonic_ns();
+    let load = crate::sys::LoadMeter::start();
     let watchdog = Watchdog::start(Duration::from_secs(opts.timeout));
     let mut children = Children(Vec::new());
     let result = (|| -> Res<(SideReport, SideReport)> {
@@ -436,14 +434,7 @@ fn run_one(proto: Proto, rep: u32, opts: &Options, env: &[(&'static str, String)
     watchdog.stop();
     let (sent, received) = result?;
     children.wait_all()?;
-    let wall = monotonic_ns().saturating_sub(wall0) as f64;
-    let ours = children_cpu_ns().saturating_sub(children0) as f64;
-    let other_load = match (busy0, machine_busy_ns()) {
-        (Some(a), Some(b)) if wall > 0.0 => {
-            Some(((b.saturating_sub(a) as f64 - ours) / (wall * nproc() as f64)).max(0.0))
-        }
-        _ => None,
-    };
+    let other_load = load.others();
     if received.bytes != opts.bytes || sent.bytes != opts.bytes {
         return Err(format!(
             "byte count mismatch: sent {}, received {}, expected {}",

@@ -18,9 +18,9 @@ use serde::{Deserialize, Serialize};
 use tcpls::{server_name_for, Event, JoinRegistry, SessionConfig, TcplsConnector, TcplsListener};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::compare::{machine, median, nproc, percent, read_json, spawn_side, utc_now, Children, Machine, Watchdog};
+use crate::compare::{machine, median, percent, read_json, spawn_side, utc_now, Children, Machine, Watchdog};
 use crate::pki::{Pki, SERVER_NAME};
-use crate::sys::{children_cpu_ns, machine_busy_ns, monotonic_ns, Cpu};
+use crate::sys::{monotonic_ns, Cpu};
 use crate::Res;
 
 #[derive(clap::Args)]
@@ -466,9 +466,7 @@ fn print_table(r: &Report) {
 
 fn run_one(mode: Mode, rep: u32, opts: &Options, env: &[(&'static str, String); 2]) -> Res<Sample> {
     let threads = opts.worker_threads.to_string();
-    let busy0 = machine_busy_ns();
-    let children0 = children_cpu_ns();
-    let wall0 = monotonic_ns();
+    let load = crate::sys::LoadMeter::start();
     let watchdog = Watchdog::start(Duration::from_secs(opts.timeout));
     let mut children = Children(Vec::new());
     let result = (|| -> Res<(ClientReport, ServerReport)> {
@@ -501,14 +499,7 @@ fn run_one(mode: Mode, rep: u32, opts: &Options, env: &[(&'static str, String); 
     watchdog.stop();
     let (client, server) = result?;
     children.wait_all()?;
-    let wall = monotonic_ns().saturating_sub(wall0) as f64;
-    let ours = children_cpu_ns().saturating_sub(children0) as f64;
-    let other_load = match (busy0, machine_busy_ns()) {
-        (Some(a), Some(b)) if wall > 0.0 => {
-            Some(((b.saturating_sub(a) as f64 - ours) / (wall * nproc() as f64)).max(0.0))
-        }
-        _ => None,
-    };
+    let other_load = load.others();
     if client.latencies_ns.len() != opts.joins as usize {
         return Err(format!("client made {} joins instead of {}", client.latencies_ns.len(), opts.joins).into());
     }

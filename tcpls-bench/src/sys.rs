@@ -95,3 +95,28 @@ pub fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+/// How much of the machine other programs used while a measurement ran: what makes a run noisy.
+pub struct LoadMeter {
+    busy0: Option<u64>,
+    children0: u64,
+    wall0: u64,
+}
+
+impl LoadMeter {
+    pub fn start() -> Self {
+        Self { busy0: machine_busy_ns(), children0: children_cpu_ns(), wall0: monotonic_ns() }
+    }
+
+    /// Share of all CPUs busy with something other than our child processes since `start`.
+    pub fn others(&self) -> Option<f64> {
+        let wall = monotonic_ns().saturating_sub(self.wall0) as f64;
+        let ours = children_cpu_ns().saturating_sub(self.children0) as f64;
+        match (self.busy0, machine_busy_ns()) {
+            (Some(a), Some(b)) if wall > 0.0 => {
+                Some(((b.saturating_sub(a) as f64 - ours) / (wall * crate::compare::nproc() as f64)).max(0.0))
+            }
+            _ => None,
+        }
+    }
+}
