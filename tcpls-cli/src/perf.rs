@@ -190,9 +190,8 @@ pub async fn run(opts: PerfOptions) -> Result<PerfReport, String> {
         failovers: stats.failovers,
         resumed: info.resumed,
         early_data_accepted: false,
-        // Received stream bytes all go through the copying receive path for now.
-        zero_copy_bytes: 0,
-        copied_bytes: stats.stream_bytes_received,
+        zero_copy_bytes: stats.zero_copy_bytes,
+        copied_bytes: stats.copied_bytes,
         handshake_ms,
         connections,
     })

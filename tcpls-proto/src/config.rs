@@ -62,6 +62,10 @@ pub struct SessionConfig {
     /// is considered failed (and fails over). None (default): rely on TCP (RST, FIN, user timeout).
     pub keepalive: Option<std::time::Duration>,
     pub ping_timeout: std::time::Duration,
+    /// Decrypt stream records straight into their stream's receive buffer (ARCHITECTURE.md,
+    /// "The receive path"). Off forces the copying path (decrypt in the connection's buffer, then
+    /// copy), which exists for comparison; the bytes delivered are the same.
+    pub zero_copy: bool,
 }
 
 impl Default for SessionConfig {
@@ -83,6 +87,7 @@ impl Default for SessionConfig {
             ack_delay: std::time::Duration::from_millis(25),
             keepalive: None,
             ping_timeout: std::time::Duration::from_secs(1),
+            zero_copy: true,
         }
     }
 }

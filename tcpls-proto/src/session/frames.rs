@@ -264,6 +264,7 @@ impl Core {
         }
         let after = s.recv.readable();
         self.stats.stream_bytes_received += (after - before.min(after)) as u64;
+        self.stats.copied_bytes += (after - before.min(after)) as u64;
         if after > before || s.recv.is_finished() {
             self.notify_readable(id);
         }
@@ -280,6 +281,7 @@ impl Core {
         s.recv.insert(offset, data, false).map_err(|e| recv_error(0, e))?;
         self.fallback_received += data.len() as u64;
         self.stats.stream_bytes_received += data.len() as u64;
+        self.stats.copied_bytes += data.len() as u64;
         self.notify_readable(0);
         Ok(())
     }

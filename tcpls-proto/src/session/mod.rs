@@ -119,6 +119,10 @@ pub struct SessionStats {
     pub streams_refused: u64,
     /// Connections that failed with unacknowledged records, which were re-sent on others.
     pub failovers: u64,
+    /// Stream bytes decrypted straight into their stream's receive buffer (zero-copy path).
+    pub zero_copy_bytes: u64,
+    /// Stream bytes decrypted elsewhere and then copied into their stream's receive buffer.
+    pub copied_bytes: u64,
 }
 
 pub struct Session {
