@@ -9,6 +9,7 @@ use rustls::ClientConfig;
 use tokio::net::TcpStream;
 
 use crate::driver::Driver;
+use crate::fallback::{blocked_reason, ConnectOutcome, FallbackMemory, FallbackRetry};
 use crate::session::Session;
 use crate::shared::Shared;
 use crate::socket::configure;
@@ -31,13 +32,63 @@ use tcpls_proto::SessionConfig;
 pub struct TcplsConnector {
     config: Arc<ClientConfig>,
     settings: SessionConfig,
+    /// Explicit fallback to plain TLS (see `fallback.rs`); off by default.
+    fallback: Option<FallbackRetry>,
 }
 
 impl TcplsConnector {
     /// `tcpls/1` is put first in the ALPN list (the config's own protocols follow, for servers
     /// that only speak plain TLS) and secret extraction is enabled.
     pub fn new(config: Arc<ClientConfig>) -> Self {
-        Self { config: Arc::new(tcpls_proto::tcpls_client_config(&config)), settings: SessionConfig::default() }
+        Self {
+            config: Arc::new(tcpls_proto::tcpls_client_config(&config)),
+            settings: SessionConfig::default(),
+            fallback: None,
+        }
+    }
+
+    /// Explicit fallback (paper §5.2): when the TCP connection is made but the TCPLS ClientHello
+    /// is reset, cut off or unanswered within `timeout`, retry once on a new TCP connection with
+    /// a plain TLS ClientHello (no `tcpls/1` ALPN), and remember the server address for
+    /// [`DEFAULT_REMEMBER_FOR`](crate::fallback::DEFAULT_REMEMBER_FOR) (see
+    /// [`with_fallback_memory`](Self::with_fallback_memory)): later connections to it offer plain
+    /// TLS directly. [`connect_detailed`](Self::connect_detailed) says which way it went.
+    ///
+    /// ```no_run
+    /// # async fn demo(tls: std::sync::Arc<rustls::ClientConfig>) -> std::io::Result<()> {
+    /// use std::time::Duration;
+    /// let connector = tcpls::TcplsConnector::new(tls).with_fallback_retry(Duration::from_secs(2));
+    /// let name = tcpls::server_name_for("localhost")?;
+    /// let (session, outcome) = connector.connect_detailed("10.1.2.2:4443".parse().unwrap(), name).await?;
+    /// if outcome.is_fallback() {
+    ///     eprintln!("{outcome}"); // e.g. "plain TLS after a retry (the TCPLS ClientHello was reset ...)"
+    /// }
+    /// # let _ = session; Ok(()) }
+    /// ```
+    pub fn with_fallback_retry(mut self, timeout: std::time::Duration) -> Self {
+        let memory = self.fallback.take().map(|f| (f.memory, f.remember_for));
+        let mut retry = FallbackRetry::new(&self.config, timeout);
+        if let Some((memory, remember_for)) = memory {
+            retry.memory = memory;
+            retry.remember_for = remember_for;
+        }
+        self.fallback = Some(retry);
+        self
+    }
+
+    /// How long a server that needed a plain-TLS retry is remembered (with
+    /// [`with_fallback_retry`](Self::with_fallback_retry); zero: not at all).
+    pub fn with_fallback_memory(mut self, remember_for: std::time::Duration) -> Self {
+        if let Some(f) = &mut self.fallback {
+            f.remember_for = remember_for;
+        }
+        self
+    }
+
+    /// The servers remembered as blocking TCPLS (shared by this connector's clones); `None`
+    /// without [`with_fallback_retry`](Self::with_fallback_retry).
+    pub fn fallback_memory(&self) -> Option<&FallbackMemory> {
+        self.fallback.as_ref().map(|f| &f.memory)
     }
 
     pub fn with_settings(mut self, settings: SessionConfig) -> Self {
@@ -51,14 +102,69 @@ impl TcplsConnector {
 
     /// Connects and completes the handshake. An error says what failed (TCP, TLS, protocol).
     pub async fn connect(&self, addr: SocketAddr, server_name: ServerName<'static>) -> io::Result<Session> {
+        if self.fallback.is_some() {
+            return self.connect_detailed(addr, server_name).await.map(|(session, _)| session);
+        }
         let stream = TcpStream::connect(addr).await?;
         self.connect_with(stream, server_name).await
     }
 
     /// Runs the handshake over an already connected TCP stream.
     pub async fn connect_with(&self, stream: TcpStream, server_name: ServerName<'static>) -> io::Result<Session> {
+        self.handshake(stream, server_name, self.config.clone(), crate::HANDSHAKE_TIMEOUT).await
+    }
+
+    /// Like [`connect`](Self::connect), and says whether TCPLS was negotiated, the server chose
+    /// plain TLS, or (with [`with_fallback_retry`](Self::with_fallback_retry)) a plain TLS retry
+    /// was needed or remembered.
+    pub async fn connect_detailed(
+        &self,
+        addr: SocketAddr,
+        server_name: ServerName<'static>,
+    ) -> io::Result<(Session, ConnectOutcome)> {
+        let by_server = |s: Session| {
+            let outcome = if s.is_fallback() { ConnectOutcome::ServerPlainTls } else { ConnectOutcome::Tcpls };
+            (s, outcome)
+        };
+        let Some(retry) = &self.fallback else {
+            let stream = TcpStream::connect(addr).await?;
+            return self.connect_with(stream, server_name).await.map(by_server);
+        };
+        if let Some(known) = retry.memory.get(addr) {
+            let stream = TcpStream::connect(addr).await?;
+            let session = self.handshake(stream, server_name, retry.plain.clone(), crate::HANDSHAKE_TIMEOUT).await?;
+            return Ok((session, ConnectOutcome::RememberedPlain { reason: known.reason }));
+        }
+        // A TCP failure is not the ClientHello's fault: a plain one would fail the same way.
+        let stream = TcpStream::connect(addr).await?;
+        let first = self.handshake(stream, server_name.clone(), self.config.clone(), retry.timeout).await;
+        let reason = match first {
+            Ok(session) => return Ok(by_server(session)),
+            Err(e) => blocked_reason(&e, retry.timeout).ok_or(e)?,
+        };
+        let plain = async {
+            let stream = TcpStream::connect(addr).await?;
+            self.handshake(stream, server_name, retry.plain.clone(), crate::HANDSHAKE_TIMEOUT).await
+        };
+        let session = plain.await.map_err(|e| {
+            io::Error::new(e.kind(), format!("the TCPLS ClientHello {reason}, and the plain TLS retry failed: {e}"))
+        })?;
+        if !retry.remember_for.is_zero() {
+            retry.memory.remember(addr, reason.clone(), retry.remember_for);
+        }
+        Ok((session, ConnectOutcome::RetriedPlain { reason }))
+    }
+
+    /// Runs the handshake with `config` over a connected stream, within `timeout`.
+    async fn handshake(
+        &self,
+        stream: TcpStream,
+        server_name: ServerName<'static>,
+        config: Arc<ClientConfig>,
+        timeout: std::time::Duration,
+    ) -> io::Result<Session> {
         configure(&stream)?;
-        let mut proto = tcpls_proto::Session::client(self.config.clone(), server_name, self.settings.clone())
+        let mut proto = tcpls_proto::Session::client(config, server_name, self.settings.clone())
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         proto.set_addresses(0, stream.local_addr().ok(), stream.peer_addr().ok());
         let origin = stream.peer_addr().ok();
@@ -69,9 +175,11 @@ impl TcplsConnector {
         // session is aborted rather than left running without a handle.
         let guard = AbortOnDrop(Some(Session::new(shared)));
         let session = guard.0.as_ref().ok_or_else(|| io::Error::other("session vanished"))?;
-        match tokio::time::timeout(crate::HANDSHAKE_TIMEOUT, session.established()).await {
+        match tokio::time::timeout(timeout, session.established()).await {
             Ok(result) => result.map_err(handshake_error)?,
-            Err(_) => return Err(io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out")),
+            Err(_) => {
+                return Err(io::Error::new(io::ErrorKind::TimedOut, format!("TLS handshake timed out ({timeout:?})")))
+            }
         }
         Ok(guard.defuse())
     }

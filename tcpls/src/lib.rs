@@ -14,6 +14,7 @@
 mod connector;
 mod driver;
 mod ext;
+pub mod fallback;
 mod listener;
 mod registry;
 mod session;
@@ -25,6 +26,7 @@ mod tcp_info;
 
 pub use connector::{server_name_for, HappyEyeballs, TcplsConnector};
 pub use ext::{NatReport, PROBE_TIMEOUT};
+pub use fallback::{ConnectOutcome, FallbackMemory};
 pub use listener::{TcplsListener, HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES};
 pub use registry::JoinRegistry;
 pub use session::{ConnectionInfo, Session};
