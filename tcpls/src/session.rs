@@ -192,11 +192,19 @@ impl Session {
     /// joins it to this session with one of the server's tokens. Returns its connection ID once
     /// its handshake is done.
     pub async fn join(&self, addr: SocketAddr) -> io::Result<ConnId> {
+        self.join_within(addr, crate::HANDSHAKE_TIMEOUT).await
+    }
+
+    /// [`join`](Self::join) with a deadline for the TCP connection and for the join handshake
+    /// (each): a path whose middlebox swallows the join (paper §5.2) costs at most that long.
+    /// On failure the joining connection is cancelled (it leaves a `ConnectionClosed` event) and
+    /// the error names the address; the session goes on over its other connections.
+    pub async fn join_within(&self, addr: SocketAddr, timeout: std::time::Duration) -> io::Result<ConnId> {
         let id = self.take_token_for_join().await?;
         // From here on, an early return (an error, a timeout, or the caller dropping this
         // future) must end the half-made connection, or the session could never close.
         let mut guard = JoinGuard { shared: &self.shared, id, armed: true };
-        let stream = tokio::time::timeout(crate::HANDSHAKE_TIMEOUT, tokio::net::TcpStream::connect(addr))
+        let stream = tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr))
             .await
             .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, format!("connecting to {addr} timed out")))??;
         crate::socket::configure(&stream)?;
@@ -226,9 +234,12 @@ impl Session {
             inner.state_waiters.push(cx.waker().clone());
             Poll::Pending
         });
-        let result = tokio::time::timeout(crate::HANDSHAKE_TIMEOUT, wait)
-            .await
-            .unwrap_or_else(|_| Err(io::Error::new(io::ErrorKind::TimedOut, "join timed out")));
+        let result = tokio::time::timeout(timeout, wait).await.unwrap_or_else(|_| {
+            Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("join to {addr} got no answer within {timeout:?}: cancelled"),
+            ))
+        });
         if result.is_ok() {
             guard.armed = false;
         }
