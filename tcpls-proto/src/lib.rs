@@ -18,6 +18,7 @@ pub use config::{system_random, RandomSource, SessionConfig};
 pub use error::{AlertCode, Error, StreamError, TransportError};
 pub use event::{ConnId, Event, StreamId};
 pub use session::sched::{FnScheduler, LowestRtt, PathView, RoundRobin, Scheduler, Weighted};
+pub use session::MAX_EARLY_STREAM_BYTES;
 pub use session::{
     tcpls_client_config, tcpls_server_config, Accepted, ConnStats, JoiningConnection, Session, SessionStats, Side,
 };

@@ -85,6 +85,8 @@ pub(crate) struct Connection {
     /// Keepalive: when a record last arrived, and when an unanswered Ping went out.
     pub(crate) last_rx: Option<std::time::Instant>,
     pub(crate) ping_sent: Option<std::time::Instant>,
+    /// Server: accepted early-data plaintexts, for the session (see `early.rs`).
+    pub(crate) early_received: Vec<Vec<u8>>,
     /// Path information from the IO layer, for the scheduler.
     pub(crate) rtt_us: Option<u32>,
     pub(crate) cwnd: Option<u32>,
@@ -143,6 +145,7 @@ impl Connection {
             cwnd: None,
             last_rx: None,
             ping_sent: None,
+            early_received: Vec::new(),
         }
     }
 
@@ -173,7 +176,9 @@ impl Connection {
         let ConnState::Handshaking(hs, exposed) = &mut self.state else {
             return Ok(None);
         };
-        match hs.drive(&mut self.rx, &mut self.tx, exposed) {
+        let progress = hs.drive(&mut self.rx, &mut self.tx, exposed);
+        self.early_received.extend(hs.take_early_data());
+        match progress {
             Ok(Progress::NeedData) => Ok(None),
             Ok(Progress::Complete) => {
                 let ConnState::Handshaking(hs, _) = std::mem::replace(&mut self.state, ConnState::Failed) else {

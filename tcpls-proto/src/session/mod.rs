@@ -11,6 +11,7 @@ mod ack;
 mod conn;
 mod control;
 mod danger;
+mod early;
 mod ext;
 mod frames;
 mod multipath;
@@ -29,6 +30,7 @@ use rustls::{ClientConfig, ServerConfig};
 pub use conn::ConnStats;
 pub(crate) use conn::{Connection, Inbound};
 pub(crate) use control::ControlQueue;
+pub use early::MAX_EARLY_STREAM_BYTES;
 pub use multipath::{Accepted, JoiningConnection};
 pub(crate) use streams::Stream;
 
@@ -107,6 +109,8 @@ pub(crate) struct Core {
     pub(crate) used_token_seqs: std::collections::BTreeSet<u32>,
     /// Extension state (rate limits), see `ext.rs`.
     pub(crate) ext: ext::ExtState,
+    /// 0-RTT state, see `early.rs`.
+    pub(crate) early: early::EarlyState,
 }
 
 /// Session-wide counters.
@@ -151,12 +155,18 @@ pub fn tcpls_client_config(config: &ClientConfig) -> ClientConfig {
 }
 
 /// Same for a server: `tcpls/1` is preferred; the other listed protocols (and clients that offer
-/// no ALPN) are served as plain TLS.
+/// no ALPN) are served as plain TLS. A server that accepts early data (`max_early_data_size` > 0)
+/// accepts at least one record of it ([`crate::tls::MAX_EARLY_DATA`], what TCPLS clients
+/// offer) and answers at half-RTT (PROTOCOL.md §1.4).
 pub fn tcpls_server_config(config: &ServerConfig) -> ServerConfig {
     let mut config = config.clone();
     config.alpn_protocols.retain(|p| p != ALPN_TCPLS);
     config.alpn_protocols.insert(0, ALPN_TCPLS.to_vec());
     config.enable_secret_extraction = true;
+    if config.max_early_data_size > 0 {
+        config.max_early_data_size = config.max_early_data_size.max(crate::tls::MAX_EARLY_DATA as u32);
+        config.send_half_rtt_data = true;
+    }
     config
 }
 
@@ -224,6 +234,7 @@ impl Session {
                 orphaned_since: None,
                 orphan_error: None,
                 ext: ext::ExtState::default(),
+                early: early::EarlyState::default(),
             },
         }
     }
@@ -488,12 +499,19 @@ impl Session {
 
     pub(crate) fn drive_handshakes(&mut self) {
         for c in &mut self.conns {
-            match c.drive_handshake() {
+            let result = c.drive_handshake();
+            // Server: accepted early data goes to the session before the handshake completes.
+            if let Err(e) = self.core.deliver_early_data(c) {
+                c.fail(e);
+                continue;
+            }
+            match result {
                 Ok(None) => {}
                 Ok(Some(info)) => {
                     c.established = true;
                     c.last_rx = self.core.now;
                     if !self.core.established {
+                        self.core.settle_early_data(info.early_data_accepted);
                         self.core.on_established(c.id, &info, c.is_tcpls());
                     } else if !c.is_tcpls() {
                         // A joining connection must speak TCPLS like the session's first one.

@@ -86,7 +86,9 @@ impl Session {
         if self.core.error.is_some() || self.core.closed {
             return Accepted::Failed;
         }
-        if self.core.established && (self.core.fallback || self.core.initial_seen) {
+        // Accepted early data (0-RTT) makes the session known before the client Finished.
+        let early = self.core.early.received > 0;
+        if (self.core.established || early) && (self.core.fallback || self.core.initial_seen) {
             return Accepted::NewSession;
         }
         Accepted::Pending

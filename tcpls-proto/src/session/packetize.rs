@@ -26,6 +26,8 @@ impl Session {
         self.core.set_now(now);
         self.run_actions();
         if !self.core.established {
+            // Server with accepted early data: answer at half-RTT (early.rs).
+            self.seal_half_rtt();
             return;
         }
         self.core.flush_delayed_acks(now);
@@ -209,7 +211,8 @@ impl Session {
     /// Something is queued that the next `prepare_transmit` would seal (the IO layer uses this
     /// to decide whether an application call needs to wake the driver).
     pub fn wants_transmit(&self) -> bool {
-        self.core.established && (!self.core.control.is_empty() || !self.core.ready.is_empty() || self.core.closing)
+        (self.core.established && (!self.core.control.is_empty() || !self.core.ready.is_empty() || self.core.closing))
+            || self.half_rtt_possible()
     }
 
     /// Anything sealed and not yet written, on any connection.

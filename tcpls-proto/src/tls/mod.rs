@@ -9,7 +9,7 @@ mod fallback;
 mod handshake;
 
 pub use fallback::{FallbackRead, FallbackTls};
-pub use handshake::{Handshake, HandshakeInfo, HandshakeOutcome, Progress};
+pub use handshake::{Handshake, HandshakeInfo, HandshakeOutcome, Progress, MAX_EARLY_DATA};
 
 /// Re-exported for the connection state, which keeps the handshake's exposed-bytes marker.
 pub mod handshake_exposed {
