@@ -96,35 +96,69 @@ impl RecordKey {
     /// and the range of the content within `record`. Nothing of the plaintext is exposed when the
     /// tag does not verify.
     pub fn open_in_place(&mut self, record: &mut [u8]) -> Result<(u8, Range<usize>), TransportError> {
-        // A body of just a tag may be authentic: its empty plaintext lacks a content type, which
-        // is unexpected_message below, as for an all-zero one (RFC 8446 §5.4).
-        if record.len() < HEADER_LEN + TAG_LEN {
-            return Err(TransportError::decode("record too short to hold a tag"));
-        }
-        let mut header = [0u8; HEADER_LEN];
-        header.copy_from_slice(&record[..HEADER_LEN]);
-        if header[0] != CT_APPLICATION_DATA {
-            return Err(TransportError::unexpected(format!("protected record with outer content type {}", header[0])));
+        let header = check_header(record)?;
+        let nonce = self.nonce();
+        let plain_len =
+            self.key.open_in_place(nonce, Aad::from(header), &mut record[HEADER_LEN..]).map_err(|_| bad_mac())?.len();
+        self.next_seq()?;
+        let type_pos = content_end(&record[HEADER_LEN..HEADER_LEN + plain_len])?;
+        Ok((record[HEADER_LEN + type_pos], HEADER_LEN..HEADER_LEN + type_pos))
+    }
+
+    /// Opens one whole record (`record` = header + body) into `out`, which must be exactly as long
+    /// as the record's plaintext ([`plaintext_len`]): the zero-copy receive path decrypts straight
+    /// into a stream's receive buffer this way. Returns the inner content type and the length of
+    /// the content at the start of `out`. When the tag does not verify, `out` holds unspecified
+    /// bytes that the caller must not use (it fails the connection).
+    pub fn open_into(&mut self, record: &[u8], out: &mut [u8]) -> Result<(u8, usize), TransportError> {
+        let header = check_header(record)?;
+        let body = &record[HEADER_LEN..];
+        let (ciphertext, tag) = body.split_at(body.len() - TAG_LEN);
+        if out.len() != ciphertext.len() {
+            return Err(TransportError::internal("open_into: output length differs from the plaintext length"));
         }
         let nonce = self.nonce();
-        let plain_len = self
-            .key
-            .open_in_place(nonce, Aad::from(header), &mut record[HEADER_LEN..])
-            .map_err(|_| TransportError::new(AlertCode::BadRecordMac, "record authentication failed"))?
-            .len();
+        self.key.open_separate_gather(nonce, Aad::from(header), ciphertext, tag, out).map_err(|_| bad_mac())?;
         self.next_seq()?;
-        // The limit is on the whole TLSInnerPlaintext, zero padding included (RFC 8446 §5.4,
-        // PROTOCOL.md §2.2): checking only the content let a peer pad a record past it.
-        if plain_len > MAX_PLAINTEXT + 1 {
-            return Err(TransportError::new(AlertCode::RecordOverflow, "record plaintext too long"));
-        }
-        let plain = &record[HEADER_LEN..HEADER_LEN + plain_len];
-        // Strip the zero padding; the last non-zero byte is the content type.
-        let Some(type_pos) = plain.iter().rposition(|&b| b != 0) else {
-            return Err(TransportError::unexpected("record without a content type"));
-        };
-        Ok((plain[type_pos], HEADER_LEN..HEADER_LEN + type_pos))
+        let type_pos = content_end(out)?;
+        Ok((out[type_pos], type_pos))
     }
+}
+
+/// Length of the TLSInnerPlaintext of a whole record (`record` = header + body), as
+/// [`RecordKey::open_into`] wants its output; `None` if it is too short to hold a tag.
+pub fn plaintext_len(record: &[u8]) -> Option<usize> {
+    record.len().checked_sub(HEADER_LEN + TAG_LEN)
+}
+
+/// The checks every protected record passes before decryption; returns its header (the AAD).
+fn check_header(record: &[u8]) -> Result<[u8; HEADER_LEN], TransportError> {
+    // A body of just a tag may be authentic: its empty plaintext lacks a content type, which
+    // is unexpected_message below, as for an all-zero one (RFC 8446 §5.4).
+    if record.len() < HEADER_LEN + TAG_LEN {
+        return Err(TransportError::decode("record too short to hold a tag"));
+    }
+    let mut header = [0u8; HEADER_LEN];
+    header.copy_from_slice(&record[..HEADER_LEN]);
+    if header[0] != CT_APPLICATION_DATA {
+        return Err(TransportError::unexpected(format!("protected record with outer content type {}", header[0])));
+    }
+    Ok(header)
+}
+
+fn bad_mac() -> TransportError {
+    TransportError::new(AlertCode::BadRecordMac, "record authentication failed")
+}
+
+/// Position of the inner content type in a verified TLSInnerPlaintext, i.e. the length of the
+/// content: the last non-zero byte, after the zero padding is stripped.
+fn content_end(plain: &[u8]) -> Result<usize, TransportError> {
+    // The limit is on the whole TLSInnerPlaintext, zero padding included (RFC 8446 §5.4,
+    // PROTOCOL.md §2.2): checking only the content let a peer pad a record past it.
+    if plain.len() > MAX_PLAINTEXT + 1 {
+        return Err(TransportError::new(AlertCode::RecordOverflow, "record plaintext too long"));
+    }
+    plain.iter().rposition(|&b| b != 0).ok_or_else(|| TransportError::unexpected("record without a content type"))
 }
 
 #[cfg(test)]
@@ -152,6 +186,29 @@ mod tests {
             assert_eq!(ct, 21);
             assert_eq!(&wire[first..][range], &[1, 0]);
             assert_eq!(rx_key.seq(), 2);
+        }
+    }
+
+    #[test]
+    fn open_into_matches_open_in_place() {
+        for (alg, len) in [(&AES_128_GCM, 16), (&AES_256_GCM, 32), (&CHACHA20_POLY1305, 32)] {
+            let (mut tx_key, mut rx_key) = pair(alg, len);
+            let (_, mut rx_copy) = pair(alg, len);
+            let mut tx = TxBuf::default();
+            tx_key.seal_scatter(b"stream data", b"frames\x17\0\0", &mut tx).unwrap();
+            let wire = tx.data().to_vec();
+            let mut out = vec![0u8; plaintext_len(&wire).unwrap()];
+            let (ct, content_len) = rx_key.open_into(&wire, &mut out).unwrap();
+            assert_eq!((ct, &out[..content_len]), (23, &b"stream dataframes"[..]));
+            let mut in_place = wire.clone();
+            let (ct2, range) = rx_copy.open_in_place(&mut in_place).unwrap();
+            assert_eq!((ct2, &in_place[range]), (ct, &out[..content_len]));
+            // A wrong output length is refused before anything is decrypted.
+            assert!(rx_key.open_into(&wire, &mut [0u8; 3]).is_err());
+            let mut flipped = wire.clone();
+            flipped[9] ^= 1;
+            let (_, mut rx3) = pair(alg, len);
+            assert_eq!(rx3.open_into(&flipped, &mut out).unwrap_err().alert, AlertCode::BadRecordMac);
         }
     }
 

@@ -10,7 +10,7 @@ pub mod cipher;
 pub mod deframer;
 
 pub use buf::{RxBuf, TxBuf};
-pub use cipher::RecordKey;
+pub use cipher::{plaintext_len, RecordKey};
 pub use deframer::{next_record, RecordSpan};
 
 /// Outer and inner content types (RFC 8446 §5.1).

@@ -5,10 +5,12 @@
 
 use std::net::SocketAddr;
 
+use super::placement::{self, Expectation, LeadStream, Scan};
 use crate::error::{AlertCode, Error, TransportError};
 use crate::event::ConnId;
+use crate::event::StreamId;
 use crate::record::{
-    next_record, RecordKey, RxBuf, TxBuf, CT_ALERT, CT_APPLICATION_DATA, CT_HANDSHAKE, HS_KEY_UPDATE,
+    next_record, plaintext_len, RecordKey, RxBuf, TxBuf, CT_ALERT, CT_APPLICATION_DATA, CT_HANDSHAKE, HS_KEY_UPDATE,
     HS_NEW_SESSION_TICKET,
 };
 use crate::tls::{FallbackTls, Handshake, HandshakeInfo, HandshakeOutcome, Kernel, Progress};
@@ -90,6 +92,12 @@ pub(crate) struct Connection {
     /// Path information from the IO layer, for the scheduler.
     pub(crate) rtt_us: Option<u32>,
     pub(crate) cwnd: Option<u32>,
+    /// Zero-copy receive: where the next stream record is expected to go (`placement.rs`).
+    pub(crate) expect: Expectation,
+    /// Control frames of a record decrypted into a stream buffer, moved out of it before they
+    /// are processed (a few bytes per record; stream data is never copied here unless the
+    /// record went somewhere unexpected).
+    rx_scratch: Vec<u8>,
 }
 
 /// What one sealed record carried, by reference: a stream range and retransmittable control
@@ -100,6 +108,27 @@ pub(crate) struct SentRecord {
     pub(crate) number: u64,
     pub(crate) stream: Option<(crate::event::StreamId, u64, usize, bool)>,
     pub(crate) control: Vec<u8>,
+}
+
+/// Where decrypted records go: the session.
+pub(crate) trait RecordSink {
+    fn deliver(&mut self, conn: ConnId, seq: u64, inbound: Inbound<'_>) -> Result<Flow, TransportError>;
+    /// Storage for stream `id`'s bytes `offset..offset + len`, to decrypt a record of `len`
+    /// plaintext bytes into; `None` when the stream cannot take it (zero-copy off, unknown or
+    /// reset stream, out of window, overlapping received bytes).
+    fn direct_slot(&mut self, id: StreamId, offset: u64, len: usize) -> Option<&mut [u8]>;
+}
+
+/// Where [`Connection::read_records`] opened a record.
+enum Opened {
+    /// In the receive buffer, `range` of the record.
+    InPlace(u8, std::ops::Range<usize>),
+    /// In a stream's buffer, as expected (`scan.lead`): only the other frames were moved to
+    /// `rx_scratch`.
+    Direct(Scan),
+    /// In a stream's buffer, but the record belongs elsewhere: its content was moved to
+    /// `rx_scratch` and takes the ordinary path.
+    Moved(u8),
 }
 
 /// What the session wants after a record.
@@ -114,6 +143,10 @@ pub(crate) enum Flow {
 pub(crate) enum Inbound<'a> {
     /// TCPLS frames (inner content type 23); `first` for the connection's first such record.
     Frames { plaintext: &'a [u8], first: bool },
+    /// A record decrypted straight into stream `lead.id`'s receive buffer at `lead.offset`
+    /// (obtained from [`RecordSink::direct_slot`]), whose leading Stream frame says so: its
+    /// data is in place and only needs committing. `rest` are the record's other frames.
+    Direct { lead: LeadStream, rest: &'a [u8] },
     /// Application bytes of a plain-TLS (fallback) connection.
     PlainData(&'a [u8]),
 }
@@ -146,6 +179,8 @@ impl Connection {
             last_rx: None,
             ping_sent: None,
             early_received: Vec::new(),
+            expect: Expectation::default(),
+            rx_scratch: Vec::new(),
         }
     }
 
@@ -215,13 +250,10 @@ impl Connection {
         }
     }
 
-    /// Decrypts every whole record in the receive buffer and hands each plaintext to `deliver`.
-    /// Stops early (leaving records in the buffer) when `deliver` says so, e.g. because a
+    /// Decrypts every whole record in the receive buffer and hands each plaintext to the sink.
+    /// Stops early (leaving records in the buffer) when the sink says so, e.g. because a
     /// fallback stream is full.
-    pub(crate) fn read_records(
-        &mut self,
-        deliver: &mut dyn FnMut(ConnId, u64, Inbound<'_>) -> Result<Flow, TransportError>,
-    ) -> Result<(), Error> {
+    pub(crate) fn read_records(&mut self, sink: &mut dyn RecordSink) -> Result<(), Error> {
         let id = self.id;
         match &mut self.state {
             ConnState::Tcpls(layer) => loop {
@@ -235,11 +267,15 @@ impl Connection {
                     return Err(TransportError::unexpected("record after close_notify").into());
                 }
                 let seq = layer.rx_base + layer.rx.seq();
-                let record = &mut self.rx.data_mut()[..span.len];
-                let (content_type, range) = layer.rx.open_in_place(record)?;
+                let opened =
+                    open_record(layer, &mut self.rx.data_mut()[..span.len], self.expect, sink, &mut self.rx_scratch)?;
                 self.records_opened = layer.rx_base + layer.rx.seq();
                 self.stats.records_received += 1;
-                let content = &record[range];
+                let (content_type, content): (u8, &[u8]) = match &opened {
+                    Opened::InPlace(ct, range) => (*ct, &self.rx.data()[range.clone()]),
+                    Opened::Direct(..) => (CT_APPLICATION_DATA, &self.rx_scratch),
+                    Opened::Moved(ct) => (*ct, &self.rx_scratch),
+                };
                 match content_type {
                     CT_APPLICATION_DATA => {
                         let first = self.app_records == 0;
@@ -247,7 +283,14 @@ impl Connection {
                         // Any record from the server on a joining connection means it accepted
                         // the join (a refusal is an alert).
                         self.awaiting_join_ack = false;
-                        if deliver(id, seq, Inbound::Frames { plaintext: content, first })? == Flow::Pause {
+                        let (inbound, scan) = match opened {
+                            Opened::Direct(scan @ Scan { lead: Some(lead), .. }) => {
+                                (Inbound::Direct { lead, rest: content }, scan)
+                            }
+                            _ => (Inbound::Frames { plaintext: content, first }, placement::scan(content)),
+                        };
+                        self.expect.observe(&scan);
+                        if sink.deliver(id, seq, inbound)? == Flow::Pause {
                             self.paused = true;
                         }
                     }
@@ -274,7 +317,7 @@ impl Connection {
                 let mut failure = None;
                 let result = tls.read(&mut self.rx, &mut self.tx, &mut |data| {
                     if failure.is_none() {
-                        if let Err(e) = deliver(id, 0, Inbound::PlainData(data)) {
+                        if let Err(e) = sink.deliver(id, 0, Inbound::PlainData(data)) {
                             failure = Some(e);
                         }
                     }
@@ -354,6 +397,43 @@ impl Connection {
             _ => (0, 0),
         }
     }
+}
+
+/// Opens one record: straight into the stream buffer the connection expects it in, when the
+/// sink offers a slot there, otherwise in place. Nothing decrypted is used before its tag is
+/// verified (an error returns before any of it is looked at).
+fn open_record(
+    layer: &mut RecordLayer,
+    record: &mut [u8],
+    expect: Expectation,
+    sink: &mut dyn RecordSink,
+    scratch: &mut Vec<u8>,
+) -> Result<Opened, TransportError> {
+    let slot = match (expect.target(), plaintext_len(record)) {
+        (Some((stream, offset)), Some(len)) => sink.direct_slot(stream, offset, len).map(|slot| (stream, offset, slot)),
+        _ => None,
+    };
+    let Some((stream, offset, slot)) = slot else {
+        let (content_type, range) = layer.rx.open_in_place(record)?;
+        return Ok(Opened::InPlace(content_type, range));
+    };
+    let (content_type, content_len) = layer.rx.open_into(record, slot)?;
+    let content = &slot[..content_len];
+    let scan = match content_type {
+        CT_APPLICATION_DATA => placement::scan(content),
+        _ => Scan::default(),
+    };
+    scratch.clear();
+    Ok(match scan.lead {
+        Some(lead) if lead.id == stream && lead.offset == offset => {
+            scratch.extend_from_slice(&content[lead.rest_start()..]);
+            Opened::Direct(scan)
+        }
+        _ => {
+            scratch.extend_from_slice(content);
+            Opened::Moved(content_type)
+        }
+    })
 }
 
 fn send_key_update(layer: &mut RecordLayer, request_update: bool, tx: &mut TxBuf) -> Result<(), TransportError> {

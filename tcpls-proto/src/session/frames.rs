@@ -13,7 +13,8 @@ use crate::tls::HandshakeInfo;
 
 use super::conn::Flow;
 use super::multipath::{JoinRequest, JOIN_FRAME_LEN};
-use super::{Core, Inbound, Side};
+use super::placement::LeadStream;
+use super::{Core, Inbound, RecordSink, Side};
 
 /// Most join tokens or peer addresses we keep; more are ignored (a peer cannot grow our memory).
 const MAX_TOKENS: usize = 64;
@@ -53,7 +54,35 @@ impl Core {
                 self.on_frames(conn, seq, plaintext)?;
                 Ok(Flow::Continue)
             }
+            Inbound::Direct { lead, rest } => {
+                // The stream data first: its slot must not be disturbed by the other frames
+                // (a Stream Reset of the same stream, say) before it is committed.
+                self.note_ack_eliciting(conn, seq);
+                self.on_direct_stream(lead)?;
+                self.on_frames(conn, seq, rest)?;
+                Ok(Flow::Continue)
+            }
         }
+    }
+
+    /// Stream data that was decrypted straight into place (`RecordSink::direct_slot`): the
+    /// same rules as [`Core::on_stream_frame`], without the copy.
+    fn on_direct_stream(&mut self, lead: LeadStream) -> Result<(), TransportError> {
+        let id = lead.id;
+        self.check_stream_id(id)?;
+        let Some(s) = self.streams.get_mut(&id) else {
+            return Err(TransportError::internal(format!("stream {id} vanished under a direct record")));
+        };
+        let before = s.recv.readable();
+        s.recv.commit_direct(lead.offset, lead.len, lead.fin).map_err(|e| recv_error(id, e))?;
+        let after = s.recv.readable();
+        let new = (after - before.min(after)) as u64;
+        self.stats.stream_bytes_received += new;
+        self.stats.zero_copy_bytes += new;
+        if after > before || s.recv.is_finished() {
+            self.notify_readable(id);
+        }
+        Ok(())
     }
 
     pub(crate) fn on_frames(&mut self, conn: ConnId, seq: u64, plaintext: &[u8]) -> Result<(), TransportError> {
@@ -350,5 +379,24 @@ impl Core {
     pub(crate) fn set_now(&mut self, now: Instant) {
         self.now = Some(now);
         self.start.get_or_insert(now);
+    }
+}
+
+impl RecordSink for Core {
+    fn deliver(&mut self, conn: ConnId, seq: u64, inbound: Inbound<'_>) -> Result<Flow, TransportError> {
+        self.on_inbound(conn, seq, inbound)
+    }
+
+    fn direct_slot(&mut self, id: StreamId, offset: u64, len: usize) -> Option<&mut [u8]> {
+        if !self.config.zero_copy || self.fallback {
+            return None;
+        }
+        let s = self.streams.get_mut(&id)?;
+        if s.recv_reset.is_some() || s.recv_stopped {
+            return None;
+        }
+        // Slack `len`: the record's trailing frames may run past the flow control limit; the
+        // data itself is checked against it when committed.
+        s.recv.direct_slot(offset, len, len)
     }
 }

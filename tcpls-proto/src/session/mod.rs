@@ -16,6 +16,7 @@ mod ext;
 mod frames;
 mod multipath;
 mod packetize;
+mod placement;
 pub mod sched;
 mod streams;
 
@@ -28,7 +29,7 @@ use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ServerConfig};
 
 pub use conn::ConnStats;
-pub(crate) use conn::{Connection, Inbound};
+pub(crate) use conn::{Connection, Inbound, RecordSink};
 pub(crate) use control::ControlQueue;
 pub use early::MAX_EARLY_STREAM_BYTES;
 pub use multipath::{Accepted, JoiningConnection};
@@ -431,7 +432,7 @@ impl Session {
         let core = &mut self.core;
         let was_awaiting_join_ack = c.awaiting_join_ack;
         let opened_before = c.records_opened;
-        let result = c.read_records(&mut |conn, seq, inbound| core.on_inbound(conn, seq, inbound));
+        let result = c.read_records(core);
         if c.records_opened != opened_before {
             // The connection is alive: whatever keepalive Ping was pending is answered.
             c.last_rx = Some(now);

@@ -19,6 +19,9 @@ use super::{Core, Session};
 /// Below this many bytes of room, a record is not worth starting with stream data.
 const MIN_STREAM_CHUNK: usize = 64;
 
+/// Encoded size of a Stream Change frame: stream ID, offset, type.
+const STREAM_CHANGE_LEN: usize = 4 + 8 + 1;
+
 impl Session {
     /// Seals what can be sent into the connections' transmit buffers. Call after every batch of
     /// input or application writes, then write [`Session::transmit_data`].
@@ -101,6 +104,9 @@ impl Session {
         let mut failed = false;
         let mut skipped = 0;
         let mut views = Vec::new();
+        // With one connection for all unsteered streams, the round robin's next stream is
+        // known, so the record before a switch can announce it (Stream Change).
+        let sole_carrier = self.conns.iter().filter(|c| c.carries_streams()).count() == 1;
         if let Some(now) = self.core.now {
             self.core.ext.refill(now);
         }
@@ -139,7 +145,7 @@ impl Session {
             skipped = 0;
             let Some(c) = self.conns.iter_mut().find(|c| c.id == conn) else { break };
             let before = c.tx.len();
-            if let Err(e) = self.core.seal_stream_record(c, id) {
+            if let Err(e) = self.core.seal_stream_record(c, id, sole_carrier) {
                 c.fail(e);
                 failed = true;
             }
@@ -254,26 +260,52 @@ impl Core {
         self.config.record_size.clamp(STREAM_FRAME_OVERHEAD + MIN_STREAM_CHUNK + 1, MAX_PLAINTEXT)
     }
 
+    /// The stream whose record round robin will put on connection `conn` after the current one
+    /// (the front of the ready queue), and its next offset: what a Stream Change announces so
+    /// the receiver can decrypt that record in place (PROTOCOL.md §2.3). `None` when it is the
+    /// current stream again, or not known (only a few queued streams are looked at).
+    fn next_on_connection(&self, conn: crate::event::ConnId, sole_carrier: bool) -> Option<(StreamId, u64)> {
+        const LOOKAHEAD: usize = 8;
+        self.ready.iter().skip(1).take(LOOKAHEAD).find_map(|next| {
+            let s = self.streams.get(next)?;
+            let here = match s.steer {
+                Some(steer) => steer == conn,
+                None => sole_carrier,
+            };
+            if !here || s.send_reset || !s.send.has_pending() {
+                return None;
+            }
+            s.send.next_chunk(1).map(|(offset, _, _)| (*next, offset))
+        })
+    }
+
     /// One record of stream `id` (the front of the ready queue) on connection `c`, with the
-    /// control frames that fit after it.
-    fn seal_stream_record(&mut self, c: &mut Connection, id: StreamId) -> Result<(), Error> {
+    /// control frames that fit after it, and a Stream Change when another stream is due next
+    /// on `c`.
+    fn seal_stream_record(&mut self, c: &mut Connection, id: StreamId, sole_carrier: bool) -> Result<(), Error> {
         let record_size = self.record_size();
         let mut trailer = std::mem::take(&mut self.scratch);
         trailer.clear();
-        let budget = record_size - STREAM_FRAME_OVERHEAD - MIN_STREAM_CHUNK;
+        let change = self.next_on_connection(c.id, sole_carrier);
+        let change_len = if change.is_some() { STREAM_CHANGE_LEN } else { 0 };
+        let budget = record_size - STREAM_FRAME_OVERHEAD - MIN_STREAM_CHUNK - change_len;
         let control_len = self.control.take_into(c.id, budget, &mut trailer);
         let number = c.next_tx_number();
         let mut sent = None;
         let result: Result<(), Error> = (|| {
             let ConnState::Tcpls(layer) = &mut c.state else { return Ok(()) };
             let Some(s) = self.streams.get_mut(&id) else { return Ok(()) };
-            let room = record_size - control_len - STREAM_FRAME_OVERHEAD;
+            let room = record_size - control_len - change_len - STREAM_FRAME_OVERHEAD;
             let Some((offset, data, fin)) = s.send.next_chunk(room) else { return Ok(()) };
             let len = data.len();
-            // Stream frame first: its data, then its fields, then the control frames.
+            // Stream frame first: its data, then its fields, then the control frames, then
+            // the Stream Change (not retransmitted: it only describes this connection's order).
             let mut fields = [0u8; STREAM_FRAME_OVERHEAD];
             write_stream_trailer(&mut fields, id, offset, len as u16, fin);
             trailer.splice(0..0, fields);
+            if let Some((next_stream_id, next_offset)) = change {
+                Frame::StreamChange { next_stream_id, next_offset }.encode(&mut trailer);
+            }
             trailer.push(CT_APPLICATION_DATA);
             layer.tx.seal_scatter(data, &trailer, &mut c.tx)?;
             s.send.mark_sent(offset, len, fin);
