@@ -31,7 +31,7 @@ pub async fn lp_main(rp_addr: &str, n: usize, mode: LpMode) -> Result<(), String
     let (listen, frontend) = match mode {
         LpMode::Socks(a) => (resolve(&a, None).await?, Frontend::Socks),
         LpMode::Forward(f) => {
-            let (l, t) = f.split_once('=').ok_or("--forward expects LISTEN=TARGET")?;
+            let (l, t) = crate::frontend::split_forward(&f)?;
             (resolve(l, None).await?, Frontend::Forward(resolve_v4(t).await?))
         }
         LpMode::Transparent(p) => (SocketAddr::from((Ipv4Addr::UNSPECIFIED, p)), Frontend::Transparent),

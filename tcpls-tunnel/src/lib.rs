@@ -1,4 +1,6 @@
-//! TM3: a multiplexing TCP proxy speaking the original TM3 pipe protocol (CSCI-P 538, project 3).
+//! Multiplexing TCP proxies: TM3 speaking the original TM3 pipe protocol (CSCI-P 538,
+//! project 3) over plain TCP pipes, and the TCPLS tunnel ([`tunnel`], PROTOCOL.md §8.1) that
+//! carries each connection on a stream of one TCPLS session.
 //!
 //! A local proxy ([`LocalProxy`]) accepts application TCP connections (SOCKS5, fixed forwards or
 //! transparent interception) and multiplexes them over N long-lived TCP *pipes* to a remote proxy
@@ -18,10 +20,12 @@
 
 pub mod cli;
 pub mod codec;
+pub mod frontend;
 mod lp;
 mod mux;
 pub mod reorder;
 pub mod rp;
+pub mod tunnel;
 
 use std::time::Duration;
 

@@ -5,10 +5,10 @@ use std::net::{SocketAddr, SocketAddrV4};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tracing::{debug, info, warn};
 
+use crate::frontend::{reply, socks5_reply, socks5_request, Target};
 use crate::mux::{Mux, Role};
 use crate::{Config, Stats};
 
@@ -97,19 +97,7 @@ impl LocalProxy {
     async fn handle(&self, mut s: TcpStream, frontend: Frontend) -> io::Result<()> {
         let dst = match frontend {
             Frontend::Forward(d) => d,
-            Frontend::Transparent => {
-                let dst = original_dst(&s)?;
-                if s.local_addr().ok() == Some(SocketAddr::V4(dst)) {
-                    // Not redirected: tunneling it would come back here in a loop.
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidInput,
-                        format!(
-                            "connection to {dst} was not redirected by iptables (it targets the proxy itself): refused"
-                        ),
-                    ));
-                }
-                dst
-            }
+            Frontend::Transparent => original_dst(&s)?,
             Frontend::Socks => match tokio::time::timeout(HANDSHAKE_TIMEOUT, socks5_handshake(&mut s)).await {
                 Ok(r) => r?,
                 Err(_) => return Err(io::Error::new(io::ErrorKind::TimedOut, "SOCKS5 handshake timed out")),
@@ -121,82 +109,31 @@ impl LocalProxy {
     }
 }
 
-/// The destination of a connection redirected by iptables REDIRECT/DNAT.
+/// The IPv4 destination of a connection redirected by iptables REDIRECT/DNAT (the TM3 SYN
+/// carries IPv4 only; see [`crate::frontend::original_dst`]).
 pub fn original_dst(s: &TcpStream) -> io::Result<SocketAddrV4> {
-    #[cfg(target_os = "linux")]
-    {
-        let a = socket2::SockRef::from(s).original_dst().map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("SO_ORIGINAL_DST failed ({e}): was the connection redirected by iptables?"),
-            )
-        })?;
-        match a.as_socket() {
-            Some(SocketAddr::V4(v4)) => Ok(v4),
-            _ => Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                "original destination is not IPv4 (TM3 SYN is IPv4 only)",
-            )),
+    match crate::frontend::original_dst(s)? {
+        SocketAddr::V4(v4) => Ok(v4),
+        SocketAddr::V6(_) => {
+            Err(io::Error::new(io::ErrorKind::Unsupported, "original destination is not IPv4 (TM3 SYN is IPv4 only)"))
         }
     }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = s;
-        Err(io::Error::new(io::ErrorKind::Unsupported, "transparent mode (SO_ORIGINAL_DST) is only supported on Linux"))
-    }
 }
 
-/// SOCKS5 reply codes.
-const REP_OK: u8 = 0x00;
-const REP_CMD_UNSUPPORTED: u8 = 0x07;
-const REP_ATYP_UNSUPPORTED: u8 = 0x08;
-
-async fn socks_reply(s: &mut TcpStream, rep: u8) -> io::Result<()> {
-    s.write_all(&[5, rep, 0, 1, 0, 0, 0, 0, 0, 0]).await
-}
-
-/// Server side of a SOCKS5 CONNECT (RFC 1928, no authentication, IPv4 only). The success reply
-/// is sent at once: as in TM3, the local connection is established before the remote one.
+/// Server side of a SOCKS5 CONNECT, IPv4 only (the TM3 SYN carries IPv4). The success reply is
+/// sent at once: as in TM3, the local connection is established before the remote one.
 async fn socks5_handshake(s: &mut TcpStream) -> io::Result<SocketAddrV4> {
-    let mut h = [0u8; 2];
-    s.read_exact(&mut h).await?;
-    if h[0] != 5 {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("not SOCKS5 (version byte {})", h[0])));
-    }
-    let mut methods = vec![0u8; usize::from(h[1])];
-    s.read_exact(&mut methods).await?;
-    if !methods.contains(&0) {
-        s.write_all(&[5, 0xFF]).await?;
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "SOCKS5 client does not offer 'no authentication'"));
-    }
-    s.write_all(&[5, 0]).await?;
-    let mut req = [0u8; 4];
-    s.read_exact(&mut req).await?;
-    if req[0] != 5 {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "bad SOCKS5 request version"));
-    }
-    if req[1] != 1 {
-        socks_reply(s, REP_CMD_UNSUPPORTED).await?;
-        return Err(io::Error::new(io::ErrorKind::Unsupported, format!("SOCKS5 command {} not supported", req[1])));
-    }
-    match req[3] {
-        1 => {
-            let mut a = [0u8; 6];
-            s.read_exact(&mut a).await?;
-            let dst = SocketAddrV4::new([a[0], a[1], a[2], a[3]].into(), u16::from_be_bytes([a[4], a[5]]));
-            socks_reply(s, REP_OK).await?;
+    match socks5_request(s).await? {
+        Target::Addr(SocketAddr::V4(dst)) => {
+            socks5_reply(s, reply::SUCCEEDED).await?;
             Ok(dst)
         }
-        3 | 4 => {
-            socks_reply(s, REP_ATYP_UNSUPPORTED).await?;
+        _ => {
+            socks5_reply(s, reply::ADDRESS_TYPE_NOT_SUPPORTED).await?;
             Err(io::Error::new(
                 io::ErrorKind::Unsupported,
                 "SOCKS5 domain names and IPv6 cannot be carried by the TM3 SYN (IPv4 only): refused with reply 0x08",
             ))
-        }
-        t => {
-            socks_reply(s, REP_ATYP_UNSUPPORTED).await?;
-            Err(io::Error::new(io::ErrorKind::InvalidData, format!("SOCKS5 address type {t} unknown")))
         }
     }
 }

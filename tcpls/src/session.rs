@@ -120,6 +120,19 @@ impl Session {
         self.shared.lock().proto.handshake_info().cloned()
     }
 
+    /// Client: the server accepted our 0-RTT data ([`crate::TcplsConnector::connect_with_early_data`]).
+    /// Server: the client's first bytes arrived as early data, before the handshake completed;
+    /// they may be a replay (RESUMPTION.md): act only on idempotent requests until
+    /// [`is_established`](Self::is_established).
+    pub fn early_data_accepted(&self) -> bool {
+        self.shared.lock().proto.early_data_accepted()
+    }
+
+    /// The handshake is complete (a server session handed out on 0-RTT data may not be yet).
+    pub fn is_established(&self) -> bool {
+        self.shared.lock().proto.is_established()
+    }
+
     pub fn stats(&self) -> SessionStats {
         self.shared.lock().proto.stats()
     }
@@ -319,6 +332,19 @@ impl Session {
         let mut inner = self.shared.lock();
         inner.proto.request_tcp_info(conn);
         inner.wake_driver();
+    }
+
+    /// Sets TCP_NOTSENT_LOWAT to `bytes` on every TCP connection open now (Linux) and returns
+    /// how many it was set on. It keeps the kernel's unsent queue small, so what is sent next is
+    /// decided late, by the session's scheduler (no head-of-line blocking of a small stream
+    /// behind bulk data already handed to the kernel). Opt-in: connections joined later need
+    /// another call; pair it with a small [`tcpls_proto::SessionConfig::transmit_high_water`].
+    pub fn set_notsent_lowat(&self, bytes: u32) -> io::Result<usize> {
+        let inner = self.shared.lock();
+        for fd in inner.fds.values() {
+            crate::sockopt::set_notsent_lowat(*fd, bytes)?;
+        }
+        Ok(inner.fds.len())
     }
 
     /// Connections that can carry data now.

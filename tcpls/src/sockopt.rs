@@ -1,5 +1,6 @@
 //! TCP socket options the extension frames act on: `TCP_CONGESTION` (read and set) and
-//! `TCP_USER_TIMEOUT` (set), on descriptors the session's driver owns.
+//! `TCP_USER_TIMEOUT` (set), on descriptors the session's driver owns; and `TCP_NOTSENT_LOWAT`
+//! (set, [`crate::Session::set_notsent_lowat`]) for late multiplexing.
 //!
 //! Unsafe like `tcp_info.rs`: plain `getsockopt` / `setsockopt` calls on live descriptors.
 #![allow(unsafe_code)]
@@ -86,6 +87,78 @@ pub(crate) fn user_timeout(fd: RawFd) -> io::Result<u32> {
     Ok(value)
 }
 
+/// TCP_NOTSENT_LOWAT: the socket counts as writable, and accepts more bytes, only while fewer
+/// than `bytes` of its queue are unsent. The rest waits in the session, where the scheduler
+/// still decides what goes next (a small request is not stuck behind megabytes already
+/// committed to the kernel).
+#[cfg(target_os = "linux")]
+pub(crate) fn set_notsent_lowat(fd: RawFd, bytes: u32) -> io::Result<()> {
+    let value: libc::c_int = bytes.min(i32::MAX as u32) as libc::c_int;
+    // SAFETY: `value` is a live `c_int`, passed with its size; see `congestion` for `fd`.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_NOTSENT_LOWAT,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn set_notsent_lowat(_fd: RawFd, _bytes: u32) -> io::Result<()> {
+    Err(io::Error::new(io::ErrorKind::Unsupported, "TCP_NOTSENT_LOWAT is Linux only here"))
+}
+
+/// TCP Fast Open, client side (`TCP_FASTOPEN_CONNECT`, Linux ≥ 4.11): set before `connect`,
+/// which then returns at once; the first write goes in the SYN when a Fast Open cookie for the
+/// server is cached (otherwise the SYN asks for one and the data follows the handshake).
+#[cfg(target_os = "linux")]
+pub(crate) fn set_fast_open_connect(fd: RawFd) -> io::Result<()> {
+    set_int(fd, libc::TCP_FASTOPEN_CONNECT, 1)
+}
+
+/// TCP Fast Open, server side (`TCP_FASTOPEN` on the listening socket): at most `queue`
+/// connections whose SYN data was accepted wait for their handshake to complete.
+#[cfg(target_os = "linux")]
+pub(crate) fn set_fast_open(fd: RawFd, queue: u32) -> io::Result<()> {
+    set_int(fd, libc::TCP_FASTOPEN, queue.min(i32::MAX as u32) as libc::c_int)
+}
+
+#[cfg(target_os = "linux")]
+fn set_int(fd: RawFd, option: libc::c_int, value: libc::c_int) -> io::Result<()> {
+    // SAFETY: `value` is a live `c_int`, passed with its size; `fd` is a socket the caller
+    // owns and keeps open for the call.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            option,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn set_fast_open_connect(_fd: RawFd) -> io::Result<()> {
+    Err(io::Error::new(io::ErrorKind::Unsupported, "TCP Fast Open is supported on Linux only here"))
+}
+
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn set_fast_open(_fd: RawFd, _queue: u32) -> io::Result<()> {
+    Err(io::Error::new(io::ErrorKind::Unsupported, "TCP Fast Open is supported on Linux only here"))
+}
+
 #[cfg(not(target_os = "linux"))]
 fn unsupported<T>() -> io::Result<T> {
     Err(io::Error::new(io::ErrorKind::Unsupported, "TCP_CONGESTION and TCP_USER_TIMEOUT are Linux only"))
@@ -127,5 +200,6 @@ mod tests {
         assert!(set_congestion(fd, "no-such-cc").is_err());
         set_user_timeout(fd, 1234).unwrap();
         assert_eq!(user_timeout(fd).unwrap(), 1234);
+        set_notsent_lowat(fd, 16384).unwrap();
     }
 }

@@ -1,0 +1,253 @@
+//! The local end: one TCPLS session to the concentrator (plus extra paths), and a front-end
+//! (SOCKS5, fixed forward, transparent) that turns accepted TCP connections into streams.
+
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::pki_types::ServerName;
+use rustls::ClientConfig;
+use tcpls::{RecvStream, SendStream, Session, TcplsConnector};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tracing::{debug, info, warn};
+
+use super::relay::{self, Report};
+use super::server::steer_round_robin;
+use super::tlv::{self, ReadError, Tlv, ERR_CONNECTION_FAILURE};
+use super::{lowat, Stats, Target, TunnelConfig};
+use crate::frontend::{original_dst, reply, socks5_reply, socks5_request};
+
+/// How the client learns where an accepted connection goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Frontend {
+    /// SOCKS5 CONNECT to IPv4, IPv6 or a domain name (resolved by the concentrator). The reply
+    /// is sent once the concentrator answered: success, or 0x05 when the destination refused or
+    /// could not be reached, 0x01 for any other failure.
+    Socks,
+    /// Every connection goes to this target.
+    Forward(Target),
+    /// Connections redirected by iptables REDIRECT: the destination from SO_ORIGINAL_DST.
+    Transparent,
+}
+
+/// Opening a tunneled connection failed.
+#[derive(Debug)]
+pub enum OpenError {
+    /// The concentrator answered Error with this code (0x2: the destination connection failed).
+    Refused(u16),
+    /// The stream or session failed, or the answer was not valid.
+    Failed(String),
+}
+
+impl fmt::Display for OpenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OpenError::Refused(ERR_CONNECTION_FAILURE) => f.write_str("the concentrator could not connect"),
+            OpenError::Refused(c) => write!(f, "the concentrator refused the request (error {c:#06x})"),
+            OpenError::Failed(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for OpenError {}
+
+struct Inner {
+    session: Session,
+    cfg: TunnelConfig,
+    stats: Arc<Stats>,
+    next_path: AtomicUsize,
+    _lowat: Option<lowat::Keeper>,
+}
+
+/// The tunnel's local proxy. Cheap to clone.
+#[derive(Clone)]
+pub struct TunnelClient {
+    inner: Arc<Inner>,
+}
+
+impl TunnelClient {
+    /// Opens the session to the concentrator and joins one more TCP connection per `paths`
+    /// address (any address of the concentrator).
+    pub async fn connect(
+        concentrator: SocketAddr,
+        server_name: ServerName<'static>,
+        tls: Arc<ClientConfig>,
+        paths: &[SocketAddr],
+        cfg: TunnelConfig,
+    ) -> io::Result<TunnelClient> {
+        let connector = TcplsConnector::new(tls).with_settings(cfg.session.clone());
+        let session = connector
+            .connect(concentrator, server_name)
+            .await
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot open a TCPLS session to {concentrator}: {e}")))?;
+        if session.is_fallback() {
+            session.abort();
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("{concentrator} speaks plain TLS, not TCPLS: is it a `tcpls tunnel server`?"),
+            ));
+        }
+        for p in paths {
+            let id = session.join(*p).await.map_err(|e| io::Error::new(e.kind(), format!("path to {p}: {e}")))?;
+            debug!("tunnel: path {p} joined as connection {id}");
+        }
+        let lowat = lowat::start(&session, cfg.notsent_lowat);
+        let inner =
+            Inner { session, cfg, stats: Arc::new(Stats::default()), next_path: AtomicUsize::new(0), _lowat: lowat };
+        Ok(TunnelClient { inner: Arc::new(inner) })
+    }
+
+    pub fn session(&self) -> &Session {
+        &self.inner.session
+    }
+
+    pub fn stats(&self) -> Arc<Stats> {
+        self.inner.stats.clone()
+    }
+
+    /// Opens a stream to `target` and waits for the concentrator's answer; the stream then
+    /// carries the connection's bytes.
+    pub async fn open(&self, target: &Target) -> Result<(SendStream, RecvStream), OpenError> {
+        if let Target::Name(h, _) = target {
+            if !tlv::valid_host_name(h) {
+                return Err(OpenError::Failed(format!("'{h}' is not a host name")));
+            }
+        }
+        let session = &self.inner.session;
+        let (mut send, mut recv) = session.open_stream().map_err(|e| OpenError::Failed(e.to_string()))?;
+        steer_round_robin(session, &send, &self.inner.next_path);
+        let request = tlv::encode_all(&[Tlv::connect_to(target), Tlv::End]);
+        if let Err(e) = send.write_all(&request).await {
+            return Err(OpenError::Failed(format!("stream: {e}")));
+        }
+        match tokio::time::timeout(self.inner.cfg.handshake_timeout, tlv::read_response(&mut recv)).await {
+            Ok(Ok(Ok(()))) => Ok((send, recv)),
+            Ok(Ok(Err(code))) => {
+                let _ = send.finish();
+                Err(OpenError::Refused(code))
+            }
+            Ok(Err(e)) => {
+                let _ = send.reset(tlv::RESET_CODE);
+                Err(OpenError::Failed(match e {
+                    ReadError::Io(e) => format!("no answer from the concentrator: {e}"),
+                    ReadError::Bad(e) => format!("bad answer from the concentrator: {e}"),
+                }))
+            }
+            Err(_) => {
+                let _ = send.reset(tlv::RESET_CODE);
+                Err(OpenError::Failed("no answer from the concentrator in time".into()))
+            }
+        }
+    }
+
+    /// Tunnels an accepted connection to `target`; if that fails, the connection is reset.
+    pub async fn tunnel(&self, tcp: TcpStream, target: &Target) -> Result<Report, OpenError> {
+        self.inner.stats.stream();
+        match self.open(target).await {
+            Ok((send, recv)) => Ok(self.relay(tcp, send, recv).await),
+            Err(e) => {
+                self.count_failure(&e);
+                relay::reset_tcp(tcp);
+                Err(e)
+            }
+        }
+    }
+
+    async fn relay(&self, tcp: TcpStream, send: SendStream, recv: RecvStream) -> Report {
+        let _ = tcp.set_nodelay(true);
+        self.inner.stats.relay_started();
+        let report = relay::relay(tcp, send, recv).await;
+        self.inner.stats.relay_ended(&report, true);
+        report
+    }
+
+    fn count_failure(&self, e: &OpenError) {
+        match e {
+            OpenError::Refused(ERR_CONNECTION_FAILURE) => self.inner.stats.connect_failed(),
+            _ => self.inner.stats.rejected(),
+        }
+    }
+
+    /// Accepts connections on `listener` and tunnels them until the session is over (then
+    /// returns an error).
+    pub async fn serve(&self, listener: TcpListener, frontend: Frontend) -> io::Result<()> {
+        loop {
+            let accepted = tokio::select! {
+                a = listener.accept() => a,
+                e = self.inner.session.closed() => {
+                    let why = e.map(|e| e.to_string()).unwrap_or_else(|| "closed".into());
+                    return Err(io::Error::other(format!("the session to the concentrator ended: {why}")));
+                }
+            };
+            let (tcp, peer) = match accepted {
+                Ok(x) => x,
+                Err(e) => {
+                    // EMFILE and friends are transient: keep serving.
+                    warn!("tunnel client: accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let (me, frontend) = (self.clone(), frontend.clone());
+            tokio::spawn(async move {
+                match me.handle(tcp, &frontend).await {
+                    Ok((target, r)) => {
+                        debug!("tunnel: {peer} -> {target}: {:?} ({} bytes up, {} down)", r.outcome, r.sent, r.received)
+                    }
+                    Err(e) => info!("tunnel: connection from {peer}: {e}"),
+                }
+            });
+        }
+    }
+
+    async fn handle(&self, tcp: TcpStream, frontend: &Frontend) -> Result<(Target, Report), String> {
+        let target = match frontend {
+            Frontend::Forward(t) => t.clone(),
+            Frontend::Transparent => match original_dst(&tcp) {
+                Ok(a) => Target::Addr(a),
+                Err(e) => {
+                    relay::reset_tcp(tcp);
+                    return Err(e.to_string());
+                }
+            },
+            Frontend::Socks => return self.handle_socks(tcp).await,
+        };
+        debug!("tunnel: -> {target}");
+        let r = self.tunnel(tcp, &target).await.map_err(|e| format!("{target}: {e}"))?;
+        Ok((target, r))
+    }
+
+    async fn handle_socks(&self, mut tcp: TcpStream) -> Result<(Target, Report), String> {
+        let timeout = self.inner.cfg.handshake_timeout;
+        let target = match tokio::time::timeout(timeout, socks5_request(&mut tcp)).await {
+            Ok(Ok(t)) => t,
+            Ok(Err(e)) => return Err(format!("SOCKS5: {e}")),
+            Err(_) => return Err("SOCKS5 request timed out".into()),
+        };
+        self.inner.stats.stream();
+        debug!("tunnel: SOCKS5 CONNECT {target}");
+        match self.open(&target).await {
+            Ok((send, recv)) => {
+                if let Err(e) = socks5_reply(&mut tcp, reply::SUCCEEDED).await {
+                    let mut send = send;
+                    let _ = send.reset(tlv::RESET_CODE);
+                    return Err(format!("SOCKS5 reply: {e}"));
+                }
+                Ok((target.clone(), self.relay(tcp, send, recv).await))
+            }
+            Err(e) => {
+                self.count_failure(&e);
+                let code = match e {
+                    OpenError::Refused(ERR_CONNECTION_FAILURE) => reply::CONNECTION_REFUSED,
+                    _ => reply::GENERAL_FAILURE,
+                };
+                let _ = socks5_reply(&mut tcp, code).await;
+                Err(format!("{target}: {e} (SOCKS5 reply {code:#04x})"))
+            }
+        }
+    }
+}

@@ -1,0 +1,76 @@
+//! The TCPLS tunnel (PROTOCOL.md §8.1): application TCP connections carried over one TCPLS
+//! session, one stream each, from a local proxy ([`TunnelClient`]) to a concentrator
+//! ([`Concentrator`]) that opens the connections to their destinations.
+//!
+//! Every stream starts with TLV messages ([`tlv`]): the client's TCP Connect (or Connect by
+//! Name) and End, the concentrator's Connect OK or Error and End; then bytes are relayed both
+//! ways ([`relay`]). A FIN becomes the stream's FIN, a TCP RST a Stream Reset with code 0x2 and
+//! back. The session can have several TCP connections (`paths`): streams are spread over them
+//! round-robin and fail over to the others when one dies.
+//!
+//! Head-of-line blocking between tunneled connections is avoided at two levels: per-stream
+//! flow control in the session (a slow destination only stops its own stream) and late
+//! multiplexing (a small `transmit_high_water` plus TCP_NOTSENT_LOWAT keep the bytes committed
+//! to a TCP connection few, so a small response is not queued behind a bulk transfer).
+//!
+//! ```no_run
+//! # async fn demo(server_tls: rustls::ServerConfig, client_tls: rustls::ClientConfig) -> std::io::Result<()> {
+//! use std::sync::Arc;
+//! use tcpls_tunnel::tunnel::{Concentrator, Frontend, TunnelClient, TunnelConfig};
+//! let conc = Concentrator::bind(&["127.0.0.1:4443".parse().unwrap()], Arc::new(server_tls), TunnelConfig::default()).await?;
+//! tokio::spawn(conc.run(|_summary| {}));
+//! let name = tcpls::server_name_for("localhost")?;
+//! let client = TunnelClient::connect("127.0.0.1:4443".parse().unwrap(), name, Arc::new(client_tls), &[], TunnelConfig::default()).await?;
+//! let socks = tokio::net::TcpListener::bind("127.0.0.1:1080").await?;
+//! client.serve(socks, Frontend::Socks).await
+//! # }
+//! ```
+
+mod client;
+mod lowat;
+pub mod relay;
+mod server;
+mod stats;
+pub mod tlv;
+
+use std::time::Duration;
+
+pub use crate::frontend::Target;
+pub use client::{Frontend, OpenError, TunnelClient};
+pub use server::{Concentrator, SessionSummary};
+pub use stats::{Stats, StatsSnapshot};
+
+/// Tunables of both ends.
+#[derive(Debug, Clone)]
+pub struct TunnelConfig {
+    /// Settings of the TCPLS session. The default lowers `transmit_high_water` to 64 KiB
+    /// (late multiplexing).
+    pub session: tcpls::SessionConfig,
+    /// TCP_NOTSENT_LOWAT on every TCP connection of the session (None: the kernel's default,
+    /// unlimited unsent data).
+    pub notsent_lowat: Option<u32>,
+    /// Concentrator: timeout of the connection to a destination (name resolution included).
+    pub connect_timeout: Duration,
+    /// Time allowed for a stream's TLVs (concentrator) or the answer to them (client) and for
+    /// a SOCKS5 request.
+    pub handshake_timeout: Duration,
+}
+
+/// Sealed bytes kept ready per TCP connection by the tunnel's sessions.
+pub const TRANSMIT_HIGH_WATER: usize = 64 << 10;
+/// Default TCP_NOTSENT_LOWAT of the tunnel's TCP connections.
+pub const NOTSENT_LOWAT: u32 = 64 << 10;
+
+impl Default for TunnelConfig {
+    fn default() -> Self {
+        TunnelConfig {
+            session: tcpls::SessionConfig { transmit_high_water: TRANSMIT_HIGH_WATER, ..Default::default() },
+            notsent_lowat: Some(NOTSENT_LOWAT),
+            connect_timeout: Duration::from_secs(10),
+            handshake_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Default TCPLS port of the concentrator (CLI.md).
+pub const DEFAULT_PORT: u16 = 4443;

@@ -1,0 +1,147 @@
+//! Relays bytes between one TCP connection and one TCPLS stream, both ways, after the TLV
+//! handshake: a FIN becomes a FIN, a TCP RST becomes Stream Reset 0x2 and a Stream Reset (or
+//! a broken session) becomes a TCP RST (SO_LINGER 0, then close).
+
+use std::io;
+use std::pin::pin;
+use std::time::Duration;
+
+use tcpls::{RecvStream, SendStream};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::tlv::RESET_CODE;
+
+/// Per-direction copy buffer. Small on purpose: a concentrator holds two per tunneled
+/// connection, and thousands of them.
+const BUF: usize = 32 << 10;
+
+/// How a relay ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// FIN both ways.
+    Closed,
+    /// The TCP side reset (ECONNRESET/EPIPE): the stream was reset with code 0x2.
+    LocalReset,
+    /// The stream was reset by the peer (or the session broke): the TCP side got a RST.
+    PeerReset,
+}
+
+/// Bytes moved and how it ended.
+#[derive(Debug, Clone, Copy)]
+pub struct Report {
+    /// TCP → stream.
+    pub sent: u64,
+    /// Stream → TCP.
+    pub received: u64,
+    pub outcome: Outcome,
+}
+
+enum Up {
+    Fin,
+    TcpReset,
+    StreamBroken,
+}
+
+enum Down {
+    Fin,
+    StreamReset,
+    TcpReset,
+}
+
+fn is_tcp_reset(e: &io::Error) -> bool {
+    // Anything but a clean FIN from the application's socket means the connection is gone:
+    // ECONNRESET, EPIPE, ETIMEDOUT... all are reported as a reset.
+    !matches!(e.kind(), io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock)
+}
+
+/// Runs until both directions are done or one side resets.
+pub async fn relay(mut tcp: TcpStream, mut send: SendStream, mut recv: RecvStream) -> Report {
+    let (mut sent, mut received) = (0u64, 0u64);
+    let abort = {
+        let (mut rd, mut wr) = tcp.split();
+        let up = async {
+            let mut buf = vec![0u8; BUF];
+            loop {
+                let n = match rd.read(&mut buf).await {
+                    Ok(0) => {
+                        // Half-close: the other direction goes on.
+                        let _ = send.finish();
+                        return Up::Fin;
+                    }
+                    Ok(n) => n,
+                    Err(e) if is_tcp_reset(&e) => return Up::TcpReset,
+                    Err(_) => continue,
+                };
+                if send.write_all(&buf[..n]).await.is_err() {
+                    return Up::StreamBroken;
+                }
+                sent += n as u64;
+            }
+        };
+        let down = async {
+            let mut buf = vec![0u8; BUF];
+            loop {
+                let n = match recv.read(&mut buf).await {
+                    Ok(0) => {
+                        // Our FIN to the application; a failure means its socket is gone.
+                        return if wr.shutdown().await.is_ok() { Down::Fin } else { Down::TcpReset };
+                    }
+                    Ok(n) => n,
+                    // Reset by the peer, or the session is over: either way the far end is gone.
+                    Err(_) => return Down::StreamReset,
+                };
+                if wr.write_all(&buf[..n]).await.is_err() {
+                    return Down::TcpReset;
+                }
+                received += n as u64;
+            }
+        };
+        let mut up = pin!(up);
+        let mut down = pin!(down);
+        let (mut up_done, mut down_done) = (false, false);
+        let mut abort = None;
+        while abort.is_none() && !(up_done && down_done) {
+            tokio::select! {
+                u = &mut up, if !up_done => {
+                    up_done = true;
+                    abort = match u {
+                        Up::Fin => None,
+                        Up::TcpReset => Some(Outcome::LocalReset),
+                        Up::StreamBroken => Some(Outcome::PeerReset),
+                    };
+                }
+                d = &mut down, if !down_done => {
+                    down_done = true;
+                    abort = match d {
+                        Down::Fin => None,
+                        Down::StreamReset => Some(Outcome::PeerReset),
+                        Down::TcpReset => Some(Outcome::LocalReset),
+                    };
+                }
+            }
+        }
+        abort
+    };
+    match abort {
+        None => {
+            // FIN on the stream was sent by the up direction; nothing queued is lost.
+            let _ = send.finish();
+            Report { sent, received, outcome: Outcome::Closed }
+        }
+        Some(outcome) => {
+            // Both directions die: the stream with Stream Reset 0x2 (if it is still open), the
+            // TCP connection with a RST.
+            let _ = send.reset(RESET_CODE);
+            drop(recv);
+            reset_tcp(tcp);
+            Report { sent, received, outcome }
+        }
+    }
+}
+
+/// Closes `tcp` with a RST (SO_LINGER 0) rather than a FIN.
+pub fn reset_tcp(tcp: TcpStream) {
+    let _ = socket2::SockRef::from(&tcp).set_linger(Some(Duration::ZERO));
+    drop(tcp);
+}

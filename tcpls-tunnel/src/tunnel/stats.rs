@@ -1,0 +1,94 @@
+//! Counters of a tunnel end (all sessions, or one session of the concentrator).
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use super::relay::{Outcome, Report};
+
+/// Live counters; [`Stats::snapshot`] reads them.
+#[derive(Debug, Default)]
+pub struct Stats {
+    streams: AtomicU64,
+    active: AtomicU64,
+    connected: AtomicU64,
+    connect_failed: AtomicU64,
+    rejected: AtomicU64,
+    closed: AtomicU64,
+    local_resets: AtomicU64,
+    peer_resets: AtomicU64,
+    bytes_up: AtomicU64,
+    bytes_down: AtomicU64,
+}
+
+/// The counters at one instant.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StatsSnapshot {
+    /// Tunneled connections attempted (streams opened or accepted).
+    pub streams: u64,
+    /// Being relayed now.
+    pub active: u64,
+    /// Destination connected (Connect OK).
+    pub connected: u64,
+    /// Destination connection failed (Error 0x2).
+    pub connect_failed: u64,
+    /// Bad TLVs, handshake timeouts, refused SOCKS requests.
+    pub rejected: u64,
+    /// Ended with FIN both ways.
+    pub closed: u64,
+    /// Ended by a TCP RST on this side (sent on as Stream Reset 0x2).
+    pub local_resets: u64,
+    /// Ended by a Stream Reset from the other end or a broken session (sent on as TCP RST).
+    pub peer_resets: u64,
+    /// Bytes from the client side towards destinations.
+    pub bytes_up: u64,
+    /// Bytes from destinations towards the client side.
+    pub bytes_down: u64,
+}
+
+impl Stats {
+    pub fn snapshot(&self) -> StatsSnapshot {
+        StatsSnapshot {
+            streams: self.streams.load(Relaxed),
+            active: self.active.load(Relaxed),
+            connected: self.connected.load(Relaxed),
+            connect_failed: self.connect_failed.load(Relaxed),
+            rejected: self.rejected.load(Relaxed),
+            closed: self.closed.load(Relaxed),
+            local_resets: self.local_resets.load(Relaxed),
+            peer_resets: self.peer_resets.load(Relaxed),
+            bytes_up: self.bytes_up.load(Relaxed),
+            bytes_down: self.bytes_down.load(Relaxed),
+        }
+    }
+
+    pub(crate) fn stream(&self) {
+        self.streams.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn connect_failed(&self) {
+        self.connect_failed.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn rejected(&self) {
+        self.rejected.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn relay_started(&self) {
+        self.connected.fetch_add(1, Relaxed);
+        self.active.fetch_add(1, Relaxed);
+    }
+
+    /// `upstream`: this side's TCP connections are the application's (client) rather than
+    /// the destinations (concentrator).
+    pub(crate) fn relay_ended(&self, r: &Report, client_side: bool) {
+        self.active.fetch_sub(1, Relaxed);
+        let (up, down) = if client_side { (r.sent, r.received) } else { (r.received, r.sent) };
+        self.bytes_up.fetch_add(up, Relaxed);
+        self.bytes_down.fetch_add(down, Relaxed);
+        match r.outcome {
+            Outcome::Closed => &self.closed,
+            Outcome::LocalReset => &self.local_resets,
+            Outcome::PeerReset => &self.peer_resets,
+        }
+        .fetch_add(1, Relaxed);
+    }
+}

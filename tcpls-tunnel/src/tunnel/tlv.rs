@@ -1,0 +1,286 @@
+//! The TLV messages that begin every tunnel stream (PROTOCOL.md §8.1):
+//! `Type(8) Length(8) Value(Length bytes)`, read left to right, up to End.
+
+use std::fmt;
+use std::io;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+use crate::frontend::Target;
+
+pub const TYPE_CONNECT: u8 = 0x00;
+pub const TYPE_CONNECT_OK: u8 = 0x01;
+pub const TYPE_ERROR: u8 = 0x02;
+pub const TYPE_CONNECT_BY_NAME: u8 = 0x03;
+pub const TYPE_END: u8 = 0xFF;
+
+/// Error codes of the Error message.
+pub const ERR_PROTOCOL_VIOLATION: u16 = 0x0000;
+pub const ERR_MALFORMED_TLV: u16 = 0x0001;
+pub const ERR_CONNECTION_FAILURE: u16 = 0x0002;
+
+/// Stream Reset error code for a TCP RST on either side (§8.1, §4.4).
+pub const RESET_CODE: u32 = 0x2;
+
+/// One message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Tlv {
+    /// TCP Connect; an IPv4 address travels IPv4-mapped.
+    Connect(SocketAddr),
+    ConnectOk,
+    Error(u16),
+    /// TCP Connect by Name: host name and port, resolved by the concentrator.
+    ConnectByName(String, u16),
+    End,
+}
+
+/// Why the bytes at the start of a stream are not a valid TLV sequence; the code to answer with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TlvError {
+    /// Unknown type, wrong length, a host name that is not one.
+    Malformed(String),
+    /// Valid messages in an order or place they may not appear.
+    Violation(String),
+}
+
+impl TlvError {
+    pub fn code(&self) -> u16 {
+        match self {
+            TlvError::Malformed(_) => ERR_MALFORMED_TLV,
+            TlvError::Violation(_) => ERR_PROTOCOL_VIOLATION,
+        }
+    }
+}
+
+impl fmt::Display for TlvError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TlvError::Malformed(m) => write!(f, "malformed TLV: {m}"),
+            TlvError::Violation(m) => write!(f, "protocol violation: {m}"),
+        }
+    }
+}
+
+/// Reading a TLV failed: the stream itself (reset, session closed, early FIN) or its content.
+#[derive(Debug)]
+pub enum ReadError {
+    Io(io::Error),
+    Bad(TlvError),
+}
+
+impl fmt::Display for ReadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReadError::Io(e) => write!(f, "{e}"),
+            ReadError::Bad(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl From<io::Error> for ReadError {
+    fn from(e: io::Error) -> Self {
+        ReadError::Io(e)
+    }
+}
+
+impl From<TlvError> for ReadError {
+    fn from(e: TlvError) -> Self {
+        ReadError::Bad(e)
+    }
+}
+
+impl Tlv {
+    /// The request for `target`.
+    pub fn connect_to(target: &Target) -> Tlv {
+        match target {
+            Target::Addr(a) => Tlv::Connect(*a),
+            Target::Name(h, p) => Tlv::ConnectByName(h.clone(), *p),
+        }
+    }
+
+    /// Appends the wire form. A host name longer than the 253 bytes that fit is cut (callers
+    /// check names first: [`valid_host_name`]).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Tlv::Connect(a) => {
+                let ip = match a.ip() {
+                    IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+                    IpAddr::V6(v6) => v6,
+                };
+                out.extend_from_slice(&[TYPE_CONNECT, 18]);
+                out.extend_from_slice(&a.port().to_be_bytes());
+                out.extend_from_slice(&ip.octets());
+            }
+            Tlv::ConnectOk => out.extend_from_slice(&[TYPE_CONNECT_OK, 0]),
+            Tlv::Error(code) => {
+                out.extend_from_slice(&[TYPE_ERROR, 2]);
+                out.extend_from_slice(&code.to_be_bytes());
+            }
+            Tlv::ConnectByName(host, port) => {
+                let host = &host.as_bytes()[..host.len().min(253)];
+                out.extend_from_slice(&[TYPE_CONNECT_BY_NAME, (2 + host.len()) as u8]);
+                out.extend_from_slice(&port.to_be_bytes());
+                out.extend_from_slice(host);
+            }
+            Tlv::End => out.extend_from_slice(&[TYPE_END, 0]),
+        }
+    }
+
+    /// Parses one message from its type and value.
+    pub fn decode(ty: u8, value: &[u8]) -> Result<Tlv, TlvError> {
+        let want = |n: usize, what: &str| {
+            if value.len() == n {
+                Ok(())
+            } else {
+                Err(TlvError::Malformed(format!("{what} has length {}, expected {n}", value.len())))
+            }
+        };
+        match ty {
+            TYPE_CONNECT => {
+                want(18, "TCP Connect")?;
+                let port = u16::from_be_bytes([value[0], value[1]]);
+                let mut ip = [0u8; 16];
+                ip.copy_from_slice(&value[2..18]);
+                let ip = Ipv6Addr::from(ip);
+                let ip = match ip.to_ipv4_mapped() {
+                    Some(v4) => IpAddr::V4(v4),
+                    None => IpAddr::V6(ip),
+                };
+                Ok(Tlv::Connect(SocketAddr::new(ip, port)))
+            }
+            TYPE_CONNECT_OK => want(0, "TCP Connect OK").map(|_| Tlv::ConnectOk),
+            TYPE_ERROR => {
+                want(2, "Error")?;
+                Ok(Tlv::Error(u16::from_be_bytes([value[0], value[1]])))
+            }
+            TYPE_CONNECT_BY_NAME => {
+                if value.len() < 3 {
+                    return Err(TlvError::Malformed("TCP Connect by Name without a host name".into()));
+                }
+                let port = u16::from_be_bytes([value[0], value[1]]);
+                let host = std::str::from_utf8(&value[2..])
+                    .ok()
+                    .filter(|h| valid_host_name(h))
+                    .ok_or_else(|| TlvError::Malformed("TCP Connect by Name: not a host name".into()))?;
+                Ok(Tlv::ConnectByName(host.to_string(), port))
+            }
+            TYPE_END => want(0, "End").map(|_| Tlv::End),
+            t => Err(TlvError::Malformed(format!("unknown TLV type {t:#04x}"))),
+        }
+    }
+}
+
+/// Letters, digits, `-`, `.`, `_` (and `:` for a literal IPv6 address), at most 253 bytes.
+pub fn valid_host_name(h: &str) -> bool {
+    !h.is_empty() && h.len() <= 253 && h.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._:".contains(&b))
+}
+
+/// Reads one message (at most 257 bytes, so a hostile peer cannot make us buffer more).
+pub async fn read_tlv<R: AsyncRead + Unpin>(r: &mut R) -> Result<Tlv, ReadError> {
+    let mut head = [0u8; 2];
+    r.read_exact(&mut head).await?;
+    let mut value = [0u8; 255];
+    let value = &mut value[..usize::from(head[1])];
+    r.read_exact(value).await?;
+    Ok(Tlv::decode(head[0], value)?)
+}
+
+/// Concentrator: the request at the start of a client's stream, `Connect` or `ConnectByName`
+/// followed by `End`.
+pub async fn read_request<R: AsyncRead + Unpin>(r: &mut R) -> Result<Target, ReadError> {
+    let target = match read_tlv(r).await? {
+        Tlv::Connect(a) => Target::Addr(a),
+        Tlv::ConnectByName(h, p) => Target::Name(h, p),
+        other => return Err(TlvError::Violation(format!("stream starts with {other:?}, not a TCP Connect")).into()),
+    };
+    match read_tlv(r).await? {
+        Tlv::End => Ok(target),
+        other => Err(TlvError::Violation(format!("{other:?} after TCP Connect, expected End")).into()),
+    }
+}
+
+/// Client: the concentrator's answer, `Ok(())` for Connect OK or `Err(code)` for Error, each
+/// followed by End.
+pub async fn read_response<R: AsyncRead + Unpin>(r: &mut R) -> Result<Result<(), u16>, ReadError> {
+    let answer = match read_tlv(r).await? {
+        Tlv::ConnectOk => Ok(()),
+        Tlv::Error(code) => Err(code),
+        other => return Err(TlvError::Violation(format!("answer {other:?} is neither Connect OK nor Error")).into()),
+    };
+    match read_tlv(r).await? {
+        Tlv::End => Ok(answer),
+        other => Err(TlvError::Violation(format!("{other:?} after the answer, expected End")).into()),
+    }
+}
+
+/// Encodes a sequence of messages.
+pub fn encode_all(msgs: &[Tlv]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for m in msgs {
+        m.encode(&mut out);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn round_trip(t: Tlv) {
+        let bytes = encode_all(&[t.clone()]);
+        assert_eq!(Tlv::decode(bytes[0], &bytes[2..]).unwrap(), t);
+        assert_eq!(usize::from(bytes[1]), bytes.len() - 2);
+    }
+
+    #[test]
+    fn messages_round_trip() {
+        round_trip(Tlv::Connect("10.1.2.3:80".parse().unwrap()));
+        round_trip(Tlv::Connect("[2001:db8::1]:443".parse().unwrap()));
+        round_trip(Tlv::ConnectByName("example.org".into(), 8080));
+        round_trip(Tlv::ConnectOk);
+        round_trip(Tlv::Error(ERR_CONNECTION_FAILURE));
+        round_trip(Tlv::End);
+    }
+
+    #[test]
+    fn ipv4_travels_mapped() {
+        let bytes = encode_all(&[Tlv::Connect("127.0.0.1:8080".parse().unwrap())]);
+        assert_eq!(bytes.len(), 20);
+        assert_eq!(&bytes[..4], &[0x00, 18, 0x1F, 0x90]);
+        assert_eq!(&bytes[4..], &Ipv6Addr::from([0, 0, 0, 0, 0, 0xffff, 0x7f00, 1]).octets());
+    }
+
+    #[test]
+    fn hostile_values_are_errors() {
+        assert_eq!(Tlv::decode(0x00, &[0; 17]).unwrap_err().code(), ERR_MALFORMED_TLV);
+        assert_eq!(Tlv::decode(0x01, &[0]).unwrap_err().code(), ERR_MALFORMED_TLV);
+        assert_eq!(Tlv::decode(0x02, &[]).unwrap_err().code(), ERR_MALFORMED_TLV);
+        assert_eq!(Tlv::decode(0x03, &[0, 80]).unwrap_err().code(), ERR_MALFORMED_TLV);
+        assert_eq!(Tlv::decode(0x03, &[0, 80, b' ', b'x']).unwrap_err().code(), ERR_MALFORMED_TLV);
+        assert_eq!(Tlv::decode(0x03, &[0, 80, 0xff]).unwrap_err().code(), ERR_MALFORMED_TLV);
+        assert_eq!(Tlv::decode(0x42, &[]).unwrap_err().code(), ERR_MALFORMED_TLV);
+        assert_eq!(Tlv::decode(0xFF, &[1]).unwrap_err().code(), ERR_MALFORMED_TLV);
+        // Every type and length: never a panic.
+        for ty in 0..=255u8 {
+            for len in [0usize, 1, 2, 3, 17, 18, 19, 255] {
+                let _ = Tlv::decode(ty, &vec![b'a'; len]);
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn sequences() {
+        let req = encode_all(&[Tlv::ConnectByName("localhost".into(), 80), Tlv::End]);
+        assert_eq!(read_request(&mut &req[..]).await.unwrap(), Target::Name("localhost".into(), 80));
+        let bad = encode_all(&[Tlv::End]);
+        assert!(matches!(read_request(&mut &bad[..]).await, Err(ReadError::Bad(TlvError::Violation(_)))));
+        let twice = encode_all(&[Tlv::ConnectOk, Tlv::ConnectOk]);
+        assert!(matches!(read_response(&mut &twice[..]).await, Err(ReadError::Bad(TlvError::Violation(_)))));
+        let fail = encode_all(&[Tlv::Error(2), Tlv::End]);
+        assert_eq!(read_response(&mut &fail[..]).await.unwrap(), Err(2));
+        // A truncated value is an I/O error (early end of stream), not a panic.
+        assert!(matches!(read_tlv(&mut &[0x00u8, 18, 1, 2][..]).await, Err(ReadError::Io(_))));
+    }
+}

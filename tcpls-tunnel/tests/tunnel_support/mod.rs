@@ -1,0 +1,192 @@
+//! Helpers for the TCPLS tunnel tests: a certificate, a concentrator and a client on
+//! loopback, TCP echo / sink / pattern servers as destinations, SOCKS5 client side.
+
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use tcpls_tunnel::tunnel::{Concentrator, Frontend, Stats, Target, TunnelClient, TunnelConfig};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Deadline of any single wait.
+pub const T: Duration = Duration::from_secs(30);
+
+pub struct Pki {
+    cert: CertificateDer<'static>,
+    key: Vec<u8>,
+}
+
+impl Pki {
+    pub fn new() -> Self {
+        let ck = rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
+        Pki { cert: ck.cert.der().clone(), key: ck.key_pair.serialize_der() }
+    }
+
+    pub fn client(&self) -> Arc<ClientConfig> {
+        let mut roots = RootCertStore::empty();
+        roots.add(self.cert.clone()).unwrap();
+        Arc::new(ClientConfig::builder().with_root_certificates(roots).with_no_client_auth())
+    }
+
+    pub fn server(&self) -> Arc<ServerConfig> {
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key.clone()));
+        Arc::new(ServerConfig::builder().with_no_client_auth().with_single_cert(vec![self.cert.clone()], key).unwrap())
+    }
+}
+
+/// A running concentrator (on `listen`, usually 127.0.0.1:0 once or twice) and a client
+/// session to its first address, with the other addresses joined as paths.
+pub struct Tunnel {
+    pub pki: Pki,
+    pub addrs: Vec<SocketAddr>,
+    pub server_stats: Arc<Stats>,
+    pub client: TunnelClient,
+}
+
+impl Tunnel {
+    pub async fn start(listen: &[&str]) -> Tunnel {
+        Self::start_with(listen, TunnelConfig::default()).await
+    }
+
+    pub async fn start_with(listen: &[&str], cfg: TunnelConfig) -> Tunnel {
+        let pki = Pki::new();
+        let addrs: Vec<SocketAddr> = listen.iter().map(|a| a.parse().unwrap()).collect();
+        let conc = Concentrator::bind(&addrs, pki.server(), cfg.clone()).await.unwrap();
+        let addrs = conc.local_addrs();
+        let server_stats = conc.stats();
+        tokio::spawn(conc.run(|_| {}));
+        let name = tcpls::server_name_for("localhost").unwrap();
+        let client = TunnelClient::connect(addrs[0], name, pki.client(), &addrs[1..], cfg).await.unwrap();
+        Tunnel { pki, addrs, server_stats, client }
+    }
+
+    /// Serves `frontend` on a fresh 127.0.0.1 port; returns that address.
+    pub async fn listen(&self, frontend: Frontend) -> SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let client = self.client.clone();
+        tokio::spawn(async move { client.serve(l, frontend).await });
+        addr
+    }
+
+    pub async fn forward(&self, target: SocketAddr) -> SocketAddr {
+        self.listen(Frontend::Forward(Target::Addr(target))).await
+    }
+}
+
+/// A TCP echo server on `addr` (port 0: any); returns its address.
+pub async fn echo_server(addr: &str) -> SocketAddr {
+    let l = TcpListener::bind(addr).await.unwrap();
+    let a = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let (mut r, mut w) = s.split();
+                let _ = tokio::io::copy(&mut r, &mut w).await;
+                let _ = w.shutdown().await;
+            });
+        }
+    });
+    a
+}
+
+/// A port with nothing listening (bound, then released).
+pub fn closed_port() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let a = l.local_addr().unwrap();
+    drop(l);
+    a
+}
+
+/// Deterministic pseudo-random bytes.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Sends `data`, half-closes, reads everything back; the echo must equal `data`.
+pub async fn echo_roundtrip(s: TcpStream, data: Vec<u8>) -> Result<(), String> {
+    let (mut r, mut w) = s.into_split();
+    let len = data.len();
+    let writer = tokio::spawn(async move {
+        w.write_all(&data).await?;
+        w.shutdown().await?;
+        Ok::<_, io::Error>(data)
+    });
+    let mut got = Vec::with_capacity(len);
+    tokio::time::timeout(T, r.read_to_end(&mut got))
+        .await
+        .map_err(|_| format!("echo of {len} bytes timed out after {} bytes", got.len()))?
+        .map_err(|e| format!("reading the echo: {e}"))?;
+    let data = writer.await.unwrap().map_err(|e| format!("sending: {e}"))?;
+    if got != data {
+        return Err(format!("echo differs: sent {len} bytes, got {}", got.len()));
+    }
+    Ok(())
+}
+
+/// SOCKS5 greeting and CONNECT; returns the reply code.
+pub async fn socks5_connect(s: &mut TcpStream, target: &Target) -> io::Result<u8> {
+    s.write_all(&[5, 1, 0]).await?;
+    let mut choice = [0u8; 2];
+    s.read_exact(&mut choice).await?;
+    assert_eq!(choice, [5, 0]);
+    let mut req = vec![5, 1, 0];
+    match target {
+        Target::Addr(SocketAddr::V4(a)) => {
+            req.push(1);
+            req.extend_from_slice(&a.ip().octets());
+        }
+        Target::Addr(SocketAddr::V6(a)) => {
+            req.push(4);
+            req.extend_from_slice(&a.ip().octets());
+        }
+        Target::Name(h, _) => {
+            req.push(3);
+            req.push(h.len() as u8);
+            req.extend_from_slice(h.as_bytes());
+        }
+    }
+    req.extend_from_slice(&target.port().to_be_bytes());
+    s.write_all(&req).await?;
+    let mut rep = [0u8; 10];
+    s.read_exact(&mut rep).await?;
+    Ok(rep[1])
+}
+
+/// Whether `ss -K` can kill sockets here (root, and a kernel with INET_DIAG_DESTROY).
+pub fn can_kill_sockets() -> Result<(), String> {
+    let out = std::process::Command::new("id").arg("-u").output().map_err(|e| format!("cannot run id: {e}"))?;
+    if String::from_utf8_lossy(&out.stdout).trim() != "0" {
+        return Err("not root: ss -K needs CAP_NET_ADMIN".into());
+    }
+    let out = std::process::Command::new("ss")
+        .args(["-K", "dst", "192.0.2.1"])
+        .output()
+        .map_err(|e| format!("cannot run ss: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("ss -K failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    Ok(())
+}
+
+/// Kills (RST) the sockets to 127.0.0.1:`port` with `ss -K`; returns how many it listed.
+pub fn kill_sockets_to_port(port: u16) -> usize {
+    let filter = format!("dport = :{port}");
+    let out = std::process::Command::new("ss").args(["-K", "-t", "dst", "127.0.0.1", &filter]).output().unwrap();
+    assert!(out.status.success(), "ss -K: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.contains(&format!(":{port}"))).count()
+}
