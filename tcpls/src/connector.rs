@@ -13,6 +13,7 @@ use crate::fallback::{blocked_reason, ConnectOutcome, FallbackMemory, FallbackRe
 use crate::session::Session;
 use crate::shared::Shared;
 use crate::socket::configure;
+use crate::stream::{RecvStream, SendStream};
 use tcpls_proto::SessionConfig;
 
 /// Opens TCPLS sessions, like `tokio_rustls::TlsConnector`.
@@ -34,6 +35,8 @@ pub struct TcplsConnector {
     settings: SessionConfig,
     /// Explicit fallback to plain TLS (see `fallback.rs`); off by default.
     fallback: Option<FallbackRetry>,
+    /// TCP Fast Open on new connections (RESUMPTION.md); off by default.
+    fast_open: bool,
 }
 
 impl TcplsConnector {
@@ -44,7 +47,18 @@ impl TcplsConnector {
             config: Arc::new(tcpls_proto::tcpls_client_config(&config)),
             settings: SessionConfig::default(),
             fallback: None,
+            fast_open: false,
         }
+    }
+
+    /// TCP Fast Open (Linux `TCP_FASTOPEN_CONNECT`): once the kernel holds a Fast Open cookie
+    /// for the server (from an earlier connection), the ClientHello, and the early data of
+    /// [`connect_with_early_data`](Self::connect_with_early_data), travel in the SYN: one round
+    /// trip less. The cookie lets the server link this connection to earlier ones from this
+    /// host (RESUMPTION.md, privacy); `net.ipv4.tcp_fastopen` must enable clients (bit 1).
+    pub fn with_fast_open(mut self, on: bool) -> Self {
+        self.fast_open = on;
+        self
     }
 
     /// Explicit fallback (paper §5.2): when the TCP connection is made but the TCPLS ClientHello
@@ -105,8 +119,45 @@ impl TcplsConnector {
         if self.fallback.is_some() {
             return self.connect_detailed(addr, server_name).await.map(|(session, _)| session);
         }
-        let stream = TcpStream::connect(addr).await?;
+        let stream = self.tcp_connect(addr).await?;
         self.connect_with(stream, server_name).await
+    }
+
+    /// A TCP connection, with Fast Open if enabled.
+    async fn tcp_connect(&self, addr: SocketAddr) -> io::Result<TcpStream> {
+        if self.fast_open {
+            crate::socket::connect_fast_open(addr).await
+        } else {
+            TcpStream::connect(addr).await
+        }
+    }
+
+    /// Connects with 0-RTT: `data` is written on stream 0 and its first record (up to
+    /// [`tcpls_proto::MAX_EARLY_STREAM_BYTES`]) goes as TLS early data with the ClientHello,
+    /// when the client config has `enable_early_data` and a ticket from this server allows it.
+    /// Otherwise, or if the server rejects it, the bytes are sent after the handshake as usual.
+    /// Returns once the handshake is done (the answer may already be there: a TCPLS server
+    /// answers early data at half-RTT); [`Session::early_data_accepted`] says which way it went.
+    ///
+    /// Early data can be replayed by an attacker: send only idempotent requests this way
+    /// (RESUMPTION.md).
+    pub async fn connect_with_early_data(
+        &self,
+        addr: SocketAddr,
+        server_name: ServerName<'static>,
+        data: &[u8],
+    ) -> io::Result<(Session, SendStream, RecvStream)> {
+        let stream = self.tcp_connect(addr).await?;
+        configure(&stream)?;
+        let (proto, taken) =
+            tcpls_proto::Session::client_with_early_data(self.config.clone(), server_name, self.settings.clone(), data)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let session = self.start(stream, proto, crate::HANDSHAKE_TIMEOUT).await?;
+        let (mut send, recv) = (SendStream::new(session.shared.clone(), 0), RecvStream::new(session.shared.clone(), 0));
+        if taken < data.len() {
+            tokio::io::AsyncWriteExt::write_all(&mut send, &data[taken..]).await?;
+        }
+        Ok((session, send, recv))
     }
 
     /// Runs the handshake over an already connected TCP stream.
@@ -164,8 +215,19 @@ impl TcplsConnector {
         timeout: std::time::Duration,
     ) -> io::Result<Session> {
         configure(&stream)?;
-        let mut proto = tcpls_proto::Session::client(config, server_name, self.settings.clone())
+        let proto = tcpls_proto::Session::client(config, server_name, self.settings.clone())
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        self.start(stream, proto, timeout).await
+    }
+
+    /// Starts the driver of a client session on its first connection and waits, within
+    /// `timeout`, for the handshake.
+    async fn start(
+        &self,
+        stream: TcpStream,
+        mut proto: tcpls_proto::Session,
+        timeout: std::time::Duration,
+    ) -> io::Result<Session> {
         proto.set_addresses(0, stream.local_addr().ok(), stream.peer_addr().ok());
         let origin = stream.peer_addr().ok();
         let shared = Shared::new(proto);

@@ -30,6 +30,7 @@ pub use fallback::{ConnectOutcome, FallbackMemory};
 pub use listener::{TcplsListener, HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES};
 pub use registry::JoinRegistry;
 pub use session::{ConnectionInfo, Session};
+pub use socket::fast_open_listener;
 pub use stream::{RecvStream, SendStream};
 pub use tcp_info::TcpInfo;
 pub use tcpls_proto::{

@@ -71,6 +71,18 @@ impl TcplsListener {
         Ok(Self::from_listener(listener, config, settings, registry))
     }
 
+    /// Like [`bind_with`](Self::bind_with) on a socket that accepts TCP Fast Open (see
+    /// [`fast_open_listener`](crate::fast_open_listener); `queue` pending Fast Open connections).
+    pub async fn bind_fast_open(
+        addr: SocketAddr,
+        config: Arc<ServerConfig>,
+        settings: SessionConfig,
+        queue: u32,
+    ) -> io::Result<Self> {
+        let listener = crate::socket::fast_open_listener(addr, queue)?;
+        Ok(Self::from_listener(listener, config, settings, JoinRegistry::new()))
+    }
+
     /// Serves TCPLS on an existing tokio listener.
     pub fn from_listener(
         listener: TcpListener,
