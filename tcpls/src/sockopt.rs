@@ -159,50 +159,6 @@ pub(crate) fn set_fast_open(_fd: RawFd, _queue: u32) -> io::Result<()> {
     Err(io::Error::new(io::ErrorKind::Unsupported, "TCP Fast Open is supported on Linux only here"))
 }
 
-/// TCP Fast Open, client side (`TCP_FASTOPEN_CONNECT`, Linux ≥ 4.11): set before `connect`,
-/// which then returns at once; the first write goes in the SYN when a Fast Open cookie for the
-/// server is cached (otherwise the SYN asks for one and the data follows the handshake).
-#[cfg(target_os = "linux")]
-pub(crate) fn set_fast_open_connect(fd: RawFd) -> io::Result<()> {
-    set_int(fd, libc::TCP_FASTOPEN_CONNECT, 1)
-}
-
-/// TCP Fast Open, server side (`TCP_FASTOPEN` on the listening socket): at most `queue`
-/// connections whose SYN data was accepted wait for their handshake to complete.
-#[cfg(target_os = "linux")]
-pub(crate) fn set_fast_open(fd: RawFd, queue: u32) -> io::Result<()> {
-    set_int(fd, libc::TCP_FASTOPEN, queue.min(i32::MAX as u32) as libc::c_int)
-}
-
-#[cfg(target_os = "linux")]
-fn set_int(fd: RawFd, option: libc::c_int, value: libc::c_int) -> io::Result<()> {
-    // SAFETY: `value` is a live `c_int`, passed with its size; `fd` is a socket the caller
-    // owns and keeps open for the call.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            option,
-            (&value as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-#[cfg(not(target_os = "linux"))]
-pub(crate) fn set_fast_open_connect(_fd: RawFd) -> io::Result<()> {
-    Err(io::Error::new(io::ErrorKind::Unsupported, "TCP Fast Open is supported on Linux only here"))
-}
-
-#[cfg(not(target_os = "linux"))]
-pub(crate) fn set_fast_open(_fd: RawFd, _queue: u32) -> io::Result<()> {
-    Err(io::Error::new(io::ErrorKind::Unsupported, "TCP Fast Open is supported on Linux only here"))
-}
-
 #[cfg(not(target_os = "linux"))]
 fn unsupported<T>() -> io::Result<T> {
     Err(io::Error::new(io::ErrorKind::Unsupported, "TCP_CONGESTION and TCP_USER_TIMEOUT are Linux only"))
