@@ -159,7 +159,10 @@ fn zero_rtt_saves_one_round_trip_and_fast_open_another() {
         .unwrap();
     let results = client.join().unwrap();
     for (mode, median, all) in &results {
-        println!("TTFB {mode:?}: median {median:?} (runs {all:?}), {:.2} RTT", median.as_secs_f64() / RTT.as_secs_f64());
+        println!(
+            "TTFB {mode:?}: median {median:?} (runs {all:?}), {:.2} RTT",
+            median.as_secs_f64() / RTT.as_secs_f64()
+        );
     }
     let (resumed, zero_rtt, fast_open) = (results[0].1, results[1].1, results[2].1);
     let margin = RTT.mul_f64(0.7);
