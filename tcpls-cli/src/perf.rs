@@ -159,6 +159,7 @@ pub async fn run(opts: PerfOptions) -> Result<PerfReport, String> {
         alpn: None,
         cipher_suite: String::new(),
         resumed: false,
+        early_data_accepted: false,
     });
     let connections = session
         .connections()
@@ -189,7 +190,7 @@ pub async fn run(opts: PerfOptions) -> Result<PerfReport, String> {
         cipher: info.cipher_suite,
         failovers: stats.failovers,
         resumed: info.resumed,
-        early_data_accepted: false,
+        early_data_accepted: info.early_data_accepted,
         zero_copy_bytes: stats.zero_copy_bytes,
         copied_bytes: stats.copied_bytes,
         handshake_ms,
