@@ -10,6 +10,7 @@ mod serve;
 mod tlsconf;
 mod tm3;
 mod transfer;
+mod tunnel;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -75,6 +76,11 @@ enum Command {
         after_help = "Examples:\n  tcpls tm3 rp 4 --port 6000\n  tcpls tm3 lp 203.0.113.5:6000 4 --forward 127.0.0.1:8080=198.51.100.7:80"
     )]
     Tm3(tm3::Tm3Args),
+    /// The TCPLS tunnel: many TCP connections over one TCPLS session (SOCKS5, forwards, transparent).
+    #[command(
+        after_help = "Examples:\n  tcpls tunnel server --listen 0.0.0.0:4443 --cert cert.pem --key key.pem\n  tcpls tunnel client --concentrator 203.0.113.5 --ca cert.pem --socks 127.0.0.1:1080"
+    )]
+    Tunnel(tunnel::TunnelArgs),
     /// Probe a TCPLS server with the extension frames: RTT, its tcp_info view, NAT detection.
     #[command(
         after_help = "Examples:\n  tcpls probe 127.0.0.1:4443 --insecure\n  tcpls probe 203.0.113.5:4443 --ca cert.pem --rtt --nat --json"
@@ -233,6 +239,7 @@ async fn run(command: Command) -> Result<(), String> {
         Command::Perf(a) => perf_cmd(a).await,
         Command::Demo { bytes, json } => demo(bytes, json).await,
         Command::Tm3(a) => tm3::run(a).await,
+        Command::Tunnel(a) => tunnel::run(a).await,
         Command::Probe { probe, trust } => {
             let (target, name, tls) = client_setup(&probe.addr, &trust, &[])?;
             probe::run(probe, target, name, tls).await

@@ -57,6 +57,22 @@ pub fn split_forward(s: &str) -> Result<(&str, &str), String> {
     }
 }
 
+/// Accept queue of the proxies' listening sockets (the kernel caps it at `net.core.somaxconn`).
+/// Large: a burst of connections beyond the queue loses SYNs (a second of delay each) and, with
+/// SYN cookies, can even end in resets.
+pub const LISTEN_BACKLOG: u32 = 4096;
+
+/// A listening socket with [`LISTEN_BACKLOG`] (tokio's `bind` uses 1024) and SO_REUSEADDR.
+pub fn listen(addr: SocketAddr) -> io::Result<tokio::net::TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 /// SOCKS5 reply codes (RFC 1928 §6).
 pub mod reply {
     pub const SUCCEEDED: u8 = 0x00;

@@ -46,8 +46,7 @@ impl Concentrator {
         }
         let mut sockets = Vec::new();
         for a in addrs {
-            let l = tokio::net::TcpListener::bind(a)
-                .await
+            let l = crate::frontend::listen(*a)
                 .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {a}: {e}")))?;
             sockets.push(l);
         }

@@ -12,7 +12,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use tcpls_tunnel::tunnel::{Concentrator, Frontend, Stats, Target, TunnelClient, TunnelConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 /// Deadline of any single wait.
 pub const T: Duration = Duration::from_secs(30);
@@ -55,6 +55,9 @@ impl Tunnel {
     }
 
     pub async fn start_with(listen: &[&str], cfg: TunnelConfig) -> Tunnel {
+        if std::env::var_os("TUNNEL_TEST_LOG").is_some() {
+            let _ = tracing_subscriber::fmt().with_max_level(tracing::Level::DEBUG).with_test_writer().try_init();
+        }
         let pki = Pki::new();
         let addrs: Vec<SocketAddr> = listen.iter().map(|a| a.parse().unwrap()).collect();
         let conc = Concentrator::bind(&addrs, pki.server(), cfg.clone()).await.unwrap();
@@ -68,7 +71,7 @@ impl Tunnel {
 
     /// Serves `frontend` on a fresh 127.0.0.1 port; returns that address.
     pub async fn listen(&self, frontend: Frontend) -> SocketAddr {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let l = tcpls_tunnel::frontend::listen("127.0.0.1:0".parse().unwrap()).unwrap();
         let addr = l.local_addr().unwrap();
         let client = self.client.clone();
         tokio::spawn(async move { client.serve(l, frontend).await });
@@ -82,7 +85,7 @@ impl Tunnel {
 
 /// A TCP echo server on `addr` (port 0: any); returns its address.
 pub async fn echo_server(addr: &str) -> SocketAddr {
-    let l = TcpListener::bind(addr).await.unwrap();
+    let l = tcpls_tunnel::frontend::listen(addr.parse().unwrap()).unwrap();
     let a = l.local_addr().unwrap();
     tokio::spawn(async move {
         while let Ok((mut s, _)) = l.accept().await {

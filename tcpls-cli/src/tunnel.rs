@@ -1,0 +1,183 @@
+//! `tcpls tunnel server` (the concentrator) and `tcpls tunnel client` (the local proxy): the
+//! TCPLS tunnel of the `tcpls-tunnel` crate (PROTOCOL.md §8.1, docs/CLI.md).
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::{Args, Subcommand};
+use tcpls_tunnel::frontend::{split_forward, Target};
+use tcpls_tunnel::tunnel::{Concentrator, Frontend, SessionSummary, TunnelClient, TunnelConfig};
+
+use crate::args::{host_of, resolve};
+
+#[derive(Args)]
+pub struct TunnelArgs {
+    /// Log every tunneled connection (debug level).
+    #[arg(short, long, global = true)]
+    verbose: bool,
+    #[command(subcommand)]
+    cmd: TunnelCommand,
+}
+
+#[derive(Subcommand)]
+enum TunnelCommand {
+    /// The concentrator: opens the TCP connections that clients ask for over TCPLS streams.
+    #[command(after_help = "Examples:\n  \
+        tcpls tunnel server --listen 0.0.0.0:4443 --cert tcpls-cert/cert.pem --key tcpls-cert/key.pem\n  \
+        tcpls tunnel server --listen 203.0.113.5:4443 --listen 198.51.100.5:4443 --json\n\
+        With several specific --listen addresses, clients learn all of them and may add paths to any.\n\
+        --json prints one JSON object per ended session on stdout.")]
+    Server {
+        /// Address to listen on; repeat for several (each can carry a path of a session).
+        #[arg(long, default_value = "0.0.0.0:4443")]
+        listen: Vec<String>,
+        /// Certificate chain (PEM). Without --cert/--key an ephemeral self-signed one is used.
+        #[arg(long, requires = "key")]
+        cert: Option<PathBuf>,
+        /// Private key (PEM).
+        #[arg(long, requires = "cert")]
+        key: Option<PathBuf>,
+        /// One JSON object per ended session on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The local proxy: one TCPLS session to the concentrator, one stream per connection.
+    #[command(after_help = "Examples:\n  \
+        tcpls tunnel client --concentrator 203.0.113.5 --ca cert.pem --socks 127.0.0.1:1080\n  \
+        curl --socks5-hostname 127.0.0.1:1080 http://example.org/\n  \
+        tcpls tunnel client --concentrator 203.0.113.5:4443 --path 198.51.100.5:4443 --insecure \\\n      \
+        --forward 127.0.0.1:8080=example.org:80\n  \
+        tcpls tunnel client --concentrator 203.0.113.5 --ca cert.pem --transparent 7000\n\
+        Transparent mode takes connections redirected by iptables, e.g.:\n  \
+        iptables -t nat -A OUTPUT -p tcp -d 198.51.100.7 --dport 80 -j REDIRECT --to-ports 7000\n\
+        (keep the session's own traffic to the concentrator out of the rule)")]
+    Client(ClientArgs),
+}
+
+#[derive(Args)]
+struct ClientArgs {
+    /// Concentrator address: HOST:PORT, [V6]:PORT or HOST (port 4443).
+    #[arg(long)]
+    concentrator: String,
+    /// Add a TCP connection to the session towards another concentrator address; repeatable.
+    #[arg(long, value_name = "ADDR")]
+    path: Vec<String>,
+    /// CA certificate (PEM) to verify the concentrator with (default: the system's roots).
+    #[arg(long, conflicts_with = "insecure")]
+    ca: Option<PathBuf>,
+    /// Do not verify the concentrator's certificate (testing only).
+    #[arg(long)]
+    insecure: bool,
+    /// TLS server name to verify (default: the host of --concentrator).
+    #[arg(long)]
+    server_name: Option<String>,
+    #[command(flatten)]
+    mode: Mode,
+}
+
+#[derive(Args)]
+#[group(required = true, multiple = false)]
+struct Mode {
+    /// SOCKS5 server on ADDR (CONNECT to IPv4, IPv6 and domain names; no authentication).
+    #[arg(long, value_name = "ADDR")]
+    socks: Option<String>,
+    /// Fixed forward: listen on LISTEN (HOST:PORT or PORT), tunnel to TARGET (HOST:PORT; a name
+    /// is resolved by the concentrator).
+    #[arg(long, value_name = "LISTEN=TARGET")]
+    forward: Option<String>,
+    /// Transparent mode: listen on 0.0.0.0:PORT for connections redirected with iptables REDIRECT.
+    #[arg(long, value_name = "PORT")]
+    transparent: Option<u16>,
+}
+
+/// Runs `tcpls tunnel ...` until an error (both ends otherwise run forever).
+pub async fn run(args: TunnelArgs) -> Result<(), String> {
+    let level = if args.verbose { tracing::Level::DEBUG } else { tracing::Level::INFO };
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    // Fails only if a subscriber is already installed, which is then used instead.
+    let _ = tracing_subscriber::fmt().with_max_level(level).with_ansi(ansi).with_writer(std::io::stderr).try_init();
+    match args.cmd {
+        TunnelCommand::Server { listen, cert, key, json } => {
+            server(&listen, cert, key, json).await.map_err(|e| format!("tunnel server: {e}"))
+        }
+        TunnelCommand::Client(a) => client(a).await.map_err(|e| format!("tunnel client: {e}")),
+    }
+}
+
+async fn server(listen: &[String], cert: Option<PathBuf>, key: Option<PathBuf>, json: bool) -> Result<(), String> {
+    let tls = crate::server_tls(cert.as_deref(), key.as_deref(), &[])?;
+    let mut addrs = Vec::new();
+    for l in listen {
+        addrs.extend(resolve(l)?.into_iter().take(1));
+    }
+    let conc = Concentrator::bind(&addrs, Arc::new(tls), TunnelConfig::default()).await.map_err(|e| e.to_string())?;
+    for a in conc.local_addrs() {
+        eprintln!("tcpls tunnel server: listening on {a}");
+    }
+    conc.run(move |s| {
+        if json {
+            println!("{}", summary_json(&s));
+        }
+    })
+    .await
+    .map_err(|e| e.to_string())
+}
+
+/// The `--json` line of one ended session.
+fn summary_json(s: &SessionSummary) -> serde_json::Value {
+    let st = &s.stats;
+    serde_json::json!({
+        "peer": s.peer.to_string(),
+        "duration_s": s.duration.as_secs_f64(),
+        "connections": s.connections,
+        "streams": st.streams,
+        "connected": st.connected,
+        "connect_failed": st.connect_failed,
+        "rejected": st.rejected,
+        "closed": st.closed,
+        "local_resets": st.local_resets,
+        "peer_resets": st.peer_resets,
+        "bytes_up": st.bytes_up,
+        "bytes_down": st.bytes_down,
+        "error": s.error,
+    })
+}
+
+async fn client(a: ClientArgs) -> Result<(), String> {
+    let concentrator = *resolve(&a.concentrator)?.first().ok_or("no address")?;
+    let mut paths = Vec::new();
+    for p in &a.path {
+        paths.push(*resolve(p)?.first().ok_or_else(|| format!("{p} resolved to no address"))?);
+    }
+    let (listen, frontend) = match (a.mode.socks, a.mode.forward, a.mode.transparent) {
+        (Some(s), None, None) => (tcpls_tunnel::cli::resolve(&s, None).await?, Frontend::Socks),
+        (None, Some(f), None) => {
+            let (l, t) = split_forward(&f)?;
+            (tcpls_tunnel::cli::resolve(l, None).await?, Frontend::Forward(Target::parse(t)?))
+        }
+        (None, None, Some(p)) => (SocketAddr::from((Ipv4Addr::UNSPECIFIED, p)), Frontend::Transparent),
+        _ => return Err("exactly one of --socks, --forward, --transparent is required".into()),
+    };
+    let name = a.server_name.clone().unwrap_or_else(|| host_of(&a.concentrator));
+    let name = tcpls::server_name_for(&name).map_err(|e| e.to_string())?;
+    let tls = crate::tlsconf::client_config(a.ca.as_deref(), a.insecure, &[], None)?;
+    let listener = tcpls_tunnel::frontend::listen(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let client = TunnelClient::connect(concentrator, name, Arc::new(tls), &paths, TunnelConfig::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let conns = client.session().usable_connections().len();
+    eprintln!(
+        "tcpls tunnel client: session to {concentrator} ({conns} connection(s)), accepting on {listen} ({})",
+        describe(&frontend)
+    );
+    client.serve(listener, frontend).await.map_err(|e| e.to_string())
+}
+
+fn describe(f: &Frontend) -> String {
+    match f {
+        Frontend::Socks => "SOCKS5".into(),
+        Frontend::Forward(t) => format!("forward to {t}"),
+        Frontend::Transparent => "transparent".into(),
+    }
+}
