@@ -1,10 +1,29 @@
 //! The seed papers' experiments, reproduced in the `tcpls-netem` namespace test bed, and the
 //! middlebox traversal report. Each experiment writes `DIR/NAME.csv` (time series),
 //! `DIR/NAME.png` (plot) and `DIR/NAME.json` (summary); see docs/EXPERIMENTS.md.
+//!
+//! Building blocks: [`tcpls_run`] and [`mptcp_run`] (download servers and clients inside the
+//! namespaces), [`tls_run`] (plain TLS over TCP), [`pattern`] (checked payload), [`trace`]
+//! (receive logs → goodput series, recovery times), [`plot`] and [`output`].
 
+pub mod aggregation;
+pub mod failover_outage;
+pub mod failover_periodic;
+pub mod hol_blocking;
 pub mod middleboxes;
+pub mod migration;
+pub mod mptcp_run;
+pub mod output;
+pub mod pattern;
+pub mod pki;
+pub mod plot;
+pub mod tcpls_run;
+pub mod tls_run;
+pub mod trace;
 
 use std::path::PathBuf;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 /// Options shared by every experiment.
 #[derive(Debug, Clone)]
@@ -17,3 +36,41 @@ pub struct Opts {
 
 /// What an experiment returns: its JSON summary (also written to `DIR/NAME.json`).
 pub type Summary = serde_json::Value;
+
+/// Goodput series resolution (seconds), as the papers' figures.
+pub const BIN: f64 = 0.1;
+
+/// Every emulated path's drop-tail queue, in packets: about twice the bandwidth-delay product of
+/// the papers' paths (25 Mbit/s x 20 ms = 42 packets), so that queues do not inflate RTTs (and
+/// RTOs) to seconds as the emulator's default 1000 packets would at these rates.
+pub const QUEUE_PACKETS: usize = 100;
+
+/// A path of the experiments: `delay_ms` one way, `rate_mbps`, [`QUEUE_PACKETS`].
+pub fn path(delay_ms: f64, rate_mbps: f64) -> tcpls_netem::PathSpec {
+    tcpls_netem::PathSpec { queue_packets: QUEUE_PACKETS, ..tcpls_netem::PathSpec::new(delay_ms, rate_mbps) }
+}
+
+/// Waits for a client's "transfer started" signal.
+pub fn wait_started(rx: &mpsc::Receiver<Instant>) -> Result<Instant, String> {
+    rx.recv_timeout(Duration::from_secs(30)).map_err(|_| "the transfer did not start within 30 s".to_string())
+}
+
+/// Sleeps until `t0 + secs`.
+pub fn sleep_until(t0: Instant, secs: f64) {
+    let at = t0 + Duration::from_secs_f64(secs.max(0.0));
+    let now = Instant::now();
+    if at > now {
+        std::thread::sleep(at - now);
+    }
+}
+
+/// Builds a topology or explains why not.
+pub fn topology(paths: Vec<tcpls_netem::PathSpec>) -> Result<tcpls_netem::Topology, String> {
+    tcpls_netem::check_support().map_err(|e| format!("the namespace test bed cannot run here: {e}"))?;
+    tcpls_netem::Topology::builder().paths(paths).build().map_err(|e| format!("cannot build the topology: {e}"))
+}
+
+/// Progress line on stderr (experiments take a while).
+pub fn note(msg: &str) {
+    eprintln!("experiments: {msg}");
+}

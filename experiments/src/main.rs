@@ -6,7 +6,14 @@ use clap::{Parser, Subcommand};
 use experiments::Opts;
 
 #[derive(Parser)]
-#[command(about = "Reproduce the TCPLS papers' experiments in network namespaces (root)")]
+#[command(
+    about = "Reproduce the TCPLS papers' experiments in network namespaces (root)",
+    after_help = "Each experiment writes DIR/NAME.csv (goodput time series), DIR/NAME.png (plot) and \
+DIR/NAME.json (summary, also printed). Examples:\n  \
+sudo target/release/experiments aggregation --quick --out /tmp/exp\n  \
+sudo target/release/experiments failover-outage --out docs/experiments\n\
+See docs/EXPERIMENTS.md."
+)]
 struct Cli {
     #[command(subcommand)]
     experiment: Experiment,
@@ -20,6 +27,16 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Experiment {
+    /// Paper Fig. 8: RST and blackhole on the active path, TCPLS (user timeout 250 ms) vs MPTCP (backup).
+    FailoverOutage,
+    /// Paper Fig. 9: 4 paths, 3 blackholed, the working one rotating every 5 s.
+    FailoverPeriodic,
+    /// Paper Fig. 10: application-level migration of a download, there and back (30 Mbit/s, 40/80 ms RTT).
+    Migration,
+    /// Paper Fig. 11 and 13: bandwidth aggregation, second path after 5 s, TCPLS (16 KiB, 1500 B records) vs MPTCP.
+    Aggregation,
+    /// TM3 Table 6: 4 KB object load time next to a bulk download, TCPLS streams vs one TLS/TCP connection.
+    HolBlocking,
     /// TCPLS through real middleboxes (firewall, NAT, TCP proxy, TLS-terminating proxy).
     Middleboxes,
 }
@@ -28,6 +45,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let opts = Opts { quick: cli.quick, out: cli.out };
     let result = match cli.experiment {
+        Experiment::FailoverOutage => experiments::failover_outage::run(&opts),
+        Experiment::FailoverPeriodic => experiments::failover_periodic::run(&opts),
+        Experiment::Migration => experiments::migration::run(&opts),
+        Experiment::Aggregation => experiments::aggregation::run(&opts),
+        Experiment::HolBlocking => experiments::hol_blocking::run(&opts),
         Experiment::Middleboxes => experiments::middleboxes::run(&opts),
     };
     match result {

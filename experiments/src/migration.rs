@@ -1,0 +1,177 @@
+//! `experiments migration` (TCPLS paper, Fig. 10): application-level connection migration of a
+//! download. Two paths of 30 Mbit/s, 40 ms and 80 ms RTT; a 60 MiB download starts on the first,
+//! migrates to the second, then back to the first (on a new connection). Each migration: join a
+//! connection on the target path, ask the server to send the stream there (Stream Steer), and
+//! `Session::migrate` (our side of the stream moves, the old connection is closed gracefully
+//! behind what is already queued on it). The receiver reorders by offset; every byte is checked.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tcpls::{server_name_for, ConnId, SessionConfig, TcplsConnector};
+use tcpls_netem::Topology;
+use tokio::io::AsyncReadExt;
+
+use crate::output::{round, write_all};
+use crate::pattern::Verifier;
+use crate::pki::Pki;
+use crate::plot::{Marker, Panel, Series};
+use crate::tcpls_run::{self, TcplsServer};
+use crate::trace::{goodput_series, last_read, mean_mbps, secs_between, Meter};
+use crate::{note, path, topology, wait_started, Opts, Summary, BIN};
+
+pub const NAME: &str = "migration";
+const RATE_MBPS: f64 = 30.0;
+/// One-way delays: 40 ms and 80 ms RTT.
+const DELAYS_MS: [f64; 2] = [20.0, 40.0];
+const SEED: u64 = 10;
+const PORT: u16 = 4443;
+
+struct Params {
+    bytes: u64,
+    /// Migration to path 1, then back to path 0 (seconds after the request).
+    at: [f64; 2],
+}
+
+impl Params {
+    fn new(quick: bool) -> Params {
+        if quick {
+            Params { bytes: 15_000_000, at: [1.5, 3.0] }
+        } else {
+            // 60 MiB at ≈ 29 Mbit/s take ≈ 17 s.
+            Params { bytes: 60 << 20, at: [5.0, 11.0] }
+        }
+    }
+}
+
+struct Outcome {
+    bytes: u64,
+    verified: bool,
+    migrations: Vec<Instant>,
+    bytes_received_per_connection: Vec<(ConnId, u64)>,
+}
+
+fn server_addr(topo: &Topology, i: usize) -> Result<IpAddr, String> {
+    topo.path(i).info().server_addr().ok_or_else(|| format!("path {i} has no server address"))
+}
+
+/// Runs the experiment and writes `migration.{csv,png,json}`.
+pub fn run(opts: &Opts) -> Result<Summary, String> {
+    let p = Params::new(opts.quick);
+    let pki = Pki::new()?;
+    let topo = topology(vec![path(DELAYS_MS[0], RATE_MBPS), path(DELAYS_MS[1], RATE_MBPS)])?;
+    let addrs = [SocketAddr::new(server_addr(&topo, 0)?, PORT), SocketAddr::new(server_addr(&topo, 1)?, PORT)];
+    let server = TcplsServer::start(&topo, addrs.to_vec(), pki.server.clone(), SessionConfig::default())?;
+    let (started_tx, started_rx) = mpsc::channel();
+    let meter = Meter::new();
+    let (m, tls, bytes, at) = (meter.clone(), pki.client.clone(), p.bytes, p.at);
+    note(&format!("{NAME}: TCPLS, {} bytes, migrations at {:?} s", p.bytes, p.at));
+    let client = tcpls_run::spawn_client(&topo, Duration::from_secs(180), move || async move {
+        let name = server_name_for("localhost").map_err(|e| e.to_string())?;
+        let session =
+            TcplsConnector::new(tls).connect(addrs[0], name).await.map_err(|e| format!("connect {}: {e}", addrs[0]))?;
+        let (_send, mut recv) = tcpls_run::request(&session, bytes, SEED, Some(0)).await?;
+        let t0 = Instant::now();
+        let _ = started_tx.send(t0);
+        let mut v = Verifier::new(SEED);
+        let mut buf = vec![0u8; 256 << 10];
+        let mut current: ConnId = 0;
+        let mut migrations = Vec::new();
+        loop {
+            let next = at.get(migrations.len()).map(|s| t0 + Duration::from_secs_f64(*s));
+            let deadline = async {
+                match next {
+                    Some(t) => tokio::time::sleep_until(t.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                r = recv.read(&mut buf) => {
+                    let n = r.map_err(|e| format!("receive after {} bytes: {e}", v.len()))?;
+                    if n == 0 {
+                        break;
+                    }
+                    m.add(n);
+                    v.feed(&buf[..n]);
+                }
+                () = deadline => {
+                    // There (path 1) and back (path 0), each time on a new connection.
+                    let target = addrs[(migrations.len() + 1) % 2];
+                    migrations.push(Instant::now());
+                    let new = session.join(target).await.map_err(|e| format!("join {target}: {e}"))?;
+                    recv.request_steer(new);
+                    session.migrate(current, new).map_err(|e| format!("migrate {current} -> {new}: {e}"))?;
+                    current = new;
+                }
+            }
+        }
+        let per_conn = session.connections().iter().map(|c| (c.id, c.bytes_received)).collect();
+        tcpls_run::close(&session).await;
+        Ok(Outcome { bytes: v.len(), verified: v.verified(bytes), migrations, bytes_received_per_connection: per_conn })
+    })?;
+    let t0 = wait_started(&started_rx)?;
+    let out = tcpls_run::join(client)?;
+    drop(server);
+    drop(topo);
+    let reads = meter.reads_since(t0);
+    let mig: Vec<f64> = out.migrations.iter().map(|t| secs_between(t0, *t)).collect();
+    let end = last_read(&reads);
+    let series = goodput_series(&reads, BIN, end + BIN);
+    // Goodput in each phase (skipping a second after each change) and the peak during each
+    // migration window (the paper's "peaks": both connections deliver for a while).
+    let bounds: Vec<f64> = std::iter::once(0.0).chain(mig.iter().copied()).chain(std::iter::once(end)).collect();
+    let phases: Vec<f64> = bounds.windows(2).map(|w| round(mean_mbps(&reads, w[0] + 1.0, w[1]), 2)).collect();
+    let peaks: Vec<f64> = mig
+        .iter()
+        .map(|t| {
+            let peak = series.iter().filter(|(x, _)| *x > *t && *x <= t + 1.5).map(|(_, v)| *v).fold(0.0, f64::max);
+            round(peak, 2)
+        })
+        .collect();
+    let summary = json!({
+        "experiment": NAME,
+        "quick": opts.quick,
+        "link_mbps": [RATE_MBPS, RATE_MBPS],
+        "rtt_ms": [2.0 * DELAYS_MS[0], 2.0 * DELAYS_MS[1]],
+        "queue_packets": crate::QUEUE_PACKETS,
+        "bytes": out.bytes,
+        "verified": out.verified,
+        "completed_s": round(end, 3),
+        "migrations_at_s": mig.iter().map(|t| round(*t, 3)).collect::<Vec<_>>(),
+        "phase_mbps": phases,
+        "peak_mbps_after_migration": peaks,
+        "bytes_received_per_connection": out.bytes_received_per_connection.iter()
+            .map(|(id, b)| json!({"connection": id, "bytes": b})).collect::<Vec<_>>(),
+    });
+    let markers = mig
+        .iter()
+        .enumerate()
+        .map(|(i, t)| Marker {
+            label: if i == 0 { "to 80 ms path".into() } else { "back to 40 ms path".into() },
+            t: *t,
+        })
+        .collect();
+    let panels = [Panel {
+        title: format!(
+            "{} MB download, migrated twice; phases {:?} Mbit/s",
+            out.bytes / 1_000_000,
+            summary["phase_mbps"]
+        ),
+        y_label: "goodput (Mbit/s)".into(),
+        series: vec![Series { label: "TCPLS".into(), points: series }],
+        markers,
+    }];
+    write_all(
+        opts,
+        NAME,
+        "Application-level connection migration (30 Mbit/s paths, 40 ms and 80 ms RTT)",
+        &panels,
+        &summary,
+    )?;
+    if !out.verified {
+        return Err(format!("{NAME}: the transfer was incomplete or corrupted: {summary}"));
+    }
+    Ok(summary)
+}

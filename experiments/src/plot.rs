@@ -1,0 +1,126 @@
+//! PNG plots in the style of the papers' figures: goodput over time, one panel per scenario,
+//! one line per protocol, vertical markers for events (outages, joins, migrations).
+//!
+//! Text is rendered with DejaVu Sans bundled in `assets/` (plotters' `ab_glyph` backend), so
+//! plotting needs no system fonts.
+
+use std::path::Path;
+use std::sync::Once;
+
+use plotters::prelude::*;
+use plotters::style::{register_font, FontStyle};
+
+/// One line of a plot.
+#[derive(Debug, Clone)]
+pub struct Series {
+    pub label: String,
+    /// (time in seconds, value).
+    pub points: Vec<(f64, f64)>,
+}
+
+/// A vertical line at an event.
+#[derive(Debug, Clone)]
+pub struct Marker {
+    pub label: String,
+    pub t: f64,
+}
+
+/// One chart of a figure.
+#[derive(Debug, Clone)]
+pub struct Panel {
+    pub title: String,
+    pub y_label: String,
+    pub series: Vec<Series>,
+    pub markers: Vec<Marker>,
+}
+
+const FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
+const FAMILY: &str = "sans-serif";
+
+fn register() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // The only error is a malformed font, which include_bytes! of a known file rules out.
+        let _ = register_font(FAMILY, FontStyle::Normal, FONT);
+    });
+}
+
+/// Colour of the i-th series (the same protocol keeps the same colour across panels when
+/// experiments list their series in the same order).
+pub fn colour(label: &str, i: usize) -> RGBColor {
+    let l = label.to_ascii_lowercase();
+    if l.starts_with("mptcp") {
+        RGBColor(214, 39, 40)
+    } else if l.starts_with("tls") {
+        RGBColor(44, 160, 44)
+    } else if l.contains("1500") {
+        RGBColor(148, 103, 189)
+    } else if l.starts_with("tcpls") && i == 0 {
+        RGBColor(31, 119, 180)
+    } else {
+        [RGBColor(31, 119, 180), RGBColor(255, 127, 14), RGBColor(140, 86, 75), RGBColor(23, 190, 207)][i % 4]
+    }
+}
+
+/// Renders `panels` stacked vertically under a common title into a PNG.
+pub fn render(path: &Path, title: &str, panels: &[Panel]) -> Result<(), String> {
+    register();
+    let height = 60 + 330 * panels.len().max(1) as u32;
+    let root = BitMapBackend::new(path, (1100, height)).into_drawing_area();
+    let e = |e: &dyn std::fmt::Display| format!("plotting {}: {e}", path.display());
+    root.fill(&WHITE).map_err(|x| e(&x))?;
+    let root = root.titled(title, (FAMILY, 26)).map_err(|x| e(&x))?;
+    let areas = root.split_evenly((panels.len().max(1), 1));
+    let x_max = panels
+        .iter()
+        .flat_map(|p| p.series.iter().flat_map(|s| s.points.iter().map(|(t, _)| *t)))
+        .fold(1.0f64, f64::max);
+    for (panel, area) in panels.iter().zip(areas.iter()) {
+        let y_max = panel.series.iter().flat_map(|s| s.points.iter().map(|(_, v)| *v)).fold(1.0f64, f64::max) * 1.15;
+        let mut chart = ChartBuilder::on(area)
+            .caption(&panel.title, (FAMILY, 19))
+            .margin(12)
+            .x_label_area_size(42)
+            .y_label_area_size(62)
+            .build_cartesian_2d(0.0..x_max, 0.0..y_max)
+            .map_err(|x| e(&x))?;
+        chart
+            .configure_mesh()
+            .x_desc("time (s)")
+            .y_desc(panel.y_label.as_str())
+            .label_style((FAMILY, 15))
+            .axis_desc_style((FAMILY, 16))
+            .light_line_style(RGBColor(235, 235, 235))
+            .draw()
+            .map_err(|x| e(&x))?;
+        for m in &panel.markers {
+            let style = ShapeStyle::from(&BLACK.mix(0.6)).stroke_width(1);
+            chart.draw_series(LineSeries::new([(m.t, 0.0), (m.t, y_max)], style)).map_err(|x| e(&x))?;
+            chart
+                .draw_series(std::iter::once(Text::new(
+                    m.label.clone(),
+                    (m.t, y_max * 0.97),
+                    (FAMILY, 14).into_font().color(&BLACK.mix(0.8)),
+                )))
+                .map_err(|x| e(&x))?;
+        }
+        for (i, s) in panel.series.iter().enumerate() {
+            let c = colour(&s.label, i);
+            chart
+                .draw_series(LineSeries::new(s.points.iter().copied(), ShapeStyle::from(&c).stroke_width(2)))
+                .map_err(|x| e(&x))?
+                .label(s.label.clone())
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 22, y)], ShapeStyle::from(&c).stroke_width(3)));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.4))
+            .label_font((FAMILY, 15))
+            .draw()
+            .map_err(|x| e(&x))?;
+    }
+    root.present().map_err(|x| e(&x))?;
+    Ok(())
+}

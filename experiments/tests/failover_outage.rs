@@ -1,0 +1,37 @@
+//! `experiments failover-outage --quick` in the namespace test bed (root): after a RST on the
+//! active path TCPLS resumes within a few RTTs; after a blackhole within the 250 ms user timeout
+//! plus the time Linux takes to notice it (it checks TCP_USER_TIMEOUT only when a retransmission
+//! timer fires, see docs/PERFORMANCE.md "blackhole"); MPTCP is measured next to it; every
+//! transfer is content-verified; the CSV/PNG/JSON are written.
+//! Without namespaces or MPTCP: prints `SKIPPED: reason` and returns.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+#[test]
+fn tcpls_recovers_from_a_rst_and_a_blackhole() {
+    if !support::supported("failover_outage::tcpls_recovers_from_a_rst_and_a_blackhole") {
+        return;
+    }
+    let out = support::OutDir::new("failover-outage");
+    let s = support::run_quick("failover-outage", &out.0);
+    eprintln!("{s:#}");
+    support::check_outputs(&out.0, "failover-outage", &s, &["TCPLS (user timeout 250 ms)", "MPTCP (backup subflow)"]);
+    assert_eq!(s["verified"], true, "every transfer verified byte by byte");
+    for k in ["tcpls_rst", "tcpls_blackhole", "mptcp_rst", "mptcp_blackhole"] {
+        assert_eq!(s[k]["verified"], true, "{k}");
+        assert_eq!(s[k]["bytes"], s["bytes"], "{k} received everything");
+    }
+    for k in ["tcpls_rst", "tcpls_blackhole"] {
+        assert!(s[k]["detail"]["sender_failovers"].as_u64().unwrap() >= 1, "{k}: the sender failed over");
+    }
+    // Paths: 10 ms one way, so RTT 20 ms idle, up to ≈ 70 ms with a full 100-packet queue.
+    let rst = s["tcpls_recovery_ms_rst"].as_f64().unwrap();
+    assert!(rst < 250.0, "RST recovery {rst} ms: expected a few RTTs");
+    let blackhole = s["tcpls_recovery_ms_blackhole"].as_f64().unwrap();
+    assert!(
+        (250.0..1500.0).contains(&blackhole),
+        "blackhole recovery {blackhole} ms: expected the 250 ms user timeout plus up to the next RTO (≈ 660 ms measured)"
+    );
+    assert!(s["mptcp_recovery_ms_rst"].is_number() && s["mptcp_recovery_ms_blackhole"].is_number(), "{s}");
+}
