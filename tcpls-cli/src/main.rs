@@ -186,10 +186,12 @@ struct PerfArgs {
     /// Force the copying receive path (this version always copies: accepted, no effect).
     #[arg(long)]
     no_zero_copy: bool,
-    /// Keep TLS session tickets in FILE (not yet available).
+    /// Keep TLS session tickets in FILE: not supported (rustls 0.23 cannot serialize client
+    /// tickets); use --zero-rtt, which fetches a ticket with a warm-up session in the same run.
     #[arg(long)]
     session_cache: Option<PathBuf>,
-    /// Send the request as TLS early data (not yet available).
+    /// 0-RTT: a warm-up session fetches a session ticket, then the measured session resumes
+    /// and sends its first request as TLS early data (JSON: resumed, early_data_accepted).
     #[arg(long)]
     zero_rtt: bool,
     /// Cap the sender's rate on each connection, in bits per second, e.g. 100M (Rate Limit
@@ -299,7 +301,12 @@ fn server_tls(cert: Option<&Path>, key: Option<&Path>, alpn: &[String]) -> Resul
 }
 
 async fn serve_cmd(a: ServeArgs) -> Result<(), String> {
-    let tls = server_tls(a.cert.as_deref(), a.key.as_deref(), &a.alpn)?;
+    let mut tls = server_tls(a.cert.as_deref(), a.key.as_deref(), &a.alpn)?;
+    // 0-RTT only where a replayed request does no harm: a perf request only asks for test
+    // data (RESUMPTION.md); echo and the other modes refuse early data.
+    if a.mode == serve::Mode::Perf {
+        tls.max_early_data_size = tcpls::proto::tls::MAX_EARLY_DATA as u32;
+    }
     let mut listen = Vec::new();
     for l in &a.listen {
         listen.extend(resolve(l)?.into_iter().take(1));
@@ -338,8 +345,13 @@ fn not_yet(what: &str) -> String {
 }
 
 async fn perf_cmd(a: PerfArgs) -> Result<(), String> {
-    if a.session_cache.is_some() || a.zero_rtt {
-        return Err(not_yet("session resumption (--session-cache, --zero-rtt)"));
+    if let Some(file) = &a.session_cache {
+        return Err(format!(
+            "--session-cache {}: keeping tickets in a file is not supported: rustls 0.23 has no public way to \
+             serialize a client's TLS 1.3 tickets; --zero-rtt resumes within one run instead (a warm-up session \
+             fetches the ticket)",
+            file.display()
+        ));
     }
     if a.rate_limit == Some(0) {
         return Err("--rate-limit must be above 0 (e.g. 200M)".into());
@@ -347,7 +359,8 @@ async fn perf_cmd(a: PerfArgs) -> Result<(), String> {
     if a.streams == 0 {
         return Err("--streams must be at least 1".into());
     }
-    let (_, server_name, tls) = client_setup(&a.addr, &a.trust, &[])?;
+    let (_, server_name, mut tls) = client_setup(&a.addr, &a.trust, &[])?;
+    tls.enable_early_data = a.zero_rtt;
     let addrs = resolve(&a.addr)?;
     let mut paths = Vec::new();
     for p in &a.path {
@@ -384,6 +397,7 @@ async fn perf_cmd(a: PerfArgs) -> Result<(), String> {
             peer_cc: a.peer_cc,
             user_timeout: a.user_timeout.map(std::time::Duration::from_millis),
         },
+        zero_rtt: a.zero_rtt,
     };
     let report = perf::run(opts).await?;
     output(&report, a.json)?;
@@ -442,6 +456,7 @@ async fn demo(bytes: u64, json: bool) -> Result<(), String> {
             json,
             quiet: json,
             ext: probe::PerfExt::default(),
+            zero_rtt: false,
         })
         .await?;
         if !report.verified {

@@ -35,6 +35,9 @@ pub struct PerfOptions {
     pub quiet: bool,
     /// Extension frames to send before the transfer (rate limit, congestion control, timeout).
     pub ext: crate::probe::PerfExt,
+    /// 0-RTT: a warm-up session fetches a ticket, then the measured session resumes and sends
+    /// its first request as TLS early data (`tls.enable_early_data` must be set).
+    pub zero_rtt: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -65,15 +68,41 @@ pub struct PerfReport {
     pub connections: Vec<ConnectionReport>,
 }
 
+/// Bytes of stream `i` (the first carries the remainder so the total is exact).
+fn stream_bytes(opts: &PerfOptions, i: u32) -> u64 {
+    let per_stream = opts.bytes.map(|b| b / u64::from(opts.streams.max(1)));
+    match per_stream {
+        Some(b) if i == 0 => b + opts.bytes.unwrap_or(0) % u64::from(opts.streams.max(1)),
+        Some(b) => b,
+        None => u64::MAX,
+    }
+}
+
 pub async fn run(opts: PerfOptions) -> Result<PerfReport, String> {
-    let connector = TcplsConnector::new(Arc::new(opts.tls)).with_settings(opts.settings);
-    let t0 = Instant::now();
+    let connector = TcplsConnector::new(Arc::new(opts.tls.clone())).with_settings(opts.settings.clone());
     let shown = opts.addrs.first().map(|a| a.to_string()).unwrap_or_default();
-    let session = if opts.addrs.len() == 1 {
-        connector.connect(opts.addrs[0], opts.server_name).await
+    let first_request =
+        Request { direction: opts.direction, seed: 0, bytes: stream_bytes(&opts, 0), millis: opts.millis };
+    let mut early_stream = None;
+    let mut t0 = Instant::now();
+    let session = if opts.zero_rtt {
+        let addr = *opts.addrs.first().ok_or("no address to connect to")?;
+        let warm = connector.connect(addr, opts.server_name.clone()).await;
+        warm.map_err(|e| format!("cannot connect to {shown}: {e}"))?.close().await;
+        // The warm-up (closed gracefully) left the server's tickets in the client config: the
+        // measured session resumes, and its first request goes as early data.
+        t0 = Instant::now();
+        connector.connect_with_early_data(addr, opts.server_name.clone(), &first_request.encode()).await.map(
+            |(session, send, recv)| {
+                early_stream = Some((send, recv));
+                session
+            },
+        )
+    } else if opts.addrs.len() == 1 {
+        connector.connect(opts.addrs[0], opts.server_name.clone()).await
     } else {
         let options = tcpls::HappyEyeballs { stagger: Duration::from_millis(50), keep_others: false };
-        connector.connect_any(&opts.addrs, opts.server_name, options).await
+        connector.connect_any(&opts.addrs, opts.server_name.clone(), options).await
     }
     .map_err(|e| format!("cannot connect to {shown}: {e}"))?;
     let handshake_ms = t0.elapsed().as_secs_f64() * 1e3;
@@ -103,11 +132,14 @@ pub async fn run(opts: PerfOptions) -> Result<PerfReport, String> {
     let progress = Arc::new(AtomicU64::new(0));
     let ticker =
         (!opts.json && !opts.quiet && std::io::stderr().is_terminal()).then(|| spawn_progress(progress.clone()));
-    let per_stream = opts.bytes.map(|b| b / u64::from(opts.streams.max(1)));
     let start = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..opts.streams {
-        let (mut send, mut recv) = session.open_stream().map_err(|e| format!("cannot open stream: {e}"))?;
+        // With --zero-rtt, stream 0 exists already and its request went as early data.
+        let (early, (mut send, mut recv)) = match early_stream.take() {
+            Some(pair) => (true, pair),
+            None => (false, session.open_stream().map_err(|e| format!("cannot open stream: {e}"))?),
+        };
         // Without --aggregate each stream stays on one connection, assigned round-robin.
         if !opts.aggregate || opts.migrate_at.is_some() {
             let conn = conns[i as usize % conns.len()];
@@ -115,16 +147,13 @@ pub async fn run(opts: PerfOptions) -> Result<PerfReport, String> {
             // The server sends a download: ask it to use the same connection.
             recv.request_steer(conn);
         }
-        let bytes = match per_stream {
-            // The first stream carries the remainder so the total is exact.
-            Some(b) if i == 0 => b + opts.bytes.unwrap_or(0) % u64::from(opts.streams.max(1)),
-            Some(b) => b,
-            None => u64::MAX,
-        };
+        let bytes = stream_bytes(&opts, i);
         let request = Request { direction: opts.direction, seed: i, bytes, millis: opts.millis };
         let progress = progress.clone();
         tasks.spawn(async move {
-            send.write_all(&request.encode()).await?;
+            if !early {
+                send.write_all(&request.encode()).await?;
+            }
             match request.direction {
                 Direction::Upload => {
                     let sent = send_pattern(&mut send, i.into(), bytes, deadline(request.millis), &progress).await?;
