@@ -142,9 +142,11 @@ async fn failed_destinations_give_socks_failure_or_reset() {
     assert_eq!(timeout(T, socks5_connect(&mut s, &name)).await.unwrap().unwrap(), 0x05);
     // A forward to a closed port: the local connection is reset.
     let fwd = t.forward(closed).await;
-    let mut app = TcpStream::connect(fwd).await.unwrap();
-    let mut b = [0u8; 1];
-    let r = timeout(T, app.read(&mut b)).await.unwrap();
+    // The RST may come so early that it is already the connect's result.
+    let r = match TcpStream::connect(fwd).await {
+        Ok(mut app) => timeout(T, app.read(&mut [0u8; 1])).await.unwrap(),
+        Err(e) => Err(e),
+    };
     assert_eq!(r.unwrap_err().kind(), std::io::ErrorKind::ConnectionReset);
     // The session is untouched: a good connection still works.
     let echo = echo_server("127.0.0.1:0").await;
@@ -243,12 +245,4 @@ async fn a_stalled_destination_does_not_block_the_others() {
     }
     assert_eq!(sent.load(std::sync::atomic::Ordering::Relaxed), last, "the stalled stream is still stalled");
     pusher.abort();
-}
-
-async fn wait_for(mut cond: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + T;
-    while !cond() {
-        assert!(std::time::Instant::now() < deadline, "condition not reached in {T:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }

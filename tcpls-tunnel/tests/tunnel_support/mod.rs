@@ -193,3 +193,12 @@ pub fn kill_sockets_to_port(port: u16) -> usize {
     assert!(out.status.success(), "ss -K: {}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.contains(&format!(":{port}"))).count()
 }
+
+/// Polls `cond` until it holds (fails the test after [`T`]).
+pub async fn wait_for(mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + T;
+    while !cond() {
+        assert!(std::time::Instant::now() < deadline, "condition not reached in {T:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
