@@ -213,3 +213,67 @@ fn large_request_is_split_between_early_data_and_the_first_records() {
     assert!(p.client.early_data_accepted());
     assert_eq!(p.read_to_end(true, 0), request[MAX_EARLY_STREAM_BYTES..]);
 }
+
+/// A captured ClientHello with early data, replayed to the same server: the stateful ticket was
+/// taken by the first handshake, so the replay gets a full handshake and its early data is
+/// skipped (never delivered).
+#[test]
+fn replayed_early_data_is_not_accepted_twice() {
+    let pki = Pki::new();
+    let (client_cfg, server_cfg) = configs(&pki);
+    let server_cfg = Arc::new(server_cfg);
+    let _first = warm_up(&client_cfg, &server_cfg);
+    let request = pattern(200, 13);
+    let (mut client, _) = Session::client_with_early_data(client_cfg, name(), test_config(), &request).unwrap();
+    client.prepare_transmit(std::time::Instant::now());
+    let flight = client.transmit_data(0).to_vec();
+    let now = std::time::Instant::now();
+    let mut original = Session::server(server_cfg.clone(), test_config()).unwrap();
+    original.handle_data(0, &flight, now);
+    assert!(original.early_data_accepted());
+    let mut replay = Session::server(server_cfg, test_config()).unwrap();
+    replay.handle_data(0, &flight, now);
+    assert!(!replay.early_data_accepted(), "a replayed ClientHello must not deliver early data");
+    assert_eq!(replay.accept_stream(), None);
+}
+
+fn with_store(pki: &Pki, store: Arc<tcpls_proto::tls::TicketStore>) -> Arc<ServerConfig> {
+    let mut server = pki.server_config(&[]);
+    server.max_early_data_size = 16384;
+    server.session_storage = store;
+    Arc::new(tcpls_server_config(&server))
+}
+
+/// TicketStore: tickets work once, expire after their lifetime, and rotation forgets them.
+#[test]
+fn ticket_store_lifetime_rotation_and_single_use() {
+    use tcpls_proto::tls::TicketStore;
+    let pki = Pki::new();
+    let (client_cfg, _) = configs(&pki);
+    let store = Arc::new(TicketStore::new(64, std::time::Duration::from_secs(3600)));
+    let server = with_store(&pki, store.clone());
+    let _first = warm_up(&client_cfg, &server);
+    let issued = store.stats().issued;
+    assert!(issued >= 1, "{:?}", store.stats());
+    let mut second = Pair::from_arcs(client_cfg.clone(), server.clone(), test_config());
+    second.drive();
+    assert!(second.client.handshake_info().unwrap().resumed);
+    assert_eq!(store.stats().resumed, 1);
+
+    // Rotation: every ticket the client holds is refused; the handshake is a full one.
+    store.rotate();
+    let mut third = Pair::from_arcs(client_cfg.clone(), server, test_config());
+    third.drive();
+    assert!(third.client.is_established() && !third.client.handshake_info().unwrap().resumed);
+    assert!(store.stats().refused >= 1);
+
+    // Lifetime: a store whose tickets expire at once never resumes.
+    let expired = Arc::new(TicketStore::new(64, std::time::Duration::ZERO));
+    let server = with_store(&pki, expired.clone());
+    let (client_cfg, _) = configs(&pki);
+    let _first = warm_up(&client_cfg, &server);
+    let mut again = Pair::from_arcs(client_cfg, server, test_config());
+    again.drive();
+    assert!(again.client.is_established() && !again.client.handshake_info().unwrap().resumed);
+    assert_eq!(expired.stats().resumed, 0);
+}

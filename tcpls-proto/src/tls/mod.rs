@@ -7,9 +7,11 @@
 
 mod fallback;
 mod handshake;
+mod tickets;
 
 pub use fallback::{FallbackRead, FallbackTls};
 pub use handshake::{Handshake, HandshakeInfo, HandshakeOutcome, Progress, MAX_EARLY_DATA};
+pub use tickets::{TicketStats, TicketStore};
 
 /// Re-exported for the connection state, which keeps the handshake's exposed-bytes marker.
 pub mod handshake_exposed {
