@@ -38,6 +38,12 @@ impl Stream {
         let mut send = SendBuf::new(core.config.stream_send_buffer);
         // With failover, sealed data stays until the peer acknowledges it.
         send.set_retain_unacked(core.config.failover);
+        if core.fallback {
+            // The plain TLS byte stream has no Max Stream Data and no ACKs: TCP does flow control
+            // and delivery. Without this a fallback sender stalls after the initial 64 KiB credit.
+            send.set_max_data(u64::MAX);
+            send.set_retain_unacked(false);
+        }
         Self {
             send,
             recv: RecvBuf::new(core.config.stream_receive_window),
