@@ -1,0 +1,222 @@
+//! End-to-end tests of `tcpls tunnel server` / `tcpls tunnel client` (docs/CLI.md): real
+//! processes on loopback, curl as the application (SOCKS5 with local and remote name
+//! resolution), python3's http.server as the destination; files compared by SHA-256.
+//! Needs curl and python3 (CI packages `curl`, `python3`).
+
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::io::Read;
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use support::{free_port, run, tcpls, Proc, TempDir, LOCALHOST_V4, SHORT, TIMEOUT};
+
+/// `python3 -m http.server` serving a directory of pseudo-random files.
+struct Web {
+    dir: TempDir,
+    _proc: Proc,
+    port: u16,
+}
+
+impl Web {
+    fn start(files: &[(&str, usize)]) -> Web {
+        let dir = TempDir::new("tunnel-web");
+        for (i, (name, size)) in files.iter().enumerate() {
+            std::fs::write(dir.path().join(name), support::pseudo_random(*size, i as u64 + 1)).unwrap();
+        }
+        for _ in 0..5 {
+            let port = free_port(LOCALHOST_V4);
+            let mut cmd = Command::new("python3");
+            cmd.args(["-m", "http.server", &port.to_string(), "--bind", "127.0.0.1", "--directory"]).arg(dir.path());
+            let proc = Proc::spawn(&mut cmd, false);
+            let deadline = Instant::now() + SHORT;
+            while Instant::now() < deadline {
+                if TcpStream::connect((LOCALHOST_V4, port)).is_ok() {
+                    return Web { dir, _proc: proc, port };
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        panic!("python3 -m http.server did not start (is python3 installed?)");
+    }
+
+    fn sha256(&self, name: &str) -> String {
+        sha256(&self.dir.path().join(name))
+    }
+}
+
+fn sha256(path: &Path) -> String {
+    let out = Command::new("sha256sum").arg(path).output().unwrap();
+    assert!(out.status.success(), "sha256sum {}", path.display());
+    String::from_utf8_lossy(&out.stdout).split_whitespace().next().unwrap().to_string()
+}
+
+fn require_curl() {
+    match Command::new("curl").arg("--version").output() {
+        Ok(o) if o.status.success() => {}
+        _ => panic!("these tests need curl: install it (e.g. `apt-get install curl`) and run them again"),
+    }
+}
+
+/// Starts `make(port)` on fresh ports until its stderr shows `ready` (a lost race for a port
+/// shows "cannot listen").
+fn start(what: &str, ready: &[u8], make: impl Fn(u16) -> Command) -> (Proc, u16) {
+    for attempt in 0.. {
+        let port = free_port(LOCALHOST_V4);
+        let mut proc = Proc::spawn(&mut make(port), false);
+        match proc.stderr.wait_for(ready, SHORT) {
+            Ok(()) => return (proc, port),
+            Err(_) if attempt < 5 && proc.stderr.text().contains("cannot listen") => continue,
+            Err(e) => panic!("{what} did not start: {e}\n{}", proc.diagnostics()),
+        }
+    }
+    unreachable!()
+}
+
+/// `tcpls tunnel server --json` on 127.0.0.1 with `n` listening ports; returns them.
+fn start_server(n: usize) -> (Proc, Vec<u16>) {
+    for attempt in 0.. {
+        let ports: Vec<u16> = (0..n).map(|_| free_port(LOCALHOST_V4)).collect();
+        let mut cmd = tcpls();
+        cmd.args(["tunnel", "server", "--json"]);
+        for p in &ports {
+            cmd.args(["--listen", &format!("127.0.0.1:{p}")]);
+        }
+        let mut proc = Proc::spawn(&mut cmd, false);
+        let last = format!("tcpls tunnel server: listening on 127.0.0.1:{}", ports[n - 1]);
+        match proc.stderr.wait_for(last.as_bytes(), SHORT) {
+            Ok(()) => return (proc, ports),
+            Err(_) if attempt < 5 && proc.stderr.text().contains("cannot listen") => continue,
+            Err(e) => panic!("tcpls tunnel server did not start: {e}\n{}", proc.diagnostics()),
+        }
+    }
+    unreachable!()
+}
+
+/// `tcpls tunnel client --concentrator 127.0.0.1:P [--path ...] --insecure MODE`; `mode(port)`
+/// gives the mode's arguments for the local port. Returns it and that port.
+fn start_client(ports: &[u16], mode: impl Fn(u16) -> Vec<String>) -> (Proc, u16) {
+    start("tcpls tunnel client", b"tcpls tunnel client: session to", |local| {
+        let mut cmd = tcpls();
+        cmd.args(["tunnel", "client", "-v", "--insecure", "--concentrator", &format!("127.0.0.1:{}", ports[0])]);
+        for p in &ports[1..] {
+            cmd.args(["--path", &format!("127.0.0.1:{p}")]);
+        }
+        cmd.args(mode(local));
+        cmd
+    })
+}
+
+fn socks(port: u16) -> Vec<String> {
+    vec!["--socks".into(), format!("127.0.0.1:{port}")]
+}
+
+/// curl through the SOCKS5 proxy; `remote_names`: --socks5-hostname (the tunnel resolves)
+/// rather than --socks5 (curl resolves).
+fn curl(socks_port: u16, remote_names: bool, url: &str, out: &Path, extra: &[&str]) -> support::Finished {
+    let flag = if remote_names { "--socks5-hostname" } else { "--socks5" };
+    let mut cmd = Command::new("curl");
+    cmd.args(["-sS", "--fail", "--max-time", "60", flag, &format!("127.0.0.1:{socks_port}"), "-o"])
+        .arg(out)
+        .args(extra)
+        .arg(url);
+    run(&mut cmd, None, TIMEOUT + TIMEOUT)
+}
+
+#[test]
+fn curl_through_socks5_byte_exact_and_failures() {
+    require_curl();
+    let web = Web::start(&[("big.bin", 5_000_000), ("small.txt", 800)]);
+    let (mut server, ports) = start_server(1);
+    let (mut client, socks_port) = start_client(&ports, socks);
+    let out = TempDir::new("tunnel-curl");
+    for (i, (remote, host, file)) in [
+        (true, "localhost", "big.bin"),
+        (false, "127.0.0.1", "big.bin"),
+        (true, "localhost", "small.txt"),
+        (false, "localhost", "small.txt"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let dst = out.path().join(format!("{i}-{file}"));
+        let url = format!("http://{host}:{}/{file}", web.port);
+        let done = curl(socks_port, remote, &url, &dst, &[]);
+        assert!(done.status.success(), "curl {url}: {}\n{}", done.describe(), client.diagnostics());
+        assert_eq!(sha256(&dst), web.sha256(file), "{url} through the tunnel is byte-exact");
+    }
+    // A destination that refuses: the SOCKS5 request fails (curl exit 97, reply 5).
+    let closed = free_port(LOCALHOST_V4);
+    let done = curl(socks_port, false, &format!("http://127.0.0.1:{closed}/"), &out.path().join("x"), &[]);
+    assert_eq!(done.status.code(), Some(97), "SOCKS failure expected: {}", done.describe());
+    assert!(done.stderr.contains("(5)"), "reply 5 (connection refused): {}", done.stderr);
+
+    // A forward to a closed port: the local connection is reset.
+    let (_fwd, fwd_port) =
+        start_client(&ports, |p| vec!["--forward".into(), format!("127.0.0.1:{p}=127.0.0.1:{closed}")]);
+    let r = TcpStream::connect((LOCALHOST_V4, fwd_port)).and_then(|mut s| {
+        s.set_read_timeout(Some(SHORT))?;
+        s.read(&mut [0u8; 1])
+    });
+    assert_eq!(r.unwrap_err().kind(), std::io::ErrorKind::ConnectionReset, "{}", client.diagnostics());
+
+    // The session's summary (--json) when the client goes away: the server keeps a session
+    // whose connections were all lost for a rejoin (10 s), then reports it.
+    drop(client);
+    let deadline = Instant::now() + TIMEOUT;
+    let report = loop {
+        let text = server.stdout.text();
+        let lines: Vec<serde_json::Value> = text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+        if let Some(r) = lines.iter().find(|r| r["streams"].as_u64() == Some(5)) {
+            break r.clone();
+        }
+        assert!(Instant::now() < deadline, "no --json session summary\n{}", server.diagnostics());
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(report["connected"], 4, "{report}");
+    assert_eq!(report["connect_failed"], 1, "{report}");
+    assert!(report["bytes_down"].as_u64().unwrap() > 2 * 5_000_000 + 2 * 800, "{report}");
+}
+
+#[test]
+fn curl_over_two_paths_survives_killing_one() {
+    require_curl();
+    if !can_kill_sockets() {
+        eprintln!("SKIPPED: curl_over_two_paths_survives_killing_one: needs root and ss -K");
+        return;
+    }
+    const SIZE: usize = 48 << 20;
+    let web = Web::start(&[("a.bin", SIZE), ("b.bin", SIZE)]);
+    let (_server, ports) = start_server(2);
+    let (mut client, socks_port) = start_client(&ports, socks);
+    let out = TempDir::new("tunnel-curl-mp");
+    // Two downloads at once: streams go round-robin over the two connections, so the killed
+    // one is carrying one of them. Rate-limited so that the kill lands mid-transfer.
+    let downloads: Vec<_> = ["a.bin", "b.bin"]
+        .into_iter()
+        .map(|file| {
+            let dst = out.path().join(file);
+            let url = format!("http://127.0.0.1:{}/{file}", web.port);
+            std::thread::spawn(move || (curl(socks_port, true, &url, &dst, &["--limit-rate", "16M"]), dst))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(1200));
+    let killed =
+        Command::new("ss").args(["-K", "-t", "dst", "127.0.0.1", &format!("dport = :{}", ports[1])]).output().unwrap();
+    assert!(killed.status.success() && String::from_utf8_lossy(&killed.stdout).contains(&format!(":{}", ports[1])));
+    for (d, file) in downloads.into_iter().zip(["a.bin", "b.bin"]) {
+        let (done, dst) = d.join().unwrap();
+        assert!(done.status.success(), "curl {file}: {}\n{}", done.describe(), client.diagnostics());
+        assert!(done.elapsed > Duration::from_millis(1500), "the kill happened mid-transfer");
+        assert_eq!(sha256(&dst), web.sha256(file), "{file} is byte-exact after the failover");
+    }
+}
+
+fn can_kill_sockets() -> bool {
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    root && Command::new("ss").args(["-K", "dst", "192.0.2.1"]).output().is_ok_and(|o| o.status.success())
+}
