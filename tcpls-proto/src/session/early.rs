@@ -1,5 +1,5 @@
 //! 0-RTT: the client's first stream bytes as TLS early data, and the server's half-RTT answer
-//! (PROTOCOL.md §1.4, RESUMPTION.md).
+//! (PROTOCOL.md §1.7, RESUMPTION.md).
 //!
 //! Client: the early-data record carries the same Stream frame the first record after Finished
 //! would carry (stream 0, offset 0). The bytes stay unsent in the stream's send buffer until
@@ -145,16 +145,22 @@ impl Core {
     /// Server: hands a connection's accepted early-data records to the session, as its first
     /// TCPLS records. A Join in early data is refused: joins must not be replayable.
     pub(crate) fn deliver_early_data(&mut self, c: &mut Connection) -> Result<(), Error> {
+        if c.early_received.is_empty() {
+            return Ok(());
+        }
         for plaintext in std::mem::take(&mut c.early_received) {
             let first = c.app_records == 0;
             c.app_records += 1;
             self.early.received += plaintext.len();
-            // Number 0 for ACKs: the client's first record after Finished is number 0 too and
-            // arrives before we can send any ACK (ACKs wait for the handshake to complete).
             self.on_inbound(c.id, 0, Inbound::Frames { plaintext: &plaintext, first })?;
             if self.join_request.is_some() {
                 return Err(TransportError::unexpected("Join in early data").into());
             }
+        }
+        // Early data is not a record of our record layer: nothing to acknowledge (PROTOCOL.md
+        // §1.7). Before the first handshake completes there is no other ACK state to keep.
+        if !self.established {
+            self.acks = Default::default();
         }
         Ok(())
     }

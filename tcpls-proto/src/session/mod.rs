@@ -158,7 +158,7 @@ pub fn tcpls_client_config(config: &ClientConfig) -> ClientConfig {
 /// Same for a server: `tcpls/1` is preferred; the other listed protocols (and clients that offer
 /// no ALPN) are served as plain TLS. A server that accepts early data (`max_early_data_size` > 0)
 /// accepts at least one record of it ([`crate::tls::MAX_EARLY_DATA`], what TCPLS clients
-/// offer) and answers at half-RTT (PROTOCOL.md §1.4).
+/// offer) and answers at half-RTT (PROTOCOL.md §1.7).
 pub fn tcpls_server_config(config: &ServerConfig) -> ServerConfig {
     let mut config = config.clone();
     config.alpn_protocols.retain(|p| p != ALPN_TCPLS);

@@ -6,7 +6,7 @@
 //! left in the transmit buffer, where the first TCPLS record is appended before the caller writes
 //! anything: TCPLS adds no round trip and no extra segment to TLS over TCP.
 //!
-//! 0-RTT (PROTOCOL.md §1.4): a resuming client may offer one record of TCPLS frames as TLS early
+//! 0-RTT (PROTOCOL.md §1.7): a resuming client may offer one record of TCPLS frames as TLS early
 //! data, sealed by rustls right after its ClientHello; a server that accepts it collects those
 //! plaintexts for the session and may answer at half-RTT (records sealed by rustls under its
 //! application key before the client Finished), see [`Handshake::queue_half_rtt`].
