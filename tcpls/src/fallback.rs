@@ -139,6 +139,8 @@ pub(crate) fn blocked_reason(e: &io::Error, timeout: Duration) -> Option<String>
     match e.kind() {
         io::ErrorKind::TimedOut => Some(format!("got no answer within {timeout:?}")),
         io::ErrorKind::ConnectionReset => Some(format!("was reset ({e})")),
+        // The core reports a lost connection as "connection lost: <the socket's error>".
+        io::ErrorKind::ConnectionAborted if e.to_string().contains("reset") => Some(format!("was reset ({e})")),
         io::ErrorKind::ConnectionAborted | io::ErrorKind::UnexpectedEof | io::ErrorKind::BrokenPipe => {
             Some(format!("was cut off ({e})"))
         }

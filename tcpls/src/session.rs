@@ -217,9 +217,10 @@ impl Session {
         // From here on, an early return (an error, a timeout, or the caller dropping this
         // future) must end the half-made connection, or the session could never close.
         let mut guard = JoinGuard { shared: &self.shared, id, armed: true };
-        let stream = tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr))
-            .await
-            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, format!("connecting to {addr} timed out")))??;
+        let stream = tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr)).await.map_err(|_| {
+            let why = format!("connecting to {addr} got no answer within {timeout:?}: join cancelled");
+            io::Error::new(io::ErrorKind::TimedOut, why)
+        })??;
         crate::socket::configure(&stream)?;
         {
             let mut inner = self.shared.lock();

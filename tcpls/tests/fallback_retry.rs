@@ -37,7 +37,7 @@ fn iptables(topo: &Topology, args: &[&str]) -> Result<(), String> {
 }
 
 /// The ClientHello filter on path 0 (first pass through the router, from the client's veth).
-fn filter(action: &[&str]) -> Vec<&str> {
+fn filter<'a>(action: &[&'a str]) -> Vec<&'a str> {
     let mut rule = vec!["-A", "FORWARD", "-i", "toc", "-p", "tcp", "--dport", "4443", "-m", "string", "--algo", "bm"];
     rule.extend(["--string", "tcpls/1"]);
     rule.extend(action);
@@ -180,4 +180,33 @@ fn plain_retry_through_an_alpn_filter() {
         round_trip(&session, 1 << 20, 5).await;
         session.close().await;
     }));
+}
+
+/// Without namespaces: a remembered server gets a plain ClientHello at once, and a plain TLS
+/// (fallback) session carries a few MB both ways (fallback senders once stalled after the
+/// initial 64 KiB of TCPLS credit); a normal TCPLS server is unaffected by the retry option.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remembered_server_gets_plain_tls_and_bulk_data_flows() {
+    let pki = Pki::new();
+    let listener = TcplsListener::bind("127.0.0.1:0".parse().unwrap(), pki.server()).await.unwrap();
+    let addr = listener.local_addr();
+    tokio::spawn(async move {
+        while let Some((session, _)) = listener.accept().await {
+            tokio::spawn(echo(session));
+        }
+    });
+    let connector = TcplsConnector::new(pki.client()).with_fallback_retry(RETRY_AFTER);
+    let name = server_name_for("localhost").unwrap();
+    let (session, outcome) = connector.connect_detailed(addr, name.clone()).await.unwrap();
+    assert_eq!(outcome, ConnectOutcome::Tcpls, "nothing blocks TCPLS here");
+    round_trip(&session, 1 << 20, 7).await;
+    session.close().await;
+
+    connector.fallback_memory().unwrap().remember(addr, "was reset (test)".into(), Duration::from_secs(60));
+    let (session, outcome) = connector.connect_detailed(addr, name).await.unwrap();
+    assert!(matches!(outcome, ConnectOutcome::RememberedPlain { .. }), "{outcome:?}");
+    assert!(session.is_fallback());
+    assert_eq!(session.handshake_info().unwrap().alpn, None, "no tcpls/1 offered, none selected");
+    round_trip(&session, 4 << 20, 8).await;
+    session.close().await;
 }

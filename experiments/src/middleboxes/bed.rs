@@ -244,10 +244,12 @@ pub const TRACK_ONE_PASS: [&[&str]; 2] = [
 /// The path to `program` if it is installed (PATH plus the sbin directories).
 pub fn find_program(program: &str) -> Option<PathBuf> {
     let path = std::env::var("PATH").unwrap_or_default();
-    path.split(':')
+    let found = path
+        .split(':')
         .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"])
         .map(|d| Path::new(d).join(program))
-        .find(|p| p.is_file())
+        .find(|p| p.is_file());
+    found
 }
 
 /// Why a scenario could not run here.
@@ -306,7 +308,11 @@ impl Daemon {
                 return Ok(daemon);
             }
             if Instant::now() > deadline {
-                return Err(format!("{} is not listening on port {port} after 10 s: {}", daemon.name, daemon.log_tail()));
+                return Err(format!(
+                    "{} is not listening on port {port} after 10 s: {}",
+                    daemon.name,
+                    daemon.log_tail()
+                ));
             }
             std::thread::sleep(Duration::from_millis(50));
         }

@@ -26,8 +26,23 @@ const RULES: [&[&str]; 7] = [
     &["-A", "FORWARD", "-m", "conntrack", "--ctstate", "INVALID", "-j", "DROP"],
     &["-A", "FORWARD", "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"],
     &[
-        "-A", "FORWARD", "-i", "tunup", "-o", "tos", "-p", "tcp", "--syn", "--dport", "4443", "-m", "conntrack",
-        "--ctstate", "NEW", "-j", "ACCEPT",
+        "-A",
+        "FORWARD",
+        "-i",
+        "tunup",
+        "-o",
+        "tos",
+        "-p",
+        "tcp",
+        "--syn",
+        "--dport",
+        "4443",
+        "-m",
+        "conntrack",
+        "--ctstate",
+        "NEW",
+        "-j",
+        "ACCEPT",
     ],
     &["-A", "FORWARD", "-m", "comment", "--comment", "default-drop", "-j", "DROP"],
 ];
@@ -63,7 +78,8 @@ fn body(quick: bool) -> Result<Ran, Trouble> {
     let blocked = topo
         .run_in(Side::Client, move || std::net::TcpStream::connect_timeout(&probe, Duration::from_millis(700)))
         .map_err(|e| e.to_string())?;
-    let enforced = matches!(&blocked, Err(e) if matches!(e.kind(), std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock));
+    let enforced =
+        matches!(&blocked, Err(e) if matches!(e.kind(), std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock));
     if !enforced {
         return Err(Trouble::Fail(format!("the firewall is not enforcing its policy: port 5555 gave {blocked:?}")));
     }

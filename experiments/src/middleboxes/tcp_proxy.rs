@@ -14,9 +14,7 @@ use super::{scenario, Outcome, Ran, ScenarioResult, Trouble};
 
 pub fn haproxy(quick: bool) -> ScenarioResult {
     let software = bed::version("haproxy", &["-v"]);
-    scenario("tcp-proxy-haproxy", "TCP-splitting proxy (haproxy mode tcp)", software, || {
-        body(quick, start_haproxy)
-    })
+    scenario("tcp-proxy-haproxy", "TCP-splitting proxy (haproxy mode tcp)", software, || body(quick, start_haproxy))
 }
 
 pub fn socat(quick: bool) -> ScenarioResult {
