@@ -322,10 +322,12 @@ fn configs() -> &'static Configs {
     })
 }
 
-/// Session settings from the input's flag byte: small stream limits, so inputs reach them.
+/// Session settings from the input's flag byte: small stream limits, so inputs reach them;
+/// bit 2 forces the copying receive path, so both receive paths are fuzzed.
 fn settings(flags: u8) -> SessionConfig {
     SessionConfig {
         max_concurrent_streams: 1 + usize::from(flags >> 4) * 3,
+        zero_copy: flags & 4 == 0,
         stream_receive_window: WINDOW,
         tokens: 2,
         random: Arc::new(|buf: &mut [u8]| buf.fill(0x5a)),
