@@ -17,23 +17,23 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::pki::{Pki, SERVER_NAME};
-use crate::proto::{payload, share, Proto, Ready, SideReport, IO_SIZE};
+use crate::proto::{payload, share, Proto, Ready, SideReport, TcplsReceiverStats, IO_SIZE};
 use crate::sys::{monotonic_ns, Cpu};
 use crate::Res;
 
 /// Counts received bytes over all streams and records the moment the last expected one
 /// arrived (with the CPU time so far).
-struct Counter {
+pub struct Counter {
     expected: u64,
     state: Mutex<(u64, Option<(u64, Cpu)>)>,
 }
 
 impl Counter {
-    fn new(expected: u64) -> Arc<Self> {
+    pub fn new(expected: u64) -> Arc<Self> {
         Arc::new(Self { expected, state: Mutex::new((0, None)) })
     }
 
-    fn add(&self, n: usize) {
+    pub fn add(&self, n: usize) {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         st.0 += n as u64;
         if st.1.is_none() && st.0 >= self.expected {
@@ -42,11 +42,11 @@ impl Counter {
     }
 
     /// Total bytes, and the time and CPU at the last expected byte (or now, if it never came).
-    fn finish(&self, cpu0: Cpu) -> SideReport {
+    pub fn finish(&self, cpu0: Cpu) -> SideReport {
         let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let (t, cpu) = st.1.unwrap_or_else(|| (monotonic_ns(), Cpu::now()));
         let cpu = cpu.since(cpu0);
-        SideReport { bytes: st.0, t_ns: t, cpu_user_ns: cpu.user_ns, cpu_sys_ns: cpu.sys_ns }
+        SideReport { bytes: st.0, t_ns: t, cpu_user_ns: cpu.user_ns, cpu_sys_ns: cpu.sys_ns, tcpls: None }
     }
 }
 
@@ -66,14 +66,14 @@ fn debug_ticker(side: &'static str, session: &tcpls::Session, progress: impl Fn(
     });
 }
 
-fn announce(port: u16) -> Res<()> {
+pub fn announce(port: u16) -> Res<()> {
     println!("{}", serde_json::to_string(&Ready { port })?);
     use std::io::Write;
     std::io::stdout().flush()?;
     Ok(())
 }
 
-fn localhost() -> SocketAddr {
+pub fn localhost() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 0))
 }
 
@@ -134,8 +134,10 @@ pub async fn server(proto: Proto, bytes: u64) -> Res<SideReport> {
                 tls_server(&pki, tokio::io::BufReader::with_capacity(IO_SIZE, tcp), &counter).await
             }
         }
-        Proto::Tcpls | Proto::TcplsRead | Proto::Tcpls64 => {
-            let listener = TcplsListener::bind(localhost(), Arc::new(pki.server_config()?)).await?;
+        Proto::Quic | Proto::Quic9k => crate::quic::server(proto, &pki, &counter).await,
+        Proto::Tcpls | Proto::TcplsNoack | Proto::TcplsAgg2 | Proto::TcplsNozc | Proto::TcplsRead | Proto::Tcpls64 => {
+            let config = Arc::new(pki.server_config()?);
+            let listener = TcplsListener::bind_with(localhost(), config, proto.tcpls_settings()).await?;
             announce(listener.local_addr().port())?;
             let (session, _) = listener.accept().await.ok_or("TCPLS listener failed")?;
             if session.is_fallback() {
@@ -170,7 +172,8 @@ pub async fn server(proto: Proto, bytes: u64) -> Res<SideReport> {
                 send.write_all(DONE).await?;
                 send.shutdown().await?;
             }
-            let report = counter.finish(cpu0);
+            let mut report = counter.finish(cpu0);
+            report.tcpls = Some(receiver_stats(&session));
             if let Some(e) = session.close().await {
                 return Err(format!("TCPLS session failed: {e}").into());
             }
@@ -179,11 +182,20 @@ pub async fn server(proto: Proto, bytes: u64) -> Res<SideReport> {
     }
 }
 
+fn receiver_stats(session: &tcpls::Session) -> TcplsReceiverStats {
+    let stats = session.stats();
+    TcplsReceiverStats {
+        zero_copy_bytes: stats.zero_copy_bytes,
+        copied_bytes: stats.copied_bytes,
+        connection_bytes: session.connections().iter().map(|c| c.bytes_received).collect(),
+    }
+}
+
 /// What the TCPLS server sends back on stream 0 once it has received every byte.
-const DONE: &[u8] = b"done";
+pub const DONE: &[u8] = b"done";
 
 /// Writes `bytes` bytes as 256 KiB (or shorter, at the end) prefixes of the payload.
-async fn write_payload<W: AsyncWrite + Unpin>(w: &mut W, payload: &[u8], bytes: u64) -> Res<()> {
+pub async fn write_payload<W: AsyncWrite + Unpin>(w: &mut W, payload: &[u8], bytes: u64) -> Res<()> {
     let mut left = bytes;
     while left > 0 {
         let n = left.min(payload.len() as u64) as usize;
@@ -229,11 +241,17 @@ pub async fn client(proto: Proto, port: u16, bytes: u64, close_early: bool) -> R
                 start
             }
         }
-        Proto::Tcpls | Proto::TcplsRead | Proto::Tcpls64 => {
-            let connector = TcplsConnector::new(Arc::new(pki.client_config()?));
+        Proto::Quic | Proto::Quic9k => crate::quic::client(proto, &pki, addr, &data, bytes).await?,
+        Proto::Tcpls | Proto::TcplsNoack | Proto::TcplsAgg2 | Proto::TcplsNozc | Proto::TcplsRead | Proto::Tcpls64 => {
+            let connector = TcplsConnector::new(Arc::new(pki.client_config()?)).with_settings(proto.tcpls_settings());
             let session = connector.connect(addr, server_name_for(SERVER_NAME)?).await?;
             if session.is_fallback() {
                 return Err("server did not negotiate TCPLS".into());
+            }
+            // Extra connections to the same server address (its tokens); streams are not
+            // steered, so the session's scheduler spreads their records over all connections.
+            for _ in 1..proto.connections() {
+                session.join(addr).await.map_err(|e| format!("cannot join a second connection: {e}"))?;
             }
             let streams = proto.streams();
             let mut pairs = Vec::new();
@@ -277,5 +295,5 @@ pub async fn client(proto: Proto, port: u16, bytes: u64, close_early: bool) -> R
         }
     };
     let cpu = Cpu::now().since(cpu0);
-    Ok(SideReport { bytes, t_ns: t0, cpu_user_ns: cpu.user_ns, cpu_sys_ns: cpu.sys_ns })
+    Ok(SideReport { bytes, t_ns: t0, cpu_user_ns: cpu.user_ns, cpu_sys_ns: cpu.sys_ns, tcpls: None })
 }

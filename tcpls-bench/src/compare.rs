@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::pki::Pki;
-use crate::proto::{Proto, Ready, SideReport};
+use crate::proto::{Proto, Ready, SideReport, TcplsReceiverStats};
 use crate::sys::kill_child;
 use crate::Res;
 
@@ -90,6 +90,9 @@ struct Sample {
     /// CPU used by anything other than this benchmark while the run's processes were alive,
     /// as a share of the machine's capacity (compiles and tests of others skew results).
     other_load: Option<f64>,
+    /// TCPLS: what the receiving session counted (zero-copy and copied bytes, per connection).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    receiver_tcpls: Option<TcplsReceiverStats>,
 }
 
 impl Sample {
@@ -122,6 +125,11 @@ struct Summary {
     cpu_s_per_gib: CpuPerGib,
     /// Largest `other_load` of the samples.
     max_other_load: Option<f64>,
+    /// TCPLS: stream bytes the receivers decrypted in place / copied, summed over the samples.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    zero_copy_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    copied_bytes: Option<u64>,
     samples: Vec<Sample>,
 }
 
@@ -158,7 +166,7 @@ pub fn run(opts: Options) -> Res<()> {
         for &proto in &opts.protos {
             let s = run_one(proto, rep, &opts, &env).map_err(|e| format!("{} (rep {rep}): {e}", proto.name()))?;
             eprintln!(
-                "rep {rep}/{} {:<10} {:7.2} Gbit/s  {:6.3} s  CPU s/GiB sender {:.3} receiver {:.3}  other load {}",
+                "rep {rep}/{} {:<11} {:7.2} Gbit/s  {:6.3} s  CPU s/GiB sender {:.3} receiver {:.3}  other load {}{}",
                 opts.reps,
                 proto.name(),
                 s.gbit_s,
@@ -166,6 +174,7 @@ pub fn run(opts: Options) -> Res<()> {
                 s.sender_cpu() / (opts.bytes as f64 / GIB),
                 s.receiver_cpu() / (opts.bytes as f64 / GIB),
                 percent(s.other_load),
+                s.receiver_tcpls.as_ref().map(describe_receiver).unwrap_or_default(),
             );
             samples.push((proto, s));
         }
@@ -177,6 +186,15 @@ pub fn run(opts: Options) -> Res<()> {
         print_table(&report);
     }
     Ok(())
+}
+
+/// ", zero-copy 0 B, copied 1073741824 B, per connection [..]" for the progress line.
+fn describe_receiver(t: &TcplsReceiverStats) -> String {
+    let mut out = format!("  zero-copy {} B, copied {} B", t.zero_copy_bytes, t.copied_bytes);
+    if t.connection_bytes.len() > 1 {
+        out.push_str(&format!(", received per connection {:?}", t.connection_bytes));
+    }
+    out
 }
 
 fn summarize(opts: &Options, samples: Vec<(Proto, Sample)>) -> Report {
@@ -206,6 +224,12 @@ fn summarize(opts: &Options, samples: Vec<(Proto, Sample)>) -> Report {
                     total: median(&mine.iter().map(|s| (s.sender_cpu() + s.receiver_cpu()) / gib).collect::<Vec<_>>()),
                 },
                 max_other_load: mine.iter().filter_map(|s| s.other_load).reduce(f64::max),
+                zero_copy_bytes: p
+                    .is_tcpls()
+                    .then(|| mine.iter().filter_map(|s| s.receiver_tcpls.as_ref()).map(|t| t.zero_copy_bytes).sum()),
+                copied_bytes: p
+                    .is_tcpls()
+                    .then(|| mine.iter().filter_map(|s| s.receiver_tcpls.as_ref()).map(|t| t.copied_bytes).sum()),
                 samples: mine,
             }
         })
@@ -268,17 +292,21 @@ fn print_table(r: &Report) {
     println!("cpu: {}", r.cpu);
     println!();
     println!(
-        "{:<11} {:>8} {:>8} {:>8} {:>7}   {:>9} {:>8} {:>8}   {:>6}",
-        "", "Gbit/s", "", "", "ratio", "CPU s/GiB", "", "", "other"
+        "{:<11} {:>8} {:>8} {:>8} {:>7}   {:>9} {:>8} {:>8}   {:>6}   {:>9}",
+        "", "Gbit/s", "", "", "ratio", "CPU s/GiB", "", "", "other", "received"
     );
     println!(
-        "{:<11} {:>8} {:>8} {:>8} {:>7}   {:>9} {:>8} {:>8}   {:>6}",
-        "protocol", "median", "min", "max", "to tls", "sender", "receiver", "total", "load"
+        "{:<11} {:>8} {:>8} {:>8} {:>7}   {:>9} {:>8} {:>8}   {:>6}   {:>9}",
+        "protocol", "median", "min", "max", "to tls", "sender", "receiver", "total", "load", "zero-copy"
     );
     for s in &r.results {
         let ratio = s.ratio_to_tls.map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into());
+        let zero_copy = match (s.zero_copy_bytes, s.copied_bytes) {
+            (Some(z), Some(c)) if z + c > 0 => format!("{:.0}%", 100.0 * z as f64 / (z + c) as f64),
+            _ => "-".into(),
+        };
         println!(
-            "{:<11} {:>8.2} {:>8.2} {:>8.2} {:>7}   {:>9.3} {:>8.3} {:>8.3}   {:>6}",
+            "{:<11} {:>8.2} {:>8.2} {:>8.2} {:>7}   {:>9.3} {:>8.3} {:>8.3}   {:>6}   {:>9}",
             s.protocol,
             s.median_gbit_s,
             s.min_gbit_s,
@@ -288,11 +316,16 @@ fn print_table(r: &Report) {
             s.cpu_s_per_gib.receiver,
             s.cpu_s_per_gib.total,
             percent(s.max_other_load),
+            zero_copy,
         );
     }
     println!();
     println!("CPU s/GiB: medians over the repetitions. other load: the most CPU that other programs used");
-    println!("during one of the protocol's runs, as a share of all {} CPUs.", r.machine.nproc);
+    println!(
+        "during one of the protocol's runs, as a share of all {} CPUs. received zero-copy: TCPLS",
+        r.machine.nproc
+    );
+    println!("receivers' zero_copy_bytes / (zero_copy_bytes + copied_bytes) over all repetitions.");
     if r.results.iter().any(|s| s.max_other_load.is_some_and(|l| l > NOISY)) {
         println!(
             "WARNING: other programs used more than {:.0}% of the machine during some runs; results are skewed.",
@@ -455,6 +488,7 @@ fn run_one(proto: Proto, rep: u32, opts: &Options, env: &[(&'static str, String)
         receiver_user_s: received.cpu_user_ns as f64 / 1e9,
         receiver_sys_s: received.cpu_sys_ns as f64 / 1e9,
         other_load,
+        receiver_tcpls: received.tcpls,
     })
 }
 

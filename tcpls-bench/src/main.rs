@@ -7,6 +7,8 @@ mod compare;
 mod join;
 mod pki;
 mod proto;
+mod quic;
+mod recv_cpu;
 mod sys;
 
 use std::process::ExitCode;
@@ -32,6 +34,11 @@ enum Command {
     /// Latency and server CPU of `Session::join`, with TLS resumption and with full handshakes.
     #[command(after_help = "Example:\n  cargo run --release -p tcpls-bench -- join --joins 200")]
     Join(join::Options),
+    /// Instructions (under callgrind) and time per byte of TCPLS' receive path, zero-copy or not.
+    #[command(
+        after_help = "Examples:\n  tcpls-bench recv-cpu --zero-copy on\n  tcpls-bench/scripts/recv-cpu.sh   # both paths under callgrind: instructions/byte and the ratio"
+    )]
+    RecvCpu(recv_cpu::Options),
     /// Server of one join run (spawned by `join`).
     #[command(hide = true)]
     JoinServer {
@@ -124,6 +131,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Compare(opts) => compare::run(opts),
         Command::Join(opts) => join::run(opts),
+        Command::RecvCpu(opts) => recv_cpu::run(opts),
         Command::JoinServer { joins, worker_threads } => {
             run_on_runtime(worker_threads, join::server(joins)).and_then(|r| print_report(&r))
         }

@@ -18,8 +18,25 @@ pub enum Proto {
     /// Same, but the receiver's TcpStream is wrapped in a 256 KiB BufReader, so rustls' small
     /// socket reads (at most one record, ~16 KiB) are served from memory. Not run by default.
     TlsBufread,
+    /// QUIC (quinn 0.11, rustls + aws-lc-rs), one bidirectional stream, see `quic.rs`.
+    Quic,
+    /// Same with 8952-byte UDP datagrams (a jumbo-frame path) instead of at most 1452. Not run
+    /// by default.
+    #[value(name = "quic-9k")]
+    #[serde(rename = "quic-9k")]
+    Quic9k,
     /// One TCPLS stream, receiver consumes in place with `read_chunk_with`.
     Tcpls,
+    /// As `tcpls` with acknowledgements off: no failover (no retention of sent records) on
+    /// either side, and the receiver's ACK thresholds so high that it sends none.
+    TcplsNoack,
+    /// As `tcpls` over two TCP connections of one session (a join to the same server address),
+    /// the stream not steered, so the session's scheduler spreads its records over both.
+    #[value(name = "tcpls-agg2")]
+    #[serde(rename = "tcpls-agg2")]
+    TcplsAgg2,
+    /// As `tcpls` with `SessionConfig::zero_copy = false` (the copying receive path).
+    TcplsNozc,
     /// One TCPLS stream, receiver uses `AsyncRead` into a 256 KiB buffer.
     TcplsRead,
     /// One TCPLS session, 64 streams sharing the bytes, receivers use `read_chunk_with`.
@@ -29,17 +46,30 @@ pub enum Proto {
 }
 
 impl Proto {
-    pub const DEFAULT: [Proto; 5] = [Proto::Tcp, Proto::Tls, Proto::Tcpls, Proto::TcplsRead, Proto::Tcpls64];
+    pub const DEFAULT: [Proto; 7] =
+        [Proto::Tcp, Proto::Tls, Proto::Quic, Proto::Tcpls, Proto::TcplsNoack, Proto::TcplsAgg2, Proto::TcplsNozc];
 
     pub fn name(self) -> &'static str {
         match self {
             Proto::Tcp => "tcp",
             Proto::Tls => "tls",
             Proto::TlsBufread => "tls-bufread",
+            Proto::Quic => "quic",
+            Proto::Quic9k => "quic-9k",
             Proto::Tcpls => "tcpls",
+            Proto::TcplsNoack => "tcpls-noack",
+            Proto::TcplsAgg2 => "tcpls-agg2",
+            Proto::TcplsNozc => "tcpls-nozc",
             Proto::TcplsRead => "tcpls-read",
             Proto::Tcpls64 => "tcpls-64",
         }
+    }
+
+    pub fn is_tcpls(self) -> bool {
+        matches!(
+            self,
+            Proto::Tcpls | Proto::TcplsNoack | Proto::TcplsAgg2 | Proto::TcplsNozc | Proto::TcplsRead | Proto::Tcpls64
+        )
     }
 
     pub fn streams(self) -> u32 {
@@ -49,12 +79,41 @@ impl Proto {
         }
     }
 
+    /// TCP connections of the session (TCPLS).
+    pub fn connections(self) -> usize {
+        match self {
+            Proto::TcplsAgg2 => 2,
+            _ => 1,
+        }
+    }
+
+    /// The TCPLS settings of both ends.
+    pub fn tcpls_settings(self) -> tcpls::SessionConfig {
+        let default = tcpls::SessionConfig::default();
+        match self {
+            Proto::TcplsNoack => tcpls::SessionConfig {
+                failover: false,
+                // The receiver acknowledges whatever the sender's setting; these make it never do.
+                ack_every_records: u32::MAX,
+                ack_delay: std::time::Duration::from_secs(24 * 3600),
+                ..default
+            },
+            Proto::TcplsNozc => tcpls::SessionConfig { zero_copy: false, ..default },
+            _ => default,
+        }
+    }
+
     pub fn describe(self) -> &'static str {
         match self {
             Proto::Tcp => "tokio TcpStream, 256 KiB writes, 256 KiB read buffer",
             Proto::Tls => "tokio-rustls, TLS 1.3 AES-128-GCM, 16 KiB records, 256 KiB writes/reads",
             Proto::TlsBufread => "as tls, receiver's socket behind a 256 KiB tokio BufReader",
+            Proto::Quic => "quinn 0.11, AES-128-GCM, 1 bidi stream, 256 KiB write_all, read_chunk (no copy), UDP payload <= 1452 (MTU discovery), GSO",
+            Proto::Quic9k => "as quic with 8952-byte UDP payloads",
             Proto::Tcpls => "TCPLS, 1 stream, 256 KiB write_all, receiver read_chunk_with (no copy)",
+            Proto::TcplsNoack => "as tcpls, failover off and no ACKs (ack thresholds at infinity)",
+            Proto::TcplsAgg2 => "as tcpls, 2 TCP connections (join), stream spread by the default scheduler",
+            Proto::TcplsNozc => "as tcpls, SessionConfig::zero_copy = false (copying receive path)",
             Proto::TcplsRead => "TCPLS, 1 stream, 256 KiB write_all, receiver AsyncRead into 256 KiB",
             Proto::Tcpls64 => "TCPLS, 64 streams share the bytes, receivers read_chunk_with",
         }
@@ -83,6 +142,20 @@ pub struct SideReport {
     pub t_ns: u64,
     pub cpu_user_ns: u64,
     pub cpu_sys_ns: u64,
+    /// The receiving TCPLS session's counters (server side of TCPLS transfers only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcpls: Option<TcplsReceiverStats>,
+}
+
+/// What the receiving TCPLS session says about its receive path and its connections.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct TcplsReceiverStats {
+    /// `SessionStats::zero_copy_bytes`: decrypted straight into the stream's buffer.
+    pub zero_copy_bytes: u64,
+    /// `SessionStats::copied_bytes`: decrypted elsewhere, then copied.
+    pub copied_bytes: u64,
+    /// Bytes received on each TCP connection of the session (records, headers included).
+    pub connection_bytes: Vec<u64>,
 }
 
 /// A fixed pseudo-random payload (xorshift64), made once; every write sends a prefix of it.

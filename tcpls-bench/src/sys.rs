@@ -120,3 +120,30 @@ impl LoadMeter {
         }
     }
 }
+
+/// Asks for `bytes` of socket buffer each way on a UDP socket: SO_RCVBUFFORCE/SO_SNDBUFFORCE
+/// (root may exceed net.core.rmem_max/wmem_max), else the ordinary options (capped by the
+/// kernel). Best effort: a smaller buffer only makes the benchmark slower, not wrong.
+pub fn force_socket_buffers(socket: &std::net::UdpSocket, bytes: usize) {
+    use std::os::fd::AsRawFd;
+    let fd = socket.as_raw_fd();
+    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    for (forced, plain) in [(libc::SO_RCVBUFFORCE, libc::SO_RCVBUF), (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF)] {
+        for opt in [forced, plain] {
+            // SAFETY: `fd` is an open socket owned by `socket`; `value` is a c_int that lives for the
+            // call and its size is passed.
+            let rc = unsafe {
+                libc::setsockopt(
+                    fd,
+                    libc::SOL_SOCKET,
+                    opt,
+                    (&value as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            if rc == 0 {
+                break;
+            }
+        }
+    }
+}
