@@ -127,10 +127,27 @@ pub fn all(quick: bool) -> Vec<ScenarioResult> {
     ]
 }
 
-/// The markdown table of the report.
-pub fn markdown(results: &[ScenarioResult]) -> String {
-    let mut md = String::from(
-        "# TCPLS through middleboxes\n\n| scenario | middlebox | software | outcome | bytes verified | detail |\n|---|---|---|---|---|---|\n",
+/// The versions of the middlebox software and of what it depends on, as the programs print them.
+pub fn versions() -> Vec<(&'static str, String)> {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    vec![
+        ("iptables -V", bed::version("iptables", &["-V"])),
+        ("haproxy -v", bed::version("haproxy", &["-v"])),
+        ("nginx -v", bed::version("nginx", &["-v"])),
+        ("socat -V", bed::version("socat", &["-V"])),
+        ("openssl version", bed::version("openssl", &["version"])),
+        ("kernel", kernel.trim().to_string()),
+    ]
+}
+
+/// The markdown report: versions, then one table row per scenario.
+pub fn markdown(results: &[ScenarioResult], versions: &[(&str, String)]) -> String {
+    let mut md = String::from("# TCPLS through middleboxes\n\n");
+    for (what, version) in versions {
+        md.push_str(&format!("* `{what}`: {version}\n"));
+    }
+    md.push_str(
+        "\n| scenario | middlebox | software | outcome | bytes verified | detail |\n|---|---|---|---|---|---|\n",
     );
     for r in results {
         let outcome = serde_json::to_value(r.outcome).ok().and_then(|v| v.as_str().map(String::from));
@@ -155,14 +172,22 @@ pub fn run(opts: &Opts) -> Result<Summary, String> {
         eprintln!("{:<16} {:?}: {}", r.name, r.outcome, r.detail);
     }
     let failed: Vec<&str> = results.iter().filter(|r| r.outcome == Outcome::Failed).map(|r| r.name).collect();
-    let summary = serde_json::json!({ "experiment": "middleboxes", "scenarios": results, "failed": failed });
+    let versions = versions();
+    let version_map: serde_json::Map<String, serde_json::Value> =
+        versions.iter().map(|(k, v)| (k.to_string(), serde_json::Value::from(v.clone()))).collect();
+    let summary = serde_json::json!({
+        "experiment": "middleboxes",
+        "versions": version_map,
+        "scenarios": results,
+        "failed": failed,
+    });
     let json = serde_json::to_string_pretty(&summary).map_err(|e| e.to_string())?;
     let write = |name: &str, text: &str| {
         let p = opts.out.join(name);
         std::fs::write(&p, text).map_err(|e| format!("{}: {e}", p.display()))
     };
     write("middleboxes.json", &json)?;
-    write("middleboxes.md", &markdown(&results))?;
+    write("middleboxes.md", &markdown(&results, &versions))?;
     if failed.is_empty() {
         Ok(summary)
     } else {

@@ -1,5 +1,5 @@
 //! NAT on one of two paths: path 1's router masquerades (iptables MASQUERADE with port
-//! rewriting into 40000-49999), path 0 is not NATed. A session starts on one path and joins the
+//! rewriting into 20000-29999), path 0 is not NATed. A session starts on one path and joins the
 //! other, both ways round; NAT detection (Address Echo, `Session::probe_nat`) must report the
 //! NAT on the NATed connection only, and data steered to each connection is checked.
 
@@ -11,8 +11,9 @@ use tcpls_netem::{PathSpec, Side, Topology};
 use super::bed::{self, EchoServer, Pki, SERVER_PORT};
 use super::{scenario, Outcome, Ran, ScenarioResult, Trouble};
 
-/// The source ports MASQUERADE rewrites to.
-const NAT_PORTS: std::ops::RangeInclusive<u16> = 40000..=49999;
+/// The source ports MASQUERADE rewrites to: outside Linux's ephemeral range (32768-60999), so
+/// every port is rewritten (NAT keeps a port that already lies in the range).
+const NAT_PORTS: std::ops::RangeInclusive<u16> = 20000..=29999;
 
 pub fn run(quick: bool) -> ScenarioResult {
     let software = bed::version("iptables", &["-V"]);
