@@ -124,7 +124,7 @@ fn run_tcpls(p: &Params, record_size: usize, pki: &Pki) -> Result<Run, String> {
     let second_t = joined_rx.try_recv().map(|t| secs_between(t0, t)).unwrap_or(p.second_path_at);
     drop(server);
     drop(topo);
-    let label = if record_size >= 16 << 10 { "TCPLS, 16 KiB records" } else { "TCPLS, 1500 B records" };
+    let label = if record_size >= 16 << 10 { "TCPLS 16 KiB records" } else { "TCPLS 1500 B records" };
     let detail = json!({ "record_size": record_size, "bytes_received_per_connection": per_conn });
     Ok(finish(label, meter.reads_since(t0), second_t, got, verified, detail))
 }
@@ -210,6 +210,7 @@ pub fn run(opts: &Opts) -> Result<Summary, String> {
                 points: goodput_series(&r.reads, BIN, last_read(&r.reads) + BIN),
             }],
             markers: vec![Marker { label: "second path".into(), t: r.second_t }],
+            legend_top: false,
         })
         .collect();
     write_all(opts, NAME, "Bandwidth aggregation: 2 x 25 Mbit/s, second path after a few seconds", &panels, &summary)?;

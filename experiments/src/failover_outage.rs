@@ -222,6 +222,7 @@ pub fn run(opts: &Opts) -> Result<Summary, String> {
                 },
             ],
             markers: vec![Marker { label: what.to_string(), t: t.outage_t }],
+            legend_top: false,
         });
     }
     summary["verified"] = json!(all_verified);

@@ -8,20 +8,20 @@
 //! over to the working one. MPTCP: the kernel's in-kernel path manager with a `subflow` endpoint
 //! per extra path (its default behaviour, no tuning).
 
-use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use tcpls::{server_name_for, ConnId, Session, SessionConfig, TcplsConnector};
-use tcpls_netem::Topology;
+use tcpls_netem::{Side, Topology};
 
 use crate::output::{round, write_all};
 use crate::pki::Pki;
 use crate::plot::{Marker, Panel, Series};
 use crate::tcpls_run::{self, TcplsServer};
-use crate::trace::{goodput_series, last_read, recovery_after, secs_between, Meter};
+use crate::trace::{goodput_series, last_read, recovery_between, secs_between, Meter};
 use crate::{mptcp_run, note, path, topology, wait_started, Opts, Summary, BIN};
 
 pub const NAME: &str = "failover-periodic";
@@ -29,8 +29,9 @@ const PATHS: usize = 4;
 const RATE_MBPS: f64 = 25.0;
 const DELAY_MS: f64 = 10.0;
 const USER_TIMEOUT: Duration = Duration::from_millis(250);
-/// A join attempt over a blackholed path is abandoned after this and retried.
-const JOIN_ATTEMPT: Duration = Duration::from_secs(1);
+/// A probe of a blackholed path is abandoned after this and retried.
+const PROBE_ATTEMPT: Duration = Duration::from_millis(500);
+const PROBE_PORT: u16 = 4444;
 const SEED: u64 = 9;
 const PORT: u16 = 4443;
 
@@ -44,7 +45,7 @@ struct Params {
 impl Params {
     fn new(quick: bool) -> Params {
         if quick {
-            Params { bytes: 12_000_000, period: 2.5, limit: Duration::from_secs(40) }
+            Params { bytes: 20_000_000, period: 2.0, limit: Duration::from_secs(20) }
         } else {
             Params { bytes: 60_000_000, period: 5.0, limit: Duration::from_secs(150) }
         }
@@ -98,28 +99,98 @@ struct Run {
 
 impl Run {
     fn recoveries_ms(&self) -> Vec<Option<f64>> {
-        self.rotations.iter().map(|t| recovery_after(&self.reads, *t).map(|s| round(s * 1e3, 0))).collect()
+        // Each rotation's recovery is looked for before the next one.
+        let ends = self.rotations.iter().skip(1).copied().chain(std::iter::once(f64::INFINITY));
+        self.rotations
+            .iter()
+            .zip(ends)
+            .map(|(t, end)| recovery_between(&self.reads, *t, end).map(|s| round(s * 1e3, 0)))
+            .collect()
     }
 }
 
-/// The client's path manager: a join loop per path that has no usable connection.
-async fn manage_paths(session: Session, addrs: Vec<SocketAddr>, joins: std::sync::Arc<std::sync::atomic::AtomicU64>) {
-    let mut on_path: HashMap<usize, ConnId> = HashMap::from([(0, 0)]);
-    loop {
-        let usable = session.usable_connections();
-        for (i, addr) in addrs.iter().enumerate() {
-            if on_path.get(&i).is_some_and(|c| usable.contains(c)) {
-                continue;
-            }
-            let s = session.clone();
-            if let Ok(Ok(id)) = tokio::time::timeout(JOIN_ATTEMPT, s.join(*addr)).await {
-                let _ = session.set_user_timeout(id, USER_TIMEOUT);
-                on_path.insert(i, id);
-                joins.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
+/// A TCP port on every server address that accepts and closes connections: the path manager's
+/// probe. (Probing with `Session::join` itself would spend one of the session's join tokens per
+/// attempt lost in a blackhole, and a client without tokens cannot rejoin.)
+struct Prober {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Prober {
+    fn start(topo: &Topology, addrs: &[SocketAddr]) -> Result<Prober, String> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut threads = Vec::new();
+        for a in addrs {
+            let addr = SocketAddr::new(a.ip(), PROBE_PORT);
+            let l = topo
+                .run_in(Side::Server, move || std::net::TcpListener::bind(addr))
+                .map_err(|e| e.to_string())?
+                .map_err(|e| format!("probe listener {addr}: {e}"))?;
+            l.set_nonblocking(true).map_err(|e| e.to_string())?;
+            let stop = stop.clone();
+            threads.push(std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    if l.accept().is_err() {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                }
+            }));
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        Ok(Prober { stop, threads })
     }
+}
+
+impl Drop for Prober {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The client's path manager: one task per path that, whenever the path has no usable
+/// connection, probes it (a TCP connect to [`PROBE_PORT`], abandoned after [`PROBE_ATTEMPT`])
+/// and joins a connection over it once the probe succeeds.
+async fn manage_paths(session: Session, addrs: Vec<SocketAddr>, joins: Arc<AtomicU64>) {
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, addr) in addrs.into_iter().enumerate() {
+        let (session, joins) = (session.clone(), joins.clone());
+        tasks.spawn(async move {
+            // The session's first connection (ID 0) is on path 0.
+            let mut conn: Option<ConnId> = (i == 0).then_some(0);
+            let probe = SocketAddr::new(addr.ip(), PROBE_PORT);
+            loop {
+                if conn.is_some_and(|c| session.usable_connections().contains(&c)) {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+                match tokio::time::timeout(PROBE_ATTEMPT, tokio::net::TcpStream::connect(probe)).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(_)) => {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                    Err(_) => continue,
+                }
+                match tokio::time::timeout(Duration::from_secs(3), session.join(addr)).await {
+                    Ok(Ok(id)) => {
+                        let _ = session.set_user_timeout(id, USER_TIMEOUT);
+                        debug(&format!("joined path {i}: connection {id}"));
+                        conn = Some(id);
+                        joins.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Ok(Err(e)) => {
+                        debug(&format!("join path {i}: {e}"));
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                    Err(_) => debug(&format!("join path {i}: timed out")),
+                }
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
 }
 
 fn run_tcpls(p: &Params, pki: &Pki) -> Result<Run, String> {
@@ -127,10 +198,11 @@ fn run_tcpls(p: &Params, pki: &Pki) -> Result<Run, String> {
     let addrs: Vec<SocketAddr> =
         (0..PATHS).map(|i| server_addr(&topo, i).map(|a| SocketAddr::new(a, PORT))).collect::<Result<_, _>>()?;
     let server = TcplsServer::start(&topo, addrs.clone(), pki.server.clone(), SessionConfig::default())?;
+    let prober = Prober::start(&topo, &addrs)?;
     rotate_to(&topo, 0);
     let (started_tx, started_rx) = mpsc::channel();
     let meter = Meter::new();
-    let joins = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let joins = Arc::new(AtomicU64::new(0));
     let (m, tls, bytes, j) = (meter.clone(), pki.client.clone(), p.bytes, joins.clone());
     let client = tcpls_run::spawn_client(&topo, p.limit, move || async move {
         let name = server_name_for("localhost").map_err(|e| e.to_string())?;
@@ -141,6 +213,9 @@ fn run_tcpls(p: &Params, pki: &Pki) -> Result<Run, String> {
         let _ = started_tx.send(Instant::now());
         let manager = tokio::spawn(manage_paths(session.clone(), addrs, j));
         let result = tcpls_run::receive(&mut recv, SEED, bytes, &m).await;
+        if result.is_err() {
+            debug(&format!("session ended: {:?}", session.closed().await));
+        }
         manager.abort();
         tcpls_run::close(&session).await;
         result
@@ -148,6 +223,7 @@ fn run_tcpls(p: &Params, pki: &Pki) -> Result<Run, String> {
     let t0 = wait_started(&started_rx)?;
     let rotations = rotate_until(&topo, t0, p.period, p.limit, || client.is_finished());
     let (got, verified) = tcpls_run::join(client)?;
+    drop(prober);
     drop(topo);
     let failovers = server.failovers();
     drop(server);
@@ -156,7 +232,7 @@ fn run_tcpls(p: &Params, pki: &Pki) -> Result<Run, String> {
         rotations: rotations.iter().map(|t| secs_between(t0, *t)).collect(),
         bytes: got,
         verified,
-        detail: json!({ "sender_failovers": failovers, "joins": joins.load(std::sync::atomic::Ordering::Relaxed) }),
+        detail: json!({ "sender_failovers": failovers, "joins": joins.load(Ordering::Relaxed) }),
     })
 }
 
@@ -246,6 +322,7 @@ pub fn run(opts: &Opts) -> Result<Summary, String> {
             y_label: "goodput (Mbit/s)".into(),
             series: vec![Series { label: "TCPLS".into(), points: goodput_series(&t.reads, BIN, until) }],
             markers: marks(&t),
+            legend_top: false,
         },
         Panel {
             title: if m.verified {
@@ -256,6 +333,7 @@ pub fn run(opts: &Opts) -> Result<Summary, String> {
             y_label: "goodput (Mbit/s)".into(),
             series: vec![Series { label: "MPTCP".into(), points: goodput_series(&m.reads, BIN, until) }],
             markers: marks(&m),
+            legend_top: false,
         },
     ];
     let title = format!("Periodic outages: 4 x 25 Mbit/s, one working path rotating every {} s", p.period);
@@ -264,4 +342,11 @@ pub fn run(opts: &Opts) -> Result<Summary, String> {
         return Err(format!("{NAME}: the TCPLS transfer was incomplete or corrupted: {summary}"));
     }
     Ok(summary)
+}
+
+/// Path manager events on stderr with `EXPERIMENTS_DEBUG=1`.
+fn debug(msg: &str) {
+    if std::env::var_os("EXPERIMENTS_DEBUG").is_some() {
+        eprintln!("experiments: {NAME}: {msg}");
+    }
 }

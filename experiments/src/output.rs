@@ -26,13 +26,16 @@ pub fn write_all(
     Ok(vec![csv, png, json])
 }
 
-/// `panel,series,time_s,goodput_mbps`, one line per point.
+/// `panel,series,time_s,goodput_mbps`, one line per point. The panel is named by its title up to
+/// " — " (what follows are the measured numbers, which are in the JSON). The last column holds
+/// the panel's y value (goodput; load time for the latency panel of hol-blocking).
 pub fn to_csv(panels: &[Panel]) -> String {
     let mut out = String::from("panel,series,time_s,goodput_mbps\n");
     for p in panels {
+        let name = p.title.split(" — ").next().unwrap_or_default();
         for s in &p.series {
             for (t, v) in &s.points {
-                let _ = writeln!(out, "{},{},{t:.3},{v:.3}", csv_field(&p.title), csv_field(&s.label));
+                let _ = writeln!(out, "{},{},{t:.3},{v:.3}", csv_field(name), csv_field(&s.label));
             }
         }
     }

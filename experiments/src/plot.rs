@@ -32,6 +32,8 @@ pub struct Panel {
     pub y_label: String,
     pub series: Vec<Series>,
     pub markers: Vec<Marker>,
+    /// Legend in the upper right corner instead of the lower right one.
+    pub legend_top: bool,
 }
 
 const FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
@@ -114,7 +116,7 @@ pub fn render(path: &Path, title: &str, panels: &[Panel]) -> Result<(), String> 
         }
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
+            .position(if panel.legend_top { SeriesLabelPosition::UpperRight } else { SeriesLabelPosition::LowerRight })
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK.mix(0.4))
             .label_font((FAMILY, 15))

@@ -40,14 +40,15 @@ pub fn secs_between(t0: Instant, t: Instant) -> f64 {
     }
 }
 
-/// Goodput per `bin` seconds (Mbit/s, points at the end of each bin) from 0 to `until`.
+/// Goodput per `bin` seconds (Mbit/s, points at the end of each bin) from 0 to `until` (later
+/// reads are left out).
 pub fn goodput_series(reads: &[(f64, u64)], bin: f64, until: f64) -> Vec<(f64, f64)> {
     let bins = (until / bin).ceil().max(1.0) as usize;
     let mut bytes = vec![0u64; bins];
     for (t, n) in reads {
-        if *t >= 0.0 {
-            let i = ((t / bin) as usize).min(bins - 1);
-            bytes[i] += n;
+        let i = (t / bin).floor();
+        if i >= 0.0 && (i as usize) < bins {
+            bytes[i as usize] += n;
         }
     }
     bytes.iter().enumerate().map(|(i, b)| ((i + 1) as f64 * bin, *b as f64 * 8.0 / bin / 1e6)).collect()
@@ -73,9 +74,14 @@ pub fn last_read(reads: &[(f64, u64)]) -> f64 {
 /// flight that trickles in just after the event does not hide the real pause). `None` if nothing
 /// was read after the event.
 pub fn recovery_after(reads: &[(f64, u64)], event: f64) -> Option<f64> {
+    recovery_between(reads, event, f64::INFINITY)
+}
+
+/// [`recovery_after`] looking only at reads before `until` (e.g. the next outage).
+pub fn recovery_between(reads: &[(f64, u64)], event: f64, until: f64) -> Option<f64> {
     let mut prev = event;
     let mut best: Option<(f64, f64)> = None; // (gap, end)
-    for (t, _) in reads.iter().filter(|(t, _)| *t > event) {
+    for (t, _) in reads.iter().filter(|(t, _)| *t > event && *t < until) {
         let gap = t - prev;
         if best.is_none_or(|(g, _)| gap > g) {
             best = Some((gap, *t));

@@ -14,7 +14,7 @@ fn tcpls_aggregates_two_paths_to_90_percent_of_their_sum() {
     let out = support::OutDir::new("aggregation");
     let s = support::run_quick("aggregation", &out.0);
     eprintln!("{s:#}");
-    support::check_outputs(&out.0, "aggregation", &s, &["MPTCP", "TCPLS, 16 KiB records", "TCPLS, 1500 B records"]);
+    support::check_outputs(&out.0, "aggregation", &s, &["MPTCP", "TCPLS 16 KiB records", "TCPLS 1500 B records"]);
     assert_eq!(s["verified"], true, "every transfer verified byte by byte");
     for k in ["mptcp", "tcpls", "tcpls_1500"] {
         assert_eq!(s[k]["verified"], true, "{k}");
