@@ -115,6 +115,7 @@ pub(crate) fn scenario(
 pub fn all(quick: bool) -> Vec<ScenarioResult> {
     vec![
         firewall::run(quick),
+        firewall::run_nft(quick),
         nat::run(quick),
         tcp_proxy::haproxy(quick),
         tcp_proxy::socat(quick),
@@ -132,6 +133,7 @@ pub fn versions() -> Vec<(&'static str, String)> {
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     vec![
         ("iptables -V", bed::version("iptables", &["-V"])),
+        ("nft --version", bed::version("nft", &["--version"])),
         ("haproxy -v", bed::version("haproxy", &["-v"])),
         ("nginx -v", bed::version("nginx", &["-v"])),
         ("socat -V", bed::version("socat", &["-V"])),

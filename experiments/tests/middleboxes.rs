@@ -32,6 +32,7 @@ macro_rules! scenario_test {
 }
 
 scenario_test!(stateful_firewall_is_native, middleboxes::firewall::run, Outcome::Native);
+scenario_test!(nftables_firewall_is_native, middleboxes::firewall::run_nft, Outcome::Native);
 scenario_test!(nat_on_one_path_is_native_and_detected, middleboxes::nat::run, Outcome::Native);
 scenario_test!(haproxy_tcp_mode_is_native, middleboxes::tcp_proxy::haproxy, Outcome::Native);
 scenario_test!(socat_relay_is_native, middleboxes::tcp_proxy::socat, Outcome::Native);
