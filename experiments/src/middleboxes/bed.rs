@@ -359,3 +359,18 @@ impl Drop for TempDir {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_program_is_a_skip_that_names_the_package() {
+        let Err(Skip(why)) = require("no-such-middlebox-program", "some-package") else {
+            panic!("found a program that does not exist");
+        };
+        assert!(why.contains("not installed") && why.contains("some-package"), "{why}");
+        assert!(require("sh", "dash").is_ok());
+        assert!(version("no-such-middlebox-program", &["-v"]).contains("not installed"));
+    }
+}
