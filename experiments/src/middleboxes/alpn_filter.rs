@@ -3,6 +3,8 @@
 //! the connection (REJECT --reject-with tcp-reset) or drops the packet; plain TLS passes. The
 //! client uses `TcplsConnector::with_fallback_retry`: it must retry with a plain ClientHello,
 //! the application must work, and the next connection must go plain at once (remembered).
+//! A second, unfiltered path carries a TCPLS session; its join through the filtered path must be
+//! cancelled with a clear error (`Session::join_within`) while the session carries on.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -31,8 +33,13 @@ pub fn drop(quick: bool) -> ScenarioResult {
 
 fn body(quick: bool, action: &[&str]) -> Result<Ran, Trouble> {
     bed::require("iptables", "iptables")?;
-    let topo = Topology::builder().path(PathSpec::new(5.0, 100.0)).build().map_err(|e| e.to_string())?;
+    let topo = Topology::builder()
+        .path(PathSpec::new(5.0, 100.0))
+        .path(PathSpec::new(5.0, 100.0))
+        .build()
+        .map_err(|e| e.to_string())?;
     let server = SocketAddr::new(topo.path(0).info().server_addr().ok_or("no server address")?, SERVER_PORT);
+    let clean = SocketAddr::new(topo.path(1).info().server_addr().ok_or("no server address")?, SERVER_PORT);
     let mut rule = vec!["-A", "FORWARD", "-i", "toc", "-p", "tcp", "--dport", "4443", "-m", "string"];
     rule.extend(["--algo", "bm", "--string", "tcpls/1"]);
     rule.extend(action);
@@ -40,7 +47,7 @@ fn body(quick: bool, action: &[&str]) -> Result<Ran, Trouble> {
         .map_err(|e| Trouble::Skip(format!("no iptables string match: {e}")))?;
 
     let pki = Pki::new()?;
-    let echo = EchoServer::start(&topo, &[server], pki.server()?)?;
+    let echo = EchoServer::start(&topo, &[server, clean], pki.server()?)?;
     let connector = TcplsConnector::new(pki.client()?).with_fallback_retry(RETRY_AFTER);
     let len = if quick { 1 << 20 } else { 4 << 20 };
     let runs = bed::in_client(&topo, async move {
@@ -55,12 +62,29 @@ fn body(quick: bool, action: &[&str]) -> Result<Ran, Trouble> {
             session.close().await;
             runs.push((outcome, took, bytes));
         }
-        Ok(runs)
+        // TCPLS on the clean path; a join through the filter is cancelled, the session goes on.
+        let (session, outcome) =
+            connector.connect_detailed(clean, name).await.map_err(|e| format!("connect {clean}: {e}"))?;
+        if outcome != ConnectOutcome::Tcpls {
+            return Err(format!("the unfiltered path gave {outcome}"));
+        }
+        let started = Instant::now();
+        let join = match session.join_within(server, RETRY_AFTER).await {
+            Ok(id) => return Err(format!("a join through the filter succeeded (connection {id})")),
+            Err(e) => format!("a TCPLS join through the filter was cancelled after {:.2?} ({e})", started.elapsed()),
+        };
+        let bytes = bed::round_trip(&session, len, 3, None).await?;
+        session.close().await;
+        Ok((runs, join, bytes))
     })?;
+    let (runs, join, b3) = runs;
     let [(first, first_took, b1), (second, second_took, b2)] = <[_; 2]>::try_from(runs).map_err(|_| "two runs")?;
     let hits = bed::rule_packets(&topo, Side::Router(0), "filter", "FORWARD", "STRING").unwrap_or(0);
     let accepted = echo.accepted();
-    let server_plain = !accepted.is_empty() && accepted.iter().all(|a| a.fallback);
+    // The sessions that came through the filtered path (the one on the clean path is TCPLS).
+    let filtered_client = topo.path(0).info().client_addr();
+    let through_filter: Vec<_> = accepted.iter().filter(|a| Some(a.peer.ip()) == filtered_client).collect();
+    let server_plain = !through_filter.is_empty() && through_filter.iter().all(|a| a.fallback);
     let expected = matches!(first, ConnectOutcome::RetriedPlain { .. })
         && matches!(second, ConnectOutcome::RememberedPlain { .. })
         && server_plain;
@@ -68,8 +92,9 @@ fn body(quick: bool, action: &[&str]) -> Result<Ran, Trouble> {
         outcome: if expected { Outcome::Fallback } else { Outcome::Failed },
         detail: format!(
             "1st connection: {first}, in {first_took:.2?}; 2nd: {second}, in {second_took:.2?}; \
-             the filter matched {hits} packets; the server served plain TLS: {server_plain}"
+             the filter matched {hits} packets; the server served plain TLS: {server_plain}; {join}, \
+             the session carried on over the unfiltered path"
         ),
-        bytes_verified: b1 + b2,
+        bytes_verified: b1 + b2 + b3,
     })
 }
