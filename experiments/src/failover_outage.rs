@@ -16,6 +16,7 @@ use tcpls_netem::{Side, Topology};
 use crate::output::{round, write_all};
 use crate::pki::Pki;
 use crate::plot::{Marker, Panel, Series};
+use crate::sswatch::{self, SocketWatch};
 use crate::tcpls_run::{self, TcplsServer};
 use crate::trace::{goodput_series, last_read, recovery_after, secs_between, Meter};
 use crate::{mptcp_run, note, path, sleep_until, topology, wait_started, Opts, Summary, BIN};
@@ -89,17 +90,28 @@ fn client_addr(topo: &Topology, i: usize) -> Result<IpAddr, String> {
     topo.path(i).info().client_addr().ok_or_else(|| format!("path {i} has no client address"))
 }
 
-/// Applies the outage to path 0 now. The RST: the sender's (server's) socket on that path is
-/// destroyed, which sends a RST to the receiver.
-fn inject(topo: &Topology, outage: Outage) -> Result<(), String> {
+/// Applies the outage to path 0 and returns its instant. The RST: the sender's (server's)
+/// socket on that path is destroyed with `ss -K`, which sends a RST to the receiver; running
+/// `ip netns exec ... ss` takes tens of milliseconds and the kill happens at its end, so the
+/// outage is dated when the command returns (at most a few ms late, which can only shorten the
+/// measured recovery by that much). The blackhole is a flag of the emulator: instantaneous.
+fn inject(topo: &Topology, outage: Outage) -> Result<Instant, String> {
     match outage {
         Outage::Rst => {
             let dst = client_addr(topo, 0)?.to_string();
-            topo.kill_tcp_sockets(Side::Server, &["dst", &dst]).map_err(|e| format!("RST injection: {e}"))?;
+            let killed =
+                topo.kill_tcp_sockets(Side::Server, &["dst", &dst]).map_err(|e| format!("RST injection: {e}"))?;
+            if killed.lines().count() < 2 {
+                return Err(format!("RST injection: no socket towards {dst} to kill"));
+            }
+            Ok(Instant::now())
         }
-        Outage::Blackhole => topo.path(0).set_blackhole(true),
+        Outage::Blackhole => {
+            let at = Instant::now();
+            topo.path(0).set_blackhole(true);
+            Ok(at)
+        }
     }
-    Ok(())
 }
 
 fn run_tcpls(p: &Params, outage: Outage, pki: &Pki) -> Result<Run, String> {
@@ -125,10 +137,19 @@ fn run_tcpls(p: &Params, outage: Outage, pki: &Pki) -> Result<Run, String> {
         result
     })?;
     let t0 = wait_started(&started_rx)?;
+    // Blackhole: the sender's socket on the failing path, seen from outside (when does the
+    // kernel give up?). Not for the RST, which destroys that socket itself.
+    let watch = (outage == Outage::Blackhole).then(|| {
+        sleep_until(t0, p.outage_at - 0.3);
+        client_addr(&topo, 0).map(|dst| SocketWatch::start(&topo, Side::Server, dst, Duration::from_millis(20)))
+    });
+    let watch = watch.transpose()?;
     sleep_until(t0, p.outage_at);
-    let at = Instant::now();
-    inject(&topo, outage)?;
+    let at = inject(&topo, outage)?;
     let (got, verified) = tcpls_run::join(client)?;
+    let v = watch.map(|w| sswatch::summarize(&w.finish(), at));
+    let ms = |t: Instant| round(crate::trace::secs_between(at, t) * 1e3, 1);
+    let cc = crate::congestion_control(&topo, Side::Server);
     drop(topo); // also ends what is left of the server's session
     let failovers = server.failovers();
     drop(server);
@@ -137,7 +158,13 @@ fn run_tcpls(p: &Params, outage: Outage, pki: &Pki) -> Result<Run, String> {
         outage_t: secs_between(t0, at),
         bytes: got,
         verified,
-        detail: json!({ "sender_failovers": failovers }),
+        detail: json!({
+            "sender_failovers": failovers,
+            "sender_rto_ms_before_outage": v.and_then(|v| v.rto_before_ms),
+            "sender_socket_failed_ms_between": v.and_then(|v| v.gone_between).map(|(lo, hi)| [ms(lo), ms(hi)]),
+            "sender_max_backoff": v.map(|v| v.max_backoff),
+            "tcp_congestion_control": cc,
+        }),
     })
 }
 
@@ -152,8 +179,7 @@ fn run_mptcp(p: &Params, outage: Outage) -> Result<Run, String> {
         mptcp_run::start_client(&topo, addr, p.bytes, SEED, meter.clone(), started_tx, Duration::from_secs(120))?;
     let t0 = wait_started(&started_rx)?;
     sleep_until(t0, p.outage_at);
-    let at = Instant::now();
-    inject(&topo, outage)?;
+    let at = inject(&topo, outage)?;
     let d = client.join().map_err(|_| "MPTCP client panicked".to_string())??;
     let _ = server.join();
     Ok(Run {

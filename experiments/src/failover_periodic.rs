@@ -47,7 +47,7 @@ impl Params {
         if quick {
             Params { bytes: 20_000_000, period: 2.0, limit: Duration::from_secs(20) }
         } else {
-            Params { bytes: 60_000_000, period: 5.0, limit: Duration::from_secs(150) }
+            Params { bytes: 60_000_000, period: 5.0, limit: Duration::from_secs(90) }
         }
     }
 }

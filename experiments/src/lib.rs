@@ -17,6 +17,7 @@ pub mod output;
 pub mod pattern;
 pub mod pki;
 pub mod plot;
+pub mod sswatch;
 pub mod tcpls_run;
 pub mod tls_run;
 pub mod trace;
@@ -73,4 +74,13 @@ pub fn topology(paths: Vec<tcpls_netem::PathSpec>) -> Result<tcpls_netem::Topolo
 /// Progress line on stderr (experiments take a while).
 pub fn note(msg: &str) {
     eprintln!("experiments: {msg}");
+}
+
+/// The TCP congestion control a namespace uses by default (`net.ipv4.tcp_congestion_control`),
+/// for the summaries: it shapes queues and recovery.
+pub fn congestion_control(topo: &tcpls_netem::Topology, side: tcpls_netem::Side) -> String {
+    topo.run_in(side, || std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control"))
+        .ok()
+        .and_then(Result::ok)
+        .map_or_else(|| "unknown".into(), |s| s.trim().to_string())
 }

@@ -25,13 +25,17 @@ fn tcpls_recovers_from_a_rst_and_a_blackhole() {
     for k in ["tcpls_rst", "tcpls_blackhole"] {
         assert!(s[k]["detail"]["sender_failovers"].as_u64().unwrap() >= 1, "{k}: the sender failed over");
     }
-    // Paths: 10 ms one way, so RTT 20 ms idle, up to ≈ 70 ms with a full 100-packet queue.
+    // Paths: 10 ms one way, so RTT 20 ms idle, up to ≈ 70 ms with a full 100-packet queue;
+    // measured 50-160 ms on a busy machine. The bound is about four loaded RTTs.
     let rst = s["tcpls_recovery_ms_rst"].as_f64().unwrap();
-    assert!(rst < 250.0, "RST recovery {rst} ms: expected a few RTTs");
+    assert!(rst < 300.0, "RST recovery {rst} ms: expected a few RTTs");
     let blackhole = s["tcpls_recovery_ms_blackhole"].as_f64().unwrap();
     assert!(
         (250.0..1500.0).contains(&blackhole),
         "blackhole recovery {blackhole} ms: expected the 250 ms user timeout plus up to the next RTO (≈ 660 ms measured)"
     );
+    // The kernel gave up on the blackholed socket (user timeout) before data resumed.
+    let failed = &s["tcpls_blackhole"]["detail"]["sender_socket_failed_ms_between"];
+    assert!(failed[1].as_f64().unwrap() <= blackhole + 200.0, "socket failed {failed} ms, data resumed {blackhole} ms");
     assert!(s["mptcp_recovery_ms_rst"].is_number() && s["mptcp_recovery_ms_blackhole"].is_number(), "{s}");
 }
