@@ -9,6 +9,7 @@ mod pki;
 mod proto;
 mod quic;
 mod recv_cpu;
+mod scale;
 mod sys;
 
 use std::process::ExitCode;
@@ -39,6 +40,30 @@ enum Command {
         after_help = "Examples:\n  tcpls-bench recv-cpu --zero-copy on\n  tcpls-bench/scripts/recv-cpu.sh   # both paths under callgrind: instructions/byte and the ratio"
     )]
     RecvCpu(recv_cpu::Options),
+    /// Handshakes per second per core, time to first byte, memory per idle session and many
+    /// concurrent sessions on one server, TCPLS next to TLS over TCP.
+    #[command(after_help = "Example:\n  cargo run --release -p tcpls-bench -- scale --sessions 10000 --json")]
+    Scale(scale::Options),
+    /// Server of a scale run (spawned by `scale`).
+    #[command(hide = true)]
+    ScaleServer {
+        #[arg(long, default_value_t = 2)]
+        worker_threads: usize,
+    },
+    /// Client of a scale run (spawned by `scale`).
+    #[command(hide = true)]
+    ScaleClient {
+        #[arg(long)]
+        proto: scale::ScaleProto,
+        #[arg(long)]
+        port: u16,
+        #[arg(long)]
+        sessions: u32,
+        #[arg(long)]
+        handshakes: u32,
+        #[arg(long, default_value_t = 2)]
+        worker_threads: usize,
+    },
     /// Server of one join run (spawned by `join`).
     #[command(hide = true)]
     JoinServer {
@@ -132,6 +157,11 @@ fn main() -> ExitCode {
         Command::Compare(opts) => compare::run(opts),
         Command::Join(opts) => join::run(opts),
         Command::RecvCpu(opts) => recv_cpu::run(opts),
+        Command::Scale(opts) => scale::run(opts),
+        Command::ScaleServer { worker_threads } => run_on_runtime(worker_threads, scale::server()),
+        Command::ScaleClient { proto, port, sessions, handshakes, worker_threads } => {
+            run_on_runtime(worker_threads, scale::client(proto, port, sessions, handshakes))
+        }
         Command::JoinServer { joins, worker_threads } => {
             run_on_runtime(worker_threads, join::server(joins)).and_then(|r| print_report(&r))
         }

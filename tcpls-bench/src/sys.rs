@@ -147,3 +147,30 @@ pub fn force_socket_buffers(socket: &std::net::UdpSocket, bytes: usize) {
         }
     }
 }
+
+/// Raises this process' open-file limit to its hard limit, and the hard limit to 1 048 576 when
+/// allowed (root), so that one process can hold tens of thousands of sockets. Best effort.
+pub fn raise_fd_limit() {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `lim` is a valid, writable rlimit; getrlimit only writes to it.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return;
+    }
+    let wanted = lim.rlim_max.max(1 << 20);
+    for max in [wanted, lim.rlim_max] {
+        let new = libc::rlimit { rlim_cur: max, rlim_max: max };
+        // SAFETY: `new` is a valid rlimit read by setrlimit.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &new) } == 0 {
+            return;
+        }
+    }
+}
+
+/// Resident set size of this process in bytes (VmRSS, from /proc/self/statm), 0 if unknown.
+pub fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or(0);
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    pages * if page > 0 { page as u64 } else { 4096 }
+}

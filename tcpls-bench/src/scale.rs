@@ -1,0 +1,575 @@
+//! `scale`: how TCPLS scales in handshakes and sessions, next to TLS over TCP (tokio-rustls).
+//!
+//! One server process (a `TcplsListener` and a tokio-rustls listener, both echoing what they
+//! receive on each stream or connection) and one client process, the parent driving both
+//! through their standard input and output. Phases, for `tls` then `tcpls`:
+//!
+//! 1. **Handshakes**: `--handshakes` sequential connections, each a full handshake (resumption
+//!    off), a 1-byte request echoed back, and a graceful close. The server's CPU time over the
+//!    phase / connections = CPU per handshake; 1 / that = handshakes per second per core. The
+//!    client's time from starting the TCP connect until the echoed byte arrives is the **time
+//!    to first byte** (median, p90).
+//! 2. **Concurrent sessions**: `--sessions` connections opened (at most 64 handshakes in
+//!    flight) from several source addresses 127.0.0.2.., each echoing one byte once, then all
+//!    kept open and idle for 2 s. **Memory per idle session** = (RSS with all open − RSS
+//!    before) / sessions, per process. Then every session echoes one more byte (all still
+//!    work), and all close.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::process::{ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tcpls::{server_name_for, TcplsConnector, TcplsListener};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+
+use crate::compare::{machine, median, utc_now, Machine};
+use crate::pki::{Pki, SERVER_NAME};
+use crate::sys::{raise_fd_limit, rss_bytes, Cpu};
+use crate::Res;
+
+#[derive(clap::Args)]
+pub struct Options {
+    /// Concurrent sessions held open at once (per protocol).
+    #[arg(long, default_value_t = 10_000)]
+    sessions: u32,
+    /// Sequential handshakes measured (per protocol).
+    #[arg(long, default_value_t = 500)]
+    handshakes: u32,
+    /// Protocols, in this order.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![ScaleProto::Tls, ScaleProto::Tcpls], value_enum)]
+    protos: Vec<ScaleProto>,
+    /// Print the results as JSON (progress still goes to stderr).
+    #[arg(long)]
+    json: bool,
+    /// Tokio worker threads in each of the two processes.
+    #[arg(long, default_value_t = 2)]
+    worker_threads: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ScaleProto {
+    /// TLS 1.3 over TCP, tokio-rustls.
+    Tls,
+    /// TCPLS, one stream per session.
+    Tcpls,
+}
+
+/// Source addresses the client spreads its connections over (ephemeral ports are per address).
+const SOURCES: u8 = 16;
+/// Handshakes in flight at once while opening the concurrent sessions.
+const IN_FLIGHT: usize = 64;
+/// How long the open sessions stay idle before memory is measured.
+const IDLE: Duration = Duration::from_secs(2);
+
+/// The server's first line.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ServerReady {
+    tls_port: u16,
+    tcpls_port: u16,
+}
+
+/// What the server says when asked (a line "stats" on its stdin).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ServerStats {
+    cpu_ns: u64,
+    rss_bytes: u64,
+    open: u64,
+    accepted: u64,
+}
+
+/// What the client reports at the end of each phase.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClientPhase {
+    phase: String,
+    proto: ScaleProto,
+    count: u32,
+    seconds: f64,
+    cpu_ns: u64,
+    rss_before: u64,
+    rss_after: u64,
+    /// Time to first byte per connection (handshake phase), microseconds.
+    ttfb_us: Vec<f64>,
+    /// Sessions that answered the final echo (concurrent phase).
+    alive: u32,
+}
+
+#[derive(Debug, Serialize)]
+struct ProtoResult {
+    protocol: ScaleProto,
+    handshakes: u32,
+    server_cpu_us_per_handshake: f64,
+    handshakes_per_second_per_core: f64,
+    client_cpu_us_per_handshake: f64,
+    ttfb_median_us: f64,
+    ttfb_p90_us: f64,
+    sessions: u32,
+    sessions_open_at_server: u64,
+    sessions_alive: u32,
+    open_seconds: f64,
+    server_rss_bytes_per_idle_session: f64,
+    client_rss_bytes_per_idle_session: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    date_utc: String,
+    machine: Machine,
+    method: &'static str,
+    results: Vec<ProtoResult>,
+}
+
+pub fn run(opts: Options) -> Res<()> {
+    if opts.protos.is_empty() || opts.sessions == 0 || opts.handshakes == 0 {
+        return Err("nothing to run: give a protocol, sessions and handshakes".into());
+    }
+    let pki = Pki::generate()?;
+    let exe = std::env::current_exe()?;
+    let spawn = |args: &[String]| -> Res<(std::process::Child, ChildStdin, BufReader<ChildStdout>)> {
+        let mut child = Command::new(&exe)
+            .args(args)
+            .envs(pki.env().iter().map(|(k, v)| (*k, v.clone())))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()?;
+        let stdin = child.stdin.take().ok_or("no stdin pipe")?;
+        let stdout = child.stdout.take().ok_or("no stdout pipe")?;
+        Ok((child, stdin, BufReader::new(stdout)))
+    };
+    let threads = opts.worker_threads.to_string();
+    let mut results = Vec::new();
+    for &proto in &opts.protos {
+        // A fresh server per protocol, so that one protocol's freed memory does not hide the
+        // next one's growth.
+        let (server, mut server_in, mut server_out) =
+            spawn(&["scale-server".into(), "--worker-threads".into(), threads.clone()])?;
+        let mut children = crate::compare::Children(vec![server]);
+        let ready: ServerReady = crate::compare::read_json(&mut server_out, "scale server")?;
+        let port = match proto {
+            ScaleProto::Tls => ready.tls_port,
+            ScaleProto::Tcpls => ready.tcpls_port,
+        };
+        let args = [
+            "scale-client".to_string(),
+            "--proto".into(),
+            format!("{proto:?}").to_lowercase(),
+            "--port".into(),
+            port.to_string(),
+            "--sessions".into(),
+            opts.sessions.to_string(),
+            "--handshakes".into(),
+            opts.handshakes.to_string(),
+            "--worker-threads".into(),
+            threads.clone(),
+        ];
+        let (client, mut client_in, mut client_out) = spawn(&args)?;
+        children.0.push(client);
+        let ask = |server_in: &mut ChildStdin, server_out: &mut BufReader<ChildStdout>| -> Res<ServerStats> {
+            writeln!(server_in, "stats")?;
+            server_in.flush()?;
+            crate::compare::read_json(server_out, "scale server")
+        };
+        let go = |client_in: &mut ChildStdin| -> Res<()> {
+            writeln!(client_in, "go")?;
+            client_in.flush()?;
+            Ok(())
+        };
+        // Phase 1: handshakes.
+        let s0 = ask(&mut server_in, &mut server_out)?;
+        go(&mut client_in)?;
+        let hs: ClientPhase = crate::compare::read_json(&mut client_out, "scale client")?;
+        let s1 = ask(&mut server_in, &mut server_out)?;
+        eprintln!("{proto:?}: {} handshakes in {:.2} s", hs.count, hs.seconds);
+        // Phase 2: concurrent sessions, measured while all are open and idle.
+        let s2 = ask(&mut server_in, &mut server_out)?;
+        go(&mut client_in)?;
+        let open: ClientPhase = crate::compare::read_json(&mut client_out, "scale client")?;
+        let s3 = ask(&mut server_in, &mut server_out)?;
+        eprintln!(
+            "{proto:?}: {} sessions open in {:.2} s, server holds {}, server RSS +{:.1} MiB, client RSS +{:.1} MiB",
+            open.count,
+            open.seconds,
+            s3.open,
+            (s3.rss_bytes as f64 - s2.rss_bytes as f64) / f64::from(1 << 20),
+            (open.rss_after as f64 - open.rss_before as f64) / f64::from(1 << 20),
+        );
+        go(&mut client_in)?;
+        let alive: ClientPhase = crate::compare::read_json(&mut client_out, "scale client")?;
+        eprintln!("{proto:?}: {} of {} sessions answered the final echo", alive.alive, opts.sessions);
+        drop(client_in);
+        drop(server_in); // EOF: the server exits.
+        children.wait_all()?;
+        let mut ttfb = hs.ttfb_us.clone();
+        ttfb.sort_by(f64::total_cmp);
+        let p90 = ttfb.get(((ttfb.len() * 9).div_ceil(10)).saturating_sub(1)).copied().unwrap_or(f64::NAN);
+        let n = f64::from(hs.count);
+        let server_cpu_us = (s1.cpu_ns - s0.cpu_ns) as f64 / 1e3 / n;
+        let sessions = f64::from(open.count);
+        results.push(ProtoResult {
+            protocol: proto,
+            handshakes: hs.count,
+            server_cpu_us_per_handshake: server_cpu_us,
+            handshakes_per_second_per_core: 1e6 / server_cpu_us,
+            client_cpu_us_per_handshake: hs.cpu_ns as f64 / 1e3 / n,
+            ttfb_median_us: median(&ttfb),
+            ttfb_p90_us: p90,
+            sessions: open.count,
+            sessions_open_at_server: s3.open,
+            sessions_alive: alive.alive,
+            open_seconds: open.seconds,
+            server_rss_bytes_per_idle_session: (s3.rss_bytes as f64 - s2.rss_bytes as f64) / sessions,
+            client_rss_bytes_per_idle_session: (open.rss_after as f64 - open.rss_before as f64) / sessions,
+        });
+    }
+    let report = Report {
+        date_utc: utc_now(),
+        machine: machine(),
+        method: "a fresh server process (TcplsListener and tokio-rustls listener, echo) and client process per \
+                 protocol, each a multi-thread tokio runtime; handshakes: sequential full handshakes (resumption \
+                 off) + 1-byte echo + close, server CPU (getrusage) per handshake, ttfb = TCP connect start to \
+                 echoed byte; sessions: all opened (64 handshakes in flight, sources 127.0.0.2-17), 1-byte echo \
+                 each, idle 2 s, RSS delta / sessions (VmRSS), then every session echoes again",
+        results,
+    };
+    if opts.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_table(&report);
+    }
+    Ok(())
+}
+
+fn print_table(r: &Report) {
+    println!("tcpls-bench scale — {}", r.date_utc);
+    println!("machine: {} CPUs, {}, Linux {}", r.machine.nproc, r.machine.cpu_model, r.machine.kernel);
+    println!("{}", r.method);
+    println!();
+    println!(
+        "{:<6} {:>10} {:>12} {:>10} {:>10} {:>9} {:>9}   {:>9} {:>7} {:>7} {:>8} {:>11} {:>11}",
+        "proto",
+        "handshakes",
+        "srv CPU µs/hs",
+        "hs/s/core",
+        "cli µs/hs",
+        "ttfb µs",
+        "p90 µs",
+        "sessions",
+        "held",
+        "alive",
+        "open s",
+        "srv B/sess",
+        "cli B/sess"
+    );
+    for p in &r.results {
+        println!(
+            "{:<6} {:>10} {:>12.1} {:>10.0} {:>10.1} {:>9.1} {:>9.1}   {:>9} {:>7} {:>7} {:>8.2} {:>11.0} {:>11.0}",
+            format!("{:?}", p.protocol).to_lowercase(),
+            p.handshakes,
+            p.server_cpu_us_per_handshake,
+            p.handshakes_per_second_per_core,
+            p.client_cpu_us_per_handshake,
+            p.ttfb_median_us,
+            p.ttfb_p90_us,
+            p.sessions,
+            p.sessions_open_at_server,
+            p.sessions_alive,
+            p.open_seconds,
+            p.server_rss_bytes_per_idle_session,
+            p.client_rss_bytes_per_idle_session,
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------- server
+
+/// Echoes every byte until EOF.
+async fn echo<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(r: &mut R, w: &mut W) -> std::io::Result<()> {
+    let mut buf = [0u8; 64];
+    loop {
+        let n = r.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        w.write_all(&buf[..n]).await?;
+    }
+}
+
+struct Counters {
+    open: AtomicU64,
+    accepted: AtomicU64,
+}
+
+pub async fn server() -> Res<()> {
+    raise_fd_limit();
+    let pki = Pki::from_env()?;
+    let any = SocketAddr::from(([127, 0, 0, 1], 0));
+    let tls_listener = TcpListener::bind(any).await?;
+    let tcpls_listener = TcplsListener::bind(any, Arc::new(pki.server_config()?)).await?;
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(pki.server_config()?));
+    let ready =
+        ServerReady { tls_port: tls_listener.local_addr()?.port(), tcpls_port: tcpls_listener.local_addr().port() };
+    println!("{}", serde_json::to_string(&ready)?);
+    std::io::stdout().flush()?;
+    let counters = Arc::new(Counters { open: AtomicU64::new(0), accepted: AtomicU64::new(0) });
+
+    let c = counters.clone();
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = tls_listener.accept().await {
+            let acceptor = acceptor.clone();
+            let c = c.clone();
+            tokio::spawn(async move {
+                let _ = tcp.set_nodelay(true);
+                c.accepted.fetch_add(1, Ordering::Relaxed);
+                c.open.fetch_add(1, Ordering::Relaxed);
+                if let Ok(tls) = acceptor.accept(tcp).await {
+                    let (mut r, mut w) = tokio::io::split(tls);
+                    if echo(&mut r, &mut w).await.is_ok() {
+                        let _ = w.shutdown().await;
+                    }
+                }
+                c.open.fetch_sub(1, Ordering::Relaxed);
+            });
+        }
+    });
+    let c = counters.clone();
+    tokio::spawn(async move {
+        while let Some((session, _)) = tcpls_listener.accept().await {
+            let c = c.clone();
+            c.accepted.fetch_add(1, Ordering::Relaxed);
+            c.open.fetch_add(1, Ordering::Relaxed);
+            tokio::spawn(async move {
+                while let Some((mut send, mut recv)) = session.accept_stream().await {
+                    tokio::spawn(async move {
+                        if echo(&mut recv, &mut send).await.is_ok() {
+                            let _ = send.shutdown().await;
+                        }
+                    });
+                }
+                session.closed().await;
+                c.open.fetch_sub(1, Ordering::Relaxed);
+            });
+        }
+    });
+    // Answer "stats" on stdin until EOF.
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(1);
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lock().lines() {
+            match line {
+                Ok(l) if l.trim() == "stats" => {
+                    if tx.blocking_send(()).is_err() {
+                        break;
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+    });
+    while rx.recv().await.is_some() {
+        let cpu = Cpu::now();
+        let stats = ServerStats {
+            cpu_ns: cpu.user_ns + cpu.sys_ns,
+            rss_bytes: rss_bytes(),
+            open: counters.open.load(Ordering::Relaxed),
+            accepted: counters.accepted.load(Ordering::Relaxed),
+        };
+        println!("{}", serde_json::to_string(&stats)?);
+        std::io::stdout().flush()?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------- client
+
+/// Waits for the parent's "go" line.
+async fn wait_go() -> Res<()> {
+    let line = tokio::task::spawn_blocking(|| {
+        let mut l = String::new();
+        std::io::stdin().lock().read_line(&mut l).map(|_| l)
+    })
+    .await??;
+    if line.trim() != "go" {
+        return Err("the parent went away".into());
+    }
+    Ok(())
+}
+
+fn report(phase: &ClientPhase) -> Res<()> {
+    println!("{}", serde_json::to_string(phase)?);
+    std::io::stdout().flush()?;
+    Ok(())
+}
+
+/// One open connection or session, with the stream it echoes on.
+enum Open {
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+    Tcpls(tcpls::Session, tcpls::SendStream, tcpls::RecvStream),
+}
+
+impl Open {
+    async fn ping(&mut self, byte: u8) -> Res<()> {
+        let mut got = [0u8; 1];
+        match self {
+            Open::Tls(s) => {
+                s.write_all(&[byte]).await?;
+                s.read_exact(&mut got).await?;
+            }
+            Open::Tcpls(_, send, recv) => {
+                send.write_all(&[byte]).await?;
+                recv.read_exact(&mut got).await?;
+            }
+        }
+        if got[0] != byte {
+            return Err(format!("echo returned {} instead of {byte}", got[0]).into());
+        }
+        Ok(())
+    }
+
+    async fn close(self) -> Res<()> {
+        match self {
+            Open::Tls(mut s) => {
+                s.shutdown().await?;
+                let mut sink = [0u8; 64];
+                while s.read(&mut sink).await? != 0 {}
+            }
+            Open::Tcpls(session, mut send, mut recv) => {
+                send.shutdown().await?;
+                let mut sink = Vec::new();
+                recv.read_to_end(&mut sink).await?;
+                if let Some(e) = session.close().await {
+                    return Err(format!("TCPLS session failed: {e}").into());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+struct Dialer {
+    proto: ScaleProto,
+    addr: SocketAddr,
+    tls: tokio_rustls::TlsConnector,
+    tcpls: TcplsConnector,
+}
+
+impl Dialer {
+    /// Connects from `source` (port chosen by the kernel), handshakes and opens the stream.
+    async fn open(&self, source: Ipv4Addr) -> Res<Open> {
+        let socket = TcpSocket::new_v4()?;
+        socket.bind(SocketAddr::new(IpAddr::V4(source), 0))?;
+        let tcp = socket.connect(self.addr).await?;
+        tcp.set_nodelay(true)?;
+        match self.proto {
+            ScaleProto::Tls => Ok(Open::Tls(Box::new(self.tls.connect(server_name_for(SERVER_NAME)?, tcp).await?))),
+            ScaleProto::Tcpls => {
+                let session = self.tcpls.connect_with(tcp, server_name_for(SERVER_NAME)?).await?;
+                if session.is_fallback() {
+                    return Err("server did not negotiate TCPLS".into());
+                }
+                let (send, recv) = session.open_stream()?;
+                Ok(Open::Tcpls(session, send, recv))
+            }
+        }
+    }
+}
+
+fn source(i: u32) -> Ipv4Addr {
+    Ipv4Addr::new(127, 0, 0, 2 + (i % u32::from(SOURCES)) as u8)
+}
+
+pub async fn client(proto: ScaleProto, port: u16, sessions: u32, handshakes: u32) -> Res<()> {
+    raise_fd_limit();
+    let pki = Pki::from_env()?;
+    let mut config = pki.client_config()?;
+    // Every handshake a full one, as for a new client.
+    config.resumption = rustls::client::Resumption::disabled();
+    let config = Arc::new(config);
+    let dialer = Arc::new(Dialer {
+        proto,
+        addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        tls: tokio_rustls::TlsConnector::from(config.clone()),
+        tcpls: TcplsConnector::new(config),
+    });
+    let phase = |name: &str| ClientPhase {
+        phase: name.into(),
+        proto,
+        count: 0,
+        seconds: 0.0,
+        cpu_ns: 0,
+        rss_before: 0,
+        rss_after: 0,
+        ttfb_us: Vec::new(),
+        alive: 0,
+    };
+
+    // Phase 1: sequential handshakes.
+    wait_go().await?;
+    let mut hs = phase("handshakes");
+    let (t0, cpu0) = (Instant::now(), Cpu::now());
+    for i in 0..handshakes {
+        let start = Instant::now();
+        let mut open = dialer.open(source(i)).await?;
+        open.ping(i as u8).await?;
+        hs.ttfb_us.push(start.elapsed().as_secs_f64() * 1e6);
+        open.close().await?;
+        hs.count += 1;
+    }
+    let cpu = Cpu::now().since(cpu0);
+    hs.cpu_ns = cpu.user_ns + cpu.sys_ns;
+    hs.seconds = t0.elapsed().as_secs_f64();
+    report(&hs)?;
+
+    // Phase 2: many sessions at once, then idle.
+    wait_go().await?;
+    let mut open_phase = phase("open");
+    open_phase.rss_before = rss_bytes();
+    let t0 = Instant::now();
+    let permits = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..sessions {
+        let dialer = dialer.clone();
+        let permits = permits.clone();
+        tasks.spawn(async move {
+            let permit = permits.acquire_owned().await.map_err(|e| e.to_string())?;
+            let mut open = dialer.open(source(i)).await.map_err(|e| format!("session {i}: {e}"))?;
+            open.ping(1).await.map_err(|e| format!("session {i}: {e}"))?;
+            drop(permit);
+            Ok::<Open, String>(open)
+        });
+    }
+    let mut all = Vec::with_capacity(sessions as usize);
+    while let Some(r) = tasks.join_next().await {
+        all.push(r??);
+    }
+    open_phase.seconds = t0.elapsed().as_secs_f64();
+    open_phase.count = all.len() as u32;
+    tokio::time::sleep(IDLE).await;
+    open_phase.rss_after = rss_bytes();
+    report(&open_phase)?;
+
+    // Phase 3: every session still answers, then all close.
+    wait_go().await?;
+    let mut alive = phase("alive");
+    let t0 = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for mut open in all {
+        tasks.spawn(async move {
+            let ok = open.ping(2).await.is_ok();
+            let closed = open.close().await.is_ok();
+            ok && closed
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        alive.alive += u32::from(r.unwrap_or(false));
+        alive.count += 1;
+    }
+    alive.seconds = t0.elapsed().as_secs_f64();
+    report(&alive)?;
+    Ok(())
+}
