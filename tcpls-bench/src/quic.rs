@@ -13,7 +13,8 @@
 //!   that a burst is not dropped by a small `net.core.rmem_max`).
 //! * Segmentation offload (GSO) and GRO on (quinn's defaults); quinn's default congestion
 //!   controller (CUBIC) and ACK policy. UDP payloads: MTU discovery up to 1452 bytes (quinn's
-//!   default, what an Ethernet path allows) for `quic`; 8952 bytes from the start for `quic-9k`.
+//!   default, what an Ethernet path allows) for `quic`; 8952 bytes from the start for `quic-9k`
+//!   (initial MTU, MTU discovery bound and `EndpointConfig::max_udp_payload_size` of both ends).
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
@@ -53,16 +54,21 @@ fn udp_socket(addr: SocketAddr) -> Res<UdpSocket> {
     Ok(socket)
 }
 
-fn endpoint(server: Option<quinn::ServerConfig>) -> Res<Endpoint> {
+fn endpoint(proto: Proto, server: Option<quinn::ServerConfig>) -> Res<Endpoint> {
     let socket = udp_socket(localhost())?;
-    Ok(Endpoint::new(EndpointConfig::default(), server, socket, Arc::new(TokioRuntime))?)
+    let mut config = EndpointConfig::default();
+    if proto == Proto::Quic9k {
+        // What we accept from the peer (a transport parameter); the default is 1472.
+        config.max_udp_payload_size(JUMBO_PAYLOAD)?;
+    }
+    Ok(Endpoint::new(config, server, socket, Arc::new(TokioRuntime))?)
 }
 
 pub async fn server(proto: Proto, pki: &Pki, counter: &Counter) -> Res<SideReport> {
     let crypto = QuicServerConfig::try_from(pki.server_config()?)?;
     let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     config.transport_config(Arc::new(transport(proto)));
-    let endpoint = endpoint(Some(config))?;
+    let endpoint = endpoint(proto, Some(config))?;
     announce(endpoint.local_addr()?.port())?;
     let incoming = endpoint.accept().await.ok_or("QUIC endpoint closed before a connection")?;
     let conn = incoming.await?;
@@ -85,7 +91,7 @@ pub async fn client(proto: Proto, pki: &Pki, addr: SocketAddr, data: &[u8], byte
     let crypto = QuicClientConfig::try_from(pki.client_config()?)?;
     let mut config = quinn::ClientConfig::new(Arc::new(crypto));
     config.transport_config(Arc::new(transport(proto)));
-    let mut endpoint = endpoint(None)?;
+    let mut endpoint = endpoint(proto, None)?;
     endpoint.set_default_client_config(config);
     let conn = endpoint.connect(addr, SERVER_NAME)?.await?;
     let (mut send, mut recv) = conn.open_bi().await?;
