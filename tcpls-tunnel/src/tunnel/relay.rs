@@ -12,9 +12,18 @@ use tokio::net::TcpStream;
 
 use super::tlv::RESET_CODE;
 
-/// Per-direction copy buffer. Small on purpose: a concentrator holds two per tunneled
-/// connection, and thousands of them.
-const BUF: usize = 32 << 10;
+/// Per-direction copy buffer: it starts small (a concentrator holds two per tunneled
+/// connection, and thousands of them) and doubles while reads fill it, up to `MAX_BUF`, so a
+/// bulk transfer moves large chunks (fewer system calls and session lock rounds).
+const MIN_BUF: usize = 16 << 10;
+const MAX_BUF: usize = 256 << 10;
+
+/// Grows `buf` when the last read filled it.
+fn grow_if_full(buf: &mut Vec<u8>, n: usize) {
+    if n == buf.len() && buf.len() < MAX_BUF {
+        buf.resize(buf.len() * 2, 0);
+    }
+}
 
 /// How a relay ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,7 +70,7 @@ pub async fn relay(mut tcp: TcpStream, mut send: SendStream, mut recv: RecvStrea
     let abort = {
         let (mut rd, mut wr) = tcp.split();
         let up = async {
-            let mut buf = vec![0u8; BUF];
+            let mut buf = vec![0u8; MIN_BUF];
             loop {
                 let n = match rd.read(&mut buf).await {
                     Ok(0) => {
@@ -77,10 +86,11 @@ pub async fn relay(mut tcp: TcpStream, mut send: SendStream, mut recv: RecvStrea
                     return Up::StreamBroken;
                 }
                 sent += n as u64;
+                grow_if_full(&mut buf, n);
             }
         };
         let down = async {
-            let mut buf = vec![0u8; BUF];
+            let mut buf = vec![0u8; MIN_BUF];
             loop {
                 let n = match recv.read(&mut buf).await {
                     Ok(0) => {
@@ -95,6 +105,7 @@ pub async fn relay(mut tcp: TcpStream, mut send: SendStream, mut recv: RecvStrea
                     return Down::TcpReset;
                 }
                 received += n as u64;
+                grow_if_full(&mut buf, n);
             }
         };
         let mut up = pin!(up);

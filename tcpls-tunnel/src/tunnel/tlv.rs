@@ -229,7 +229,7 @@ mod tests {
     use super::*;
 
     fn round_trip(t: Tlv) {
-        let bytes = encode_all(&[t.clone()]);
+        let bytes = encode_all(std::slice::from_ref(&t));
         assert_eq!(Tlv::decode(bytes[0], &bytes[2..]).unwrap(), t);
         assert_eq!(usize::from(bytes[1]), bytes.len() - 2);
     }

@@ -1,0 +1,494 @@
+//! Benchmarks of the TCPLS tunnel on loopback (thesis §5.4), everything in this process:
+//!
+//! * goodput of one download: plain TCP, direct TCPLS (one stream), through the tunnel;
+//! * time to first byte of a new connection (request sent → first response byte);
+//! * requests per second with 800 B, 32 KiB and 4 MiB responses (a new connection each);
+//! * load time of a 4 KB object while a bulk download runs through the same tunnel, with the
+//!   tunnel's late multiplexing (small transmit high water + TCP_NOTSENT_LOWAT) and without.
+//!
+//! Every response byte is verified. Run:
+//! `cargo run --release -p tcpls-tunnel --example tunnel_bench -- [--json] [--bytes 512M] [--secs 3]`
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use tcpls_tunnel::tunnel::{Concentrator, Frontend, Target, TunnelClient, TunnelConfig};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Response bytes: byte i is PATTERN[i % PATTERN.len()].
+const PATTERN_LEN: usize = 65_521; // prime, so chunk boundaries do not line up with it
+fn pattern() -> &'static [u8] {
+    static P: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    P.get_or_init(|| {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        (0..PATTERN_LEN)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    })
+}
+
+/// Sends `size` pattern bytes (u64::MAX: until the peer goes away).
+async fn send_pattern<W: AsyncWrite + Unpin>(w: &mut W, size: u64) -> std::io::Result<()> {
+    let p = pattern();
+    let mut buf = Vec::with_capacity(256 << 10);
+    while buf.len() < (256 << 10) - PATTERN_LEN {
+        buf.extend_from_slice(p);
+    }
+    let period = buf.len(); // a multiple of PATTERN_LEN
+    let mut left = size;
+    while left > 0 {
+        let n = (period as u64).min(left) as usize;
+        w.write_all(&buf[..n]).await?;
+        left -= n as u64;
+    }
+    Ok(())
+}
+
+/// Reads to the end, checking every byte against the pattern; returns (bytes, time to first byte).
+async fn recv_pattern<R: AsyncRead + Unpin>(r: &mut R, started: Instant) -> (u64, Duration) {
+    let p = pattern();
+    let mut buf = vec![0u8; 256 << 10];
+    let mut off = 0u64;
+    let mut ttfb = None;
+    loop {
+        let n = r.read(&mut buf).await.expect("read");
+        if n == 0 {
+            return (off, ttfb.unwrap_or_default());
+        }
+        ttfb.get_or_insert_with(|| started.elapsed());
+        let mut i = 0;
+        while i < n {
+            let at = ((off + i as u64) % PATTERN_LEN as u64) as usize;
+            let m = (PATTERN_LEN - at).min(n - i);
+            assert!(buf[i..i + m] == p[at..at + m], "response corrupted at byte {}", off + i as u64);
+            i += m;
+        }
+        off += n as u64;
+    }
+}
+
+/// The destination: a request is the response size (u64, big endian); the answer is that many
+/// pattern bytes, then FIN.
+async fn source_server() -> SocketAddr {
+    let l = tcpls_tunnel::frontend::listen("127.0.0.1:0".parse().unwrap()).unwrap();
+    let a = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let _ = s.set_nodelay(true);
+            tokio::spawn(async move {
+                let mut req = [0u8; 8];
+                s.read_exact(&mut req).await?;
+                send_pattern(&mut s, u64::from_be_bytes(req)).await?;
+                s.shutdown().await
+            });
+        }
+    });
+    a
+}
+
+struct Pki {
+    cert: CertificateDer<'static>,
+    key: Vec<u8>,
+}
+
+impl Pki {
+    fn new() -> Self {
+        let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+        Pki { cert: ck.cert.der().clone(), key: ck.key_pair.serialize_der() }
+    }
+    fn client(&self) -> Arc<ClientConfig> {
+        let mut roots = RootCertStore::empty();
+        roots.add(self.cert.clone()).unwrap();
+        Arc::new(ClientConfig::builder().with_root_certificates(roots).with_no_client_auth())
+    }
+    fn server(&self) -> Arc<ServerConfig> {
+        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key.clone()));
+        Arc::new(ServerConfig::builder().with_no_client_auth().with_single_cert(vec![self.cert.clone()], key).unwrap())
+    }
+}
+
+/// Direct TCPLS: a server answering requests on streams like `source_server`, and a session
+/// (through a bottleneck of `link` bit/s if given).
+async fn direct_tcpls(pki: &Pki, link: Option<u64>) -> tcpls::Session {
+    let l = tcpls::TcplsListener::bind("127.0.0.1:0".parse().unwrap(), pki.server()).await.unwrap();
+    let mut addr = l.local_addr();
+    tokio::spawn(async move {
+        while let Some((session, _)) = l.accept().await {
+            tokio::spawn(async move {
+                while let Some((mut send, mut recv)) = session.accept_stream().await {
+                    tokio::spawn(async move {
+                        let mut req = [0u8; 8];
+                        recv.read_exact(&mut req).await?;
+                        send_pattern(&mut send, u64::from_be_bytes(req)).await?;
+                        send.shutdown().await
+                    });
+                }
+            });
+        }
+    });
+    if let Some(bps) = link {
+        addr = slow_link(addr, bps).await;
+    }
+    let name = tcpls::server_name_for("localhost").unwrap();
+    tcpls::TcplsConnector::new(pki.client()).connect(addr, name).await.unwrap()
+}
+
+/// A tunnel (concentrator + client) with `cfg`, optionally through a bottleneck of `link` bit/s;
+/// returns a forward listener's address to `dest`.
+async fn tunnel(pki: &Pki, cfg: TunnelConfig, dest: SocketAddr, link: Option<u64>) -> SocketAddr {
+    let conc = Concentrator::bind(&["127.0.0.1:0".parse().unwrap()], pki.server(), cfg.clone()).await.unwrap();
+    let mut addr = conc.local_addrs()[0];
+    if let Some(bps) = link {
+        addr = slow_link(addr, bps).await;
+    }
+    tokio::spawn(conc.run(|_| {}));
+    let name = tcpls::server_name_for("localhost").unwrap();
+    let client = TunnelClient::connect(addr, name, pki.client(), &[], cfg).await.unwrap();
+    let l = tcpls_tunnel::frontend::listen("127.0.0.1:0".parse().unwrap()).unwrap();
+    let fwd = l.local_addr().unwrap();
+    tokio::spawn(async move { client.serve(l, Frontend::Forward(Target::Addr(dest))).await });
+    fwd
+}
+
+/// One request over a new TCP connection to `to`: (bytes, time to first byte, total time).
+async fn tcp_request(to: SocketAddr, size: u64) -> (u64, Duration, Duration) {
+    let started = Instant::now();
+    let mut s = TcpStream::connect(to).await.expect("connect");
+    s.set_nodelay(true).unwrap();
+    s.write_all(&size.to_be_bytes()).await.unwrap();
+    let (n, ttfb) = recv_pattern(&mut s, started).await;
+    assert_eq!(n, size, "short response");
+    (n, ttfb, started.elapsed())
+}
+
+/// One request over a new stream of `session`.
+async fn stream_request(session: &tcpls::Session, size: u64) -> (u64, Duration, Duration) {
+    let started = Instant::now();
+    let (mut send, mut recv) = session.open_stream().unwrap();
+    send.write_all(&size.to_be_bytes()).await.unwrap();
+    let (n, ttfb) = recv_pattern(&mut recv, started).await;
+    assert_eq!(n, size, "short response");
+    (n, ttfb, started.elapsed())
+}
+
+#[derive(Clone, Copy)]
+enum Via<'a> {
+    Tcp(SocketAddr),
+    Tcpls(&'a tcpls::Session),
+}
+
+impl Via<'_> {
+    async fn request(&self, size: u64) -> (u64, Duration, Duration) {
+        match self {
+            Via::Tcp(a) => tcp_request(*a, size).await,
+            Via::Tcpls(s) => stream_request(s, size).await,
+        }
+    }
+}
+
+fn gbps(bytes: u64, d: Duration) -> f64 {
+    bytes as f64 * 8.0 / d.as_secs_f64() / 1e9
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn p(v: &[Duration], q: f64) -> Duration {
+    let mut v = v.to_vec();
+    v.sort();
+    v[((v.len() - 1) as f64 * q) as usize]
+}
+
+/// Requests/s with `clients` concurrent request loops for `secs`.
+async fn rps(via: Via<'_>, size: u64, clients: usize, secs: f64) -> f64 {
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut loops = Vec::new();
+    for _ in 0..clients {
+        let (stop, done) = (stop.clone(), done.clone());
+        loops.push(async move {
+            while !stop.load(Ordering::Relaxed) {
+                via.request(size).await;
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+    }
+    let timer = async {
+        tokio::time::sleep(Duration::from_secs_f64(secs)).await;
+        stop.store(true, Ordering::Relaxed);
+    };
+    let all = async {
+        let mut set = Vec::new();
+        for l in loops {
+            set.push(l);
+        }
+        futures_join_all(set).await;
+    };
+    tokio::join!(timer, all);
+    done.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64()
+}
+
+/// Polls every future to completion on this task (no extra dependency for join_all).
+async fn futures_join_all<F: std::future::Future<Output = ()>>(futs: Vec<F>) {
+    let mut futs: Vec<_> = futs.into_iter().map(Box::pin).map(Some).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for slot in futs.iter_mut() {
+            if let Some(f) = slot {
+                if f.as_mut().poll(cx).is_ready() {
+                    *slot = None;
+                } else {
+                    pending = true;
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await
+}
+
+/// 4 KB object load times (new tunneled connection each), optionally under a bulk download
+/// through the same tunnel.
+async fn object_under_bulk(fwd: SocketAddr, bulk: bool, n: usize) -> Vec<Duration> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let bulk_task = bulk.then(|| {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut s = TcpStream::connect(fwd).await.unwrap();
+            s.write_all(&u64::MAX.to_be_bytes()).await.unwrap();
+            let mut buf = vec![0u8; 256 << 10];
+            let mut total = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(k) => total += k as u64,
+                }
+            }
+            total
+        })
+    });
+    if bulk {
+        // Let the bulk transfer fill every queue on its way.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        times.push(tcp_request(fwd, 4000).await.2);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    if let Some(t) = bulk_task {
+        t.abort();
+    }
+    times
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn parse_size(s: &str) -> u64 {
+    let (n, m) = match s.chars().last() {
+        Some('K') => (&s[..s.len() - 1], 1 << 10),
+        Some('M') => (&s[..s.len() - 1], 1 << 20),
+        Some('G') => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    n.parse::<u64>().expect("size") * m
+}
+
+/// A bottleneck link in front of `to`: a TCP relay moving at most `bps` each way, whose small
+/// receive buffers (64 KiB) leave the queue in the sender's socket, as behind a real bottleneck.
+async fn slow_link(to: SocketAddr, bps: u64) -> SocketAddr {
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.set_recv_buffer_size(64 << 10).unwrap();
+    sock.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let l = sock.listen(1024).unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((a, _)) = l.accept().await {
+            let b = tokio::net::TcpSocket::new_v4().unwrap();
+            b.set_recv_buffer_size(64 << 10).unwrap();
+            let b = b.connect(to).await.unwrap();
+            let _ = (a.set_nodelay(true), b.set_nodelay(true));
+            let (ar, aw) = a.into_split();
+            let (br, bw) = b.into_split();
+            tokio::spawn(paced_copy(ar, bw, bps));
+            tokio::spawn(paced_copy(br, aw, bps));
+        }
+    });
+    addr
+}
+
+async fn paced_copy<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(mut r: R, mut w: W, bps: u64) {
+    // Each chunk may leave at `next`; an idle link banks at most 2 ms of credit (its burst).
+    let mut next = Instant::now();
+    let mut buf = vec![0u8; 16 << 10];
+    loop {
+        let n = match r.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if w.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+        let now = Instant::now();
+        next = next.max(now - Duration::from_millis(2)) + Duration::from_secs_f64(n as f64 * 8.0 / bps as f64);
+        if next > now {
+            tokio::time::sleep_until(next.into()).await;
+        }
+    }
+    let _ = w.shutdown().await;
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let json = args.iter().any(|a| a == "--json");
+    let arg = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    let bytes = arg("--bytes").map(|s| parse_size(&s)).unwrap_or(512 << 20);
+    let secs: f64 = arg("--secs").map(|s| s.parse().expect("--secs")).unwrap_or(3.0);
+    let runs: usize = arg("--runs").map(|s| s.parse().expect("--runs")).unwrap_or(3);
+    let link_mbps: u64 = arg("--link-mbps").map(|s| s.parse().expect("--link-mbps")).unwrap_or(200);
+    let parts: Vec<&str> = args.windows(2).filter(|w| w[0] == "--part").map(|w| w[1].as_str()).collect();
+    let part = |name: &str| parts.is_empty() || parts.contains(&name);
+    let log = |m: String| {
+        if !json {
+            println!("{m}");
+        }
+    };
+
+    let pki = Pki::new();
+    let src = source_server().await;
+    let session = direct_tcpls(&pki, None).await;
+    let fwd = tunnel(&pki, TunnelConfig::default(), src, None).await;
+    // The tunnel without late multiplexing: TCPLS defaults, no TCP_NOTSENT_LOWAT.
+    let legacy =
+        || TunnelConfig { notsent_lowat: None, session: tcpls::SessionConfig::default(), ..Default::default() };
+    let mut out = serde_json::Map::new();
+    out.insert("bytes".into(), bytes.into());
+
+    if part("goodput") {
+        let fwd_legacy = tunnel(&pki, legacy(), src, None).await;
+        let mut goodput = serde_json::Map::new();
+        let vias = [
+            ("tcp", Via::Tcp(src)),
+            ("tcpls", Via::Tcpls(&session)),
+            ("tunnel", Via::Tcp(fwd)),
+            ("tunnel_no_lowat", Via::Tcp(fwd_legacy)),
+        ];
+        for (name, via) in vias {
+            let mut best = 0.0f64;
+            for _ in 0..runs {
+                let (n, _, t) = via.request(bytes).await;
+                best = best.max(gbps(n, t));
+            }
+            log(format!("goodput {name:>16}: {best:6.2} Gbit/s ({} MiB, best of {runs})", bytes >> 20));
+            goodput.insert(name.into(), best.into());
+        }
+        let ratio = goodput["tunnel"].as_f64().unwrap() / goodput["tcpls"].as_f64().unwrap();
+        log(format!("tunnel / direct TCPLS goodput: {:.0}%", ratio * 100.0));
+        out.insert("goodput_gbps".into(), goodput.into());
+        out.insert("tunnel_vs_tcpls".into(), ratio.into());
+    }
+
+    if part("goodput_link") {
+        // The same through a bottleneck link (network-bound rather than CPU-bound).
+        let gbit = arg("--goodput-link-mbps").map(|s| s.parse::<u64>().expect("mbps")).unwrap_or(1000);
+        let linked_session = direct_tcpls(&pki, Some(gbit * 1_000_000)).await;
+        let linked_tunnel = tunnel(&pki, TunnelConfig::default(), src, Some(gbit * 1_000_000)).await;
+        let size = (bytes / 4).max(16 << 20);
+        let mut row = serde_json::Map::new();
+        for (name, via) in [("tcpls", Via::Tcpls(&linked_session)), ("tunnel", Via::Tcp(linked_tunnel))] {
+            let mut best = 0.0f64;
+            for _ in 0..runs {
+                let (n, _, t) = via.request(size).await;
+                best = best.max(gbps(n, t));
+            }
+            log(format!("goodput over a {gbit} Mbit/s link {name:>8}: {:7.1} Mbit/s ({} MiB)", best * 1e3, size >> 20));
+            row.insert(name.into(), (best * 1e3).into());
+        }
+        let ratio = row["tunnel"].as_f64().unwrap() / row["tcpls"].as_f64().unwrap();
+        log(format!("tunnel / direct TCPLS goodput over the link: {:.0}%", ratio * 100.0));
+        row.insert("link_mbps".into(), gbit.into());
+        row.insert("tunnel_vs_tcpls".into(), ratio.into());
+        out.insert("goodput_link_mbps".into(), row.into());
+    }
+
+    if part("ttfb") {
+        let mut ttfb = serde_json::Map::new();
+        for (name, via) in [("tcp", Via::Tcp(src)), ("tcpls_stream", Via::Tcpls(&session)), ("tunnel", Via::Tcp(fwd))] {
+            let mut v = Vec::new();
+            for _ in 0..200 {
+                v.push(via.request(800).await.1);
+            }
+            let m = median(v);
+            log(format!("time to first byte {name:>12}: {:7.3} ms (median of 200, 800 B responses)", ms(m)));
+            ttfb.insert(name.into(), ms(m).into());
+        }
+        out.insert("ttfb_ms".into(), ttfb.into());
+    }
+
+    if part("rps") {
+        // 16 concurrent clients, a new connection (or stream) per request.
+        let mut rates = serde_json::Map::new();
+        for (label, size) in [("800B", 800u64), ("32KiB", 32 << 10), ("4MiB", 4 << 20)] {
+            let mut row = serde_json::Map::new();
+            for (name, via) in
+                [("tcp", Via::Tcp(src)), ("tcpls_stream", Via::Tcpls(&session)), ("tunnel", Via::Tcp(fwd))]
+            {
+                let r = rps(via, size, 16, secs).await;
+                log(format!("requests/s {label:>6} {name:>12}: {r:9.0}"));
+                row.insert(name.into(), r.into());
+            }
+            rates.insert(label.into(), row.into());
+        }
+        out.insert("requests_per_s".into(), rates.into());
+    }
+
+    if part("objects") {
+        // 4 KB objects, idle and under a bulk download through the same tunnel, on loopback
+        // and behind a bottleneck link between the client and the concentrator.
+        let link = link_mbps * 1_000_000;
+        let slow = tunnel(&pki, TunnelConfig::default(), src, Some(link)).await;
+        let slow_legacy = tunnel(&pki, legacy(), src, Some(link)).await;
+        let mut objects = serde_json::Map::new();
+        let cases = [
+            ("loopback_idle".to_string(), fwd, false),
+            ("loopback_under_bulk".to_string(), fwd, true),
+            (format!("link{link_mbps}M_idle"), slow, false),
+            (format!("link{link_mbps}M_under_bulk"), slow, true),
+            (format!("link{link_mbps}M_under_bulk_no_lowat"), slow_legacy, true),
+        ];
+        for (name, to, bulk) in cases {
+            let v = object_under_bulk(to, bulk, 100).await;
+            let (p50, p95) = (ms(p(&v, 0.5)), ms(p(&v, 0.95)));
+            log(format!("4 KB object {name:>30}: median {p50:8.3} ms, p95 {p95:8.3} ms (100 fetches)"));
+            objects.insert(name, serde_json::json!({ "median_ms": p50, "p95_ms": p95 }));
+        }
+        out.insert("object_4kb".into(), objects.into());
+    }
+
+    if json {
+        println!("{}", serde_json::to_string_pretty(&serde_json::Value::Object(out)).unwrap());
+    }
+}
