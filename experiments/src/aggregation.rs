@@ -187,6 +187,7 @@ pub fn run(opts: &Opts) -> Result<Summary, String> {
         "link_mbps": [RATE_MBPS, RATE_MBPS],
         "one_way_delay_ms": DELAY_MS,
         "queue_packets": crate::QUEUE_PACKETS,
+        "tcp_congestion_control": crate::host_congestion_control(),
         "bytes": p.bytes,
         "tcpls_mbps": round(big.aggregated_mbps, 2),
         "tcpls_1500_mbps": round(small.aggregated_mbps, 2),

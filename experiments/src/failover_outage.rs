@@ -203,6 +203,7 @@ pub fn run(opts: &Opts) -> Result<Summary, String> {
         "quick": opts.quick,
         "paths": [{"rate_mbps": RATE_MBPS, "one_way_delay_ms": DELAY_MS}, {"rate_mbps": RATE_MBPS, "one_way_delay_ms": DELAY_MS}],
         "queue_packets": crate::QUEUE_PACKETS,
+        "tcp_congestion_control": crate::host_congestion_control(),
         "tcpls_user_timeout_ms": USER_TIMEOUT.as_millis() as u64,
         "bytes": p.bytes,
     });

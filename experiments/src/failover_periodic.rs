@@ -298,6 +298,7 @@ pub fn run(opts: &Opts) -> Result<Summary, String> {
         "link_mbps": RATE_MBPS,
         "one_way_delay_ms": DELAY_MS,
         "queue_packets": crate::QUEUE_PACKETS,
+        "tcp_congestion_control": crate::host_congestion_control(),
         "rotation_period_s": p.period,
         "bytes": p.bytes,
         "tcpls_user_timeout_ms": USER_TIMEOUT.as_millis() as u64,

@@ -246,6 +246,7 @@ pub fn run(opts: &Opts) -> Result<Summary, String> {
         "link_mbps": RATE_MBPS,
         "rtt_ms": 2.0 * DELAY_MS,
         "queue_packets": crate::QUEUE_PACKETS,
+        "tcp_congestion_control": crate::host_congestion_control(),
         "object_bytes": OBJECT,
     });
     let mut load_series = Vec::new();

@@ -84,3 +84,10 @@ pub fn congestion_control(topo: &tcpls_netem::Topology, side: tcpls_netem::Side)
         .and_then(Result::ok)
         .map_or_else(|| "unknown".into(), |s| s.trim().to_string())
 }
+
+/// The host's default TCP congestion control; new namespaces start with it (checked from inside
+/// the server namespace by failover-outage).
+pub fn host_congestion_control() -> String {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+        .map_or_else(|_| "unknown".into(), |s| s.trim().to_string())
+}

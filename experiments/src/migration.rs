@@ -146,6 +146,7 @@ pub fn run(opts: &Opts) -> Result<Summary, String> {
         "link_mbps": [RATE_MBPS, RATE_MBPS],
         "rtt_ms": [2.0 * DELAYS_MS[0], 2.0 * DELAYS_MS[1]],
         "queue_packets": crate::QUEUE_PACKETS,
+        "tcp_congestion_control": crate::host_congestion_control(),
         "bytes": out.bytes,
         "verified": out.verified,
         "completed_s": round(end, 3),

@@ -78,7 +78,10 @@ pub fn render(path: &Path, title: &str, panels: &[Panel]) -> Result<(), String> 
         .flat_map(|p| p.series.iter().flat_map(|s| s.points.iter().map(|(t, _)| *t)))
         .fold(1.0f64, f64::max);
     for (panel, area) in panels.iter().zip(areas.iter()) {
-        let y_max = panel.series.iter().flat_map(|s| s.points.iter().map(|(_, v)| *v)).fold(1.0f64, f64::max) * 1.15;
+        // Headroom above the highest point: for the marker labels, and for a legend on top.
+        let headroom = if panel.legend_top { 1.5 } else { 1.15 };
+        let y_max =
+            panel.series.iter().flat_map(|s| s.points.iter().map(|(_, v)| *v)).fold(1.0f64, f64::max) * headroom;
         let mut chart = ChartBuilder::on(area)
             .caption(&panel.title, (FAMILY, 19))
             .margin(12)
@@ -92,7 +95,8 @@ pub fn render(path: &Path, title: &str, panels: &[Panel]) -> Result<(), String> 
             .y_desc(panel.y_label.as_str())
             .label_style((FAMILY, 15))
             .axis_desc_style((FAMILY, 16))
-            .light_line_style(RGBColor(235, 235, 235))
+            .max_light_lines(1) // sparse grid: easier to read, and the PNG compresses to a fraction
+            .light_line_style(RGBColor(240, 240, 240))
             .draw()
             .map_err(|x| e(&x))?;
         for m in &panel.markers {
