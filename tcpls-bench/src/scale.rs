@@ -4,7 +4,7 @@
 //! receive on each stream or connection) and one client process, the parent driving both
 //! through their standard input and output. Phases, for `tls` then `tcpls`:
 //!
-//! 1. **Handshakes**: `--handshakes` sequential connections, each a full handshake (resumption
+//! 1. **Handshakes**: after 20 unmeasured ones, `--handshakes` sequential connections, each a full handshake (resumption
 //!    off), a 1-byte request echoed back, and a graceful close. The server's CPU time over the
 //!    phase / connections = CPU per handshake; 1 / that = handshakes per second per core. The
 //!    client's time from starting the TCP connect until the echoed byte arrives is the **time
@@ -43,6 +43,10 @@ pub struct Options {
     /// Protocols, in this order.
     #[arg(long, value_delimiter = ',', default_values_t = vec![ScaleProto::Tls, ScaleProto::Tcpls], value_enum)]
     protos: Vec<ScaleProto>,
+    /// Repetitions; each runs every protocol once, the order alternating (tls, tcpls, then
+    /// tcpls, tls, ...). The table gives medians over the repetitions.
+    #[arg(long, default_value_t = 1)]
+    reps: u32,
     /// Print the results as JSON (progress still goes to stderr).
     #[arg(long)]
     json: bool,
@@ -64,6 +68,8 @@ pub enum ScaleProto {
 const SOURCES: u8 = 16;
 /// Handshakes in flight at once while opening the concurrent sessions.
 const IN_FLIGHT: usize = 64;
+/// Unmeasured handshakes before the measured ones.
+const WARM_UP: u32 = 20;
 /// How long the open sessions stay idle before memory is measured.
 const IDLE: Duration = Duration::from_secs(2);
 
@@ -99,9 +105,12 @@ pub struct ClientPhase {
     alive: u32,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 struct ProtoResult {
     protocol: ScaleProto,
+    /// The repetition of a single run; absent in the medians.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rep: Option<u32>,
     handshakes: u32,
     server_cpu_us_per_handshake: f64,
     handshakes_per_second_per_core: f64,
@@ -121,121 +130,84 @@ struct Report {
     date_utc: String,
     machine: Machine,
     method: &'static str,
+    reps: u32,
+    /// Per protocol, the median of every field over the repetitions (counts: the smallest).
     results: Vec<ProtoResult>,
+    /// TCPLS divided by TLS, from the medians (when both ran).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tcpls_to_tls: Option<Ratios>,
+    runs: Vec<ProtoResult>,
+}
+
+#[derive(Debug, Serialize)]
+struct Ratios {
+    server_cpu_per_handshake: f64,
+    client_cpu_per_handshake: f64,
+    ttfb_median: f64,
+    server_memory_per_idle_session: f64,
+    client_memory_per_idle_session: f64,
+}
+
+type Piped = (std::process::Child, ChildStdin, BufReader<ChildStdout>);
+
+/// Starts this binary with `args`, the certificate in its environment, stdin and stdout piped.
+fn spawn(pki: &Pki, args: &[String]) -> Res<Piped> {
+    let mut child = Command::new(std::env::current_exe()?)
+        .args(args)
+        .envs(pki.env().iter().map(|(k, v)| (*k, v.clone())))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let stdin = child.stdin.take().ok_or("no stdin pipe")?;
+    let stdout = child.stdout.take().ok_or("no stdout pipe")?;
+    Ok((child, stdin, BufReader::new(stdout)))
 }
 
 pub fn run(opts: Options) -> Res<()> {
-    if opts.protos.is_empty() || opts.sessions == 0 || opts.handshakes == 0 {
-        return Err("nothing to run: give a protocol, sessions and handshakes".into());
+    if opts.protos.is_empty() || opts.sessions == 0 || opts.handshakes == 0 || opts.reps == 0 {
+        return Err("nothing to run: give a protocol, sessions, handshakes and repetitions".into());
     }
     let pki = Pki::generate()?;
-    let exe = std::env::current_exe()?;
-    let spawn = |args: &[String]| -> Res<(std::process::Child, ChildStdin, BufReader<ChildStdout>)> {
-        let mut child = Command::new(&exe)
-            .args(args)
-            .envs(pki.env().iter().map(|(k, v)| (*k, v.clone())))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()?;
-        let stdin = child.stdin.take().ok_or("no stdin pipe")?;
-        let stdout = child.stdout.take().ok_or("no stdout pipe")?;
-        Ok((child, stdin, BufReader::new(stdout)))
-    };
-    let threads = opts.worker_threads.to_string();
-    let mut results = Vec::new();
-    for &proto in &opts.protos {
-        // A fresh server per protocol, so that one protocol's freed memory does not hide the
-        // next one's growth.
-        let (server, mut server_in, mut server_out) =
-            spawn(&["scale-server".into(), "--worker-threads".into(), threads.clone()])?;
-        let mut children = crate::compare::Children(vec![server]);
-        let ready: ServerReady = crate::compare::read_json(&mut server_out, "scale server")?;
-        let port = match proto {
-            ScaleProto::Tls => ready.tls_port,
-            ScaleProto::Tcpls => ready.tcpls_port,
-        };
-        let args = [
-            "scale-client".to_string(),
-            "--proto".into(),
-            format!("{proto:?}").to_lowercase(),
-            "--port".into(),
-            port.to_string(),
-            "--sessions".into(),
-            opts.sessions.to_string(),
-            "--handshakes".into(),
-            opts.handshakes.to_string(),
-            "--worker-threads".into(),
-            threads.clone(),
-        ];
-        let (client, mut client_in, mut client_out) = spawn(&args)?;
-        children.0.push(client);
-        let ask = |server_in: &mut ChildStdin, server_out: &mut BufReader<ChildStdout>| -> Res<ServerStats> {
-            writeln!(server_in, "stats")?;
-            server_in.flush()?;
-            crate::compare::read_json(server_out, "scale server")
-        };
-        let go = |client_in: &mut ChildStdin| -> Res<()> {
-            writeln!(client_in, "go")?;
-            client_in.flush()?;
-            Ok(())
-        };
-        // Phase 1: handshakes.
-        let s0 = ask(&mut server_in, &mut server_out)?;
-        go(&mut client_in)?;
-        let hs: ClientPhase = crate::compare::read_json(&mut client_out, "scale client")?;
-        let s1 = ask(&mut server_in, &mut server_out)?;
-        eprintln!("{proto:?}: {} handshakes in {:.2} s", hs.count, hs.seconds);
-        // Phase 2: concurrent sessions, measured while all are open and idle.
-        let s2 = ask(&mut server_in, &mut server_out)?;
-        go(&mut client_in)?;
-        let open: ClientPhase = crate::compare::read_json(&mut client_out, "scale client")?;
-        let s3 = ask(&mut server_in, &mut server_out)?;
-        eprintln!(
-            "{proto:?}: {} sessions open in {:.2} s, server holds {}, server RSS +{:.1} MiB, client RSS +{:.1} MiB",
-            open.count,
-            open.seconds,
-            s3.open,
-            (s3.rss_bytes as f64 - s2.rss_bytes as f64) / f64::from(1 << 20),
-            (open.rss_after as f64 - open.rss_before as f64) / f64::from(1 << 20),
-        );
-        go(&mut client_in)?;
-        let alive: ClientPhase = crate::compare::read_json(&mut client_out, "scale client")?;
-        eprintln!("{proto:?}: {} of {} sessions answered the final echo", alive.alive, opts.sessions);
-        drop(client_in);
-        drop(server_in); // EOF: the server exits.
-        children.wait_all()?;
-        let mut ttfb = hs.ttfb_us.clone();
-        ttfb.sort_by(f64::total_cmp);
-        let p90 = ttfb.get(((ttfb.len() * 9).div_ceil(10)).saturating_sub(1)).copied().unwrap_or(f64::NAN);
-        let n = f64::from(hs.count);
-        let server_cpu_us = (s1.cpu_ns - s0.cpu_ns) as f64 / 1e3 / n;
-        let sessions = f64::from(open.count);
-        results.push(ProtoResult {
-            protocol: proto,
-            handshakes: hs.count,
-            server_cpu_us_per_handshake: server_cpu_us,
-            handshakes_per_second_per_core: 1e6 / server_cpu_us,
-            client_cpu_us_per_handshake: hs.cpu_ns as f64 / 1e3 / n,
-            ttfb_median_us: median(&ttfb),
-            ttfb_p90_us: p90,
-            sessions: open.count,
-            sessions_open_at_server: s3.open,
-            sessions_alive: alive.alive,
-            open_seconds: open.seconds,
-            server_rss_bytes_per_idle_session: (s3.rss_bytes as f64 - s2.rss_bytes as f64) / sessions,
-            client_rss_bytes_per_idle_session: (open.rss_after as f64 - open.rss_before as f64) / sessions,
-        });
+    let mut runs = Vec::new();
+    for rep in 1..=opts.reps {
+        let mut order = opts.protos.clone();
+        if rep % 2 == 0 {
+            order.reverse();
+        }
+        for proto in order {
+            eprintln!("rep {rep}/{}: {proto:?}", opts.reps);
+            let mut r = run_proto(&pki, proto, &opts)?;
+            r.rep = Some(rep);
+            runs.push(r);
+        }
     }
+    let results: Vec<ProtoResult> = opts
+        .protos
+        .iter()
+        .filter_map(|&p| summarize(&runs.iter().filter(|r| r.protocol == p).cloned().collect::<Vec<_>>()))
+        .collect();
+    let find = |p: ScaleProto| results.iter().find(|r| r.protocol == p);
+    let tcpls_to_tls = find(ScaleProto::Tcpls).zip(find(ScaleProto::Tls)).map(|(t, l)| Ratios {
+        server_cpu_per_handshake: t.server_cpu_us_per_handshake / l.server_cpu_us_per_handshake,
+        client_cpu_per_handshake: t.client_cpu_us_per_handshake / l.client_cpu_us_per_handshake,
+        ttfb_median: t.ttfb_median_us / l.ttfb_median_us,
+        server_memory_per_idle_session: t.server_rss_bytes_per_idle_session / l.server_rss_bytes_per_idle_session,
+        client_memory_per_idle_session: t.client_rss_bytes_per_idle_session / l.client_rss_bytes_per_idle_session,
+    });
     let report = Report {
         date_utc: utc_now(),
         machine: machine(),
         method: "a fresh server process (TcplsListener and tokio-rustls listener, echo) and client process per \
-                 protocol, each a multi-thread tokio runtime; handshakes: sequential full handshakes (resumption \
-                 off) + 1-byte echo + close, server CPU (getrusage) per handshake, ttfb = TCP connect start to \
-                 echoed byte; sessions: all opened (64 handshakes in flight, sources 127.0.0.2-17), 1-byte echo \
-                 each, idle 2 s, RSS delta / sessions (VmRSS), then every session echoes again",
+                 protocol and repetition, each a multi-thread tokio runtime; handshakes: sequential full \
+                 handshakes (resumption off) + 1-byte echo + close, server CPU (getrusage) per handshake, ttfb = \
+                 TCP connect start to echoed byte; sessions: all opened (64 handshakes in flight, sources \
+                 127.0.0.2-17), 1-byte echo each, idle 2 s, RSS delta / sessions (VmRSS), then every session \
+                 echoes again",
+        reps: opts.reps,
         results,
+        tcpls_to_tls,
+        runs,
     };
     if opts.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
@@ -245,10 +217,120 @@ pub fn run(opts: Options) -> Res<()> {
     Ok(())
 }
 
+/// Medians of the runs of one protocol (counts: the smallest, so a failure shows).
+fn summarize(runs: &[ProtoResult]) -> Option<ProtoResult> {
+    let first = runs.first()?;
+    let med = |f: fn(&ProtoResult) -> f64| median(&runs.iter().map(f).collect::<Vec<_>>());
+    Some(ProtoResult {
+        protocol: first.protocol,
+        rep: None,
+        handshakes: runs.iter().map(|r| r.handshakes).min().unwrap_or(0),
+        server_cpu_us_per_handshake: med(|r| r.server_cpu_us_per_handshake),
+        handshakes_per_second_per_core: med(|r| r.handshakes_per_second_per_core),
+        client_cpu_us_per_handshake: med(|r| r.client_cpu_us_per_handshake),
+        ttfb_median_us: med(|r| r.ttfb_median_us),
+        ttfb_p90_us: med(|r| r.ttfb_p90_us),
+        sessions: runs.iter().map(|r| r.sessions).min().unwrap_or(0),
+        sessions_open_at_server: runs.iter().map(|r| r.sessions_open_at_server).min().unwrap_or(0),
+        sessions_alive: runs.iter().map(|r| r.sessions_alive).min().unwrap_or(0),
+        open_seconds: med(|r| r.open_seconds),
+        server_rss_bytes_per_idle_session: med(|r| r.server_rss_bytes_per_idle_session),
+        client_rss_bytes_per_idle_session: med(|r| r.client_rss_bytes_per_idle_session),
+    })
+}
+
+/// One protocol: a fresh server (so that the previous run's freed memory does not hide this
+/// one's growth) and a fresh client, through the three phases.
+fn run_proto(pki: &Pki, proto: ScaleProto, opts: &Options) -> Res<ProtoResult> {
+    let threads = opts.worker_threads.to_string();
+    let (server, mut server_in, mut server_out) =
+        spawn(pki, &["scale-server".into(), "--worker-threads".into(), threads.clone()])?;
+    let mut children = crate::compare::Children(vec![server]);
+    let ready: ServerReady = crate::compare::read_json(&mut server_out, "scale server")?;
+    let port = match proto {
+        ScaleProto::Tls => ready.tls_port,
+        ScaleProto::Tcpls => ready.tcpls_port,
+    };
+    let args = [
+        "scale-client".to_string(),
+        "--proto".into(),
+        format!("{proto:?}").to_lowercase(),
+        "--port".into(),
+        port.to_string(),
+        "--sessions".into(),
+        opts.sessions.to_string(),
+        "--handshakes".into(),
+        opts.handshakes.to_string(),
+        "--worker-threads".into(),
+        threads.clone(),
+    ];
+    let (client, mut client_in, mut client_out) = spawn(pki, &args)?;
+    children.0.push(client);
+    let ask = |server_in: &mut ChildStdin, server_out: &mut BufReader<ChildStdout>| -> Res<ServerStats> {
+        writeln!(server_in, "stats")?;
+        server_in.flush()?;
+        crate::compare::read_json(server_out, "scale server")
+    };
+    let go = |client_in: &mut ChildStdin| -> Res<()> {
+        writeln!(client_in, "go")?;
+        client_in.flush()?;
+        Ok(())
+    };
+    let _warm: ClientPhase = crate::compare::read_json(&mut client_out, "scale client")?;
+    // Phase 1: handshakes.
+    let s0 = ask(&mut server_in, &mut server_out)?;
+    go(&mut client_in)?;
+    let hs: ClientPhase = crate::compare::read_json(&mut client_out, "scale client")?;
+    let s1 = ask(&mut server_in, &mut server_out)?;
+    eprintln!("{proto:?}: {} handshakes in {:.2} s", hs.count, hs.seconds);
+    // Phase 2: concurrent sessions, measured while all are open and idle.
+    let s2 = ask(&mut server_in, &mut server_out)?;
+    go(&mut client_in)?;
+    let open: ClientPhase = crate::compare::read_json(&mut client_out, "scale client")?;
+    let s3 = ask(&mut server_in, &mut server_out)?;
+    eprintln!(
+        "{proto:?}: {} sessions open in {:.2} s, server holds {}, server RSS +{:.1} MiB, client RSS +{:.1} MiB",
+        open.count,
+        open.seconds,
+        s3.open,
+        (s3.rss_bytes as f64 - s2.rss_bytes as f64) / f64::from(1 << 20),
+        (open.rss_after as f64 - open.rss_before as f64) / f64::from(1 << 20),
+    );
+    go(&mut client_in)?;
+    let alive: ClientPhase = crate::compare::read_json(&mut client_out, "scale client")?;
+    eprintln!("{proto:?}: {} of {} sessions answered the final echo", alive.alive, opts.sessions);
+    drop(client_in);
+    drop(server_in); // EOF: the server exits.
+    children.wait_all()?;
+    let mut ttfb = hs.ttfb_us.clone();
+    ttfb.sort_by(f64::total_cmp);
+    let p90 = ttfb.get(((ttfb.len() * 9).div_ceil(10)).saturating_sub(1)).copied().unwrap_or(f64::NAN);
+    let n = f64::from(hs.count);
+    let server_cpu_us = (s1.cpu_ns - s0.cpu_ns) as f64 / 1e3 / n;
+    let sessions = f64::from(open.count);
+    Ok(ProtoResult {
+        protocol: proto,
+        rep: None,
+        handshakes: hs.count,
+        server_cpu_us_per_handshake: server_cpu_us,
+        handshakes_per_second_per_core: 1e6 / server_cpu_us,
+        client_cpu_us_per_handshake: hs.cpu_ns as f64 / 1e3 / n,
+        ttfb_median_us: median(&ttfb),
+        ttfb_p90_us: p90,
+        sessions: open.count,
+        sessions_open_at_server: s3.open,
+        sessions_alive: alive.alive,
+        open_seconds: open.seconds,
+        server_rss_bytes_per_idle_session: (s3.rss_bytes as f64 - s2.rss_bytes as f64) / sessions,
+        client_rss_bytes_per_idle_session: (open.rss_after as f64 - open.rss_before as f64) / sessions,
+    })
+}
+
 fn print_table(r: &Report) {
     println!("tcpls-bench scale — {}", r.date_utc);
     println!("machine: {} CPUs, {}, Linux {}", r.machine.nproc, r.machine.cpu_model, r.machine.kernel);
     println!("{}", r.method);
+    println!("medians over {} repetition(s)", r.reps);
     println!();
     println!(
         "{:<6} {:>10} {:>12} {:>10} {:>10} {:>9} {:>9}   {:>9} {:>7} {:>7} {:>8} {:>11} {:>11}",
@@ -282,6 +364,17 @@ fn print_table(r: &Report) {
             p.open_seconds,
             p.server_rss_bytes_per_idle_session,
             p.client_rss_bytes_per_idle_session,
+        );
+    }
+    if let Some(x) = &r.tcpls_to_tls {
+        println!(
+            "tcpls/tls: server CPU per handshake {:.2}, client CPU per handshake {:.2}, ttfb {:.2}, \
+             memory per idle session: server {:.1}, client {:.1}",
+            x.server_cpu_per_handshake,
+            x.client_cpu_per_handshake,
+            x.ttfb_median,
+            x.server_memory_per_idle_session,
+            x.client_memory_per_idle_session
         );
     }
 }
@@ -507,6 +600,16 @@ pub async fn client(proto: ScaleProto, port: u16, sessions: u32, handshakes: u32
         ttfb_us: Vec::new(),
         alive: 0,
     };
+
+    // Warm-up, unmeasured: first-use costs (lazy initialisation, allocator growth) of both ends.
+    let mut warm = phase("warm-up");
+    for i in 0..WARM_UP {
+        let mut open = dialer.open(source(i)).await?;
+        open.ping(0).await?;
+        open.close().await?;
+        warm.count += 1;
+    }
+    report(&warm)?;
 
     // Phase 1: sequential handshakes.
     wait_go().await?;
