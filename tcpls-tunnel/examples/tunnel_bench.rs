@@ -380,7 +380,16 @@ async fn main() {
     let pki = Pki::new();
     let src = source_server().await;
     let session = direct_tcpls(&pki, None).await;
-    let fwd = tunnel(&pki, TunnelConfig::default(), src, None).await;
+    // The tunnel's late multiplexing knobs (defaults: TunnelConfig::default()).
+    let mut tuned = TunnelConfig::default();
+    if let Some(v) = arg("--lowat") {
+        tuned.notsent_lowat = Some(parse_size(&v) as u32);
+    }
+    if let Some(v) = arg("--high-water") {
+        tuned.session.transmit_high_water = parse_size(&v) as usize;
+    }
+    let tuned = move || tuned.clone();
+    let fwd = tunnel(&pki, tuned(), src, None).await;
     // The tunnel without late multiplexing: TCPLS defaults, no TCP_NOTSENT_LOWAT.
     let legacy =
         || TunnelConfig { notsent_lowat: None, session: tcpls::SessionConfig::default(), ..Default::default() };
@@ -415,7 +424,7 @@ async fn main() {
         // The same through a bottleneck link (network-bound rather than CPU-bound).
         let gbit = arg("--goodput-link-mbps").map(|s| s.parse::<u64>().expect("mbps")).unwrap_or(1000);
         let linked_session = direct_tcpls(&pki, Some(gbit * 1_000_000)).await;
-        let linked_tunnel = tunnel(&pki, TunnelConfig::default(), src, Some(gbit * 1_000_000)).await;
+        let linked_tunnel = tunnel(&pki, tuned(), src, Some(gbit * 1_000_000)).await;
         let size = (bytes / 4).max(16 << 20);
         let mut row = serde_json::Map::new();
         for (name, via) in [("tcpls", Via::Tcpls(&linked_session)), ("tunnel", Via::Tcp(linked_tunnel))] {
@@ -469,7 +478,7 @@ async fn main() {
         // 4 KB objects, idle and under a bulk download through the same tunnel, on loopback
         // and behind a bottleneck link between the client and the concentrator.
         let link = link_mbps * 1_000_000;
-        let slow = tunnel(&pki, TunnelConfig::default(), src, Some(link)).await;
+        let slow = tunnel(&pki, tuned(), src, Some(link)).await;
         let slow_legacy = tunnel(&pki, legacy(), src, Some(link)).await;
         let mut objects = serde_json::Map::new();
         let cases = [
