@@ -16,25 +16,6 @@ use tokio::net::TcpStream;
 use tokio::time::timeout;
 use tunnel_support::*;
 
-/// A destination that answers a request `size(u64) seed(u64)` with `pattern(size, seed)`.
-async fn pattern_server() -> SocketAddr {
-    let l = tcpls_tunnel::frontend::listen("127.0.0.1:0".parse().unwrap()).unwrap();
-    let a = l.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = l.accept().await {
-            tokio::spawn(async move {
-                let mut req = [0u8; 16];
-                s.read_exact(&mut req).await?;
-                let size = u64::from_be_bytes(req[..8].try_into().unwrap()) as usize;
-                let seed = u64::from_be_bytes(req[8..].try_into().unwrap());
-                s.write_all(&pattern(size, seed)).await?;
-                s.shutdown().await
-            });
-        }
-    });
-    a
-}
-
 async fn download(via: SocketAddr, size: usize, seed: u64, progress: Arc<AtomicU64>) -> Result<(), String> {
     let mut s = TcpStream::connect(via).await.map_err(|e| e.to_string())?;
     let mut req = (size as u64).to_be_bytes().to_vec();

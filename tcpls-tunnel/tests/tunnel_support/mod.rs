@@ -55,6 +55,11 @@ impl Tunnel {
     }
 
     pub async fn start_with(listen: &[&str], cfg: TunnelConfig) -> Tunnel {
+        Self::start_full(listen, cfg, None).await
+    }
+
+    /// `link`: the client reaches the concentrator through [`slow_link`] at that many bit/s.
+    pub async fn start_full(listen: &[&str], cfg: TunnelConfig, link: Option<u64>) -> Tunnel {
         if std::env::var_os("TUNNEL_TEST_LOG").is_some() {
             let _ = tracing_subscriber::fmt().with_max_level(tracing::Level::DEBUG).with_test_writer().try_init();
         }
@@ -65,7 +70,11 @@ impl Tunnel {
         let server_stats = conc.stats();
         tokio::spawn(conc.run(|_| {}));
         let name = tcpls::server_name_for("localhost").unwrap();
-        let client = TunnelClient::connect(addrs[0], name, pki.client(), &addrs[1..], cfg).await.unwrap();
+        let first = match link {
+            Some(bps) => slow_link(addrs[0], bps).await,
+            None => addrs[0],
+        };
+        let client = TunnelClient::connect(first, name, pki.client(), &addrs[1..], cfg).await.unwrap();
         Tunnel { pki, addrs, server_stats, client }
     }
 
@@ -201,4 +210,96 @@ pub async fn wait_for(mut cond: impl FnMut() -> bool) {
         assert!(std::time::Instant::now() < deadline, "condition not reached in {T:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// A bottleneck link in front of `to`: a TCP relay moving at most `bps` each way, whose small
+/// receive buffers (64 KiB) leave the queue in the sender's socket, as behind a real bottleneck.
+pub async fn slow_link(to: SocketAddr, bps: u64) -> SocketAddr {
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.set_recv_buffer_size(64 << 10).unwrap();
+    sock.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let l = sock.listen(1024).unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((a, _)) = l.accept().await {
+            let b = tokio::net::TcpSocket::new_v4().unwrap();
+            b.set_recv_buffer_size(64 << 10).unwrap();
+            let Ok(b) = b.connect(to).await else { continue };
+            let _ = (a.set_nodelay(true), b.set_nodelay(true));
+            let (ar, aw) = a.into_split();
+            let (br, bw) = b.into_split();
+            tokio::spawn(paced_copy(ar, bw, bps));
+            tokio::spawn(paced_copy(br, aw, bps));
+        }
+    });
+    addr
+}
+
+async fn paced_copy<R, W>(mut r: R, mut w: W, bps: u64)
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
+    // Each chunk may leave at `next`; an idle link banks at most 2 ms of credit (its burst).
+    let mut next = std::time::Instant::now();
+    let mut buf = vec![0u8; 16 << 10];
+    loop {
+        let n = match r.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if w.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+        let now = std::time::Instant::now();
+        next = next.max(now - Duration::from_millis(2)) + Duration::from_secs_f64(n as f64 * 8.0 / bps as f64);
+        if next > now {
+            tokio::time::sleep_until(next.into()).await;
+        }
+    }
+    let _ = w.shutdown().await;
+}
+
+/// A destination that answers a request `size(u64) seed(u64)` with `pattern(size, seed)`
+/// (`size` u64::MAX: zeros until the client goes away).
+pub async fn pattern_server() -> SocketAddr {
+    let l = tcpls_tunnel::frontend::listen("127.0.0.1:0".parse().unwrap()).unwrap();
+    let a = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut req = [0u8; 16];
+                s.read_exact(&mut req).await?;
+                let size = u64::from_be_bytes(req[..8].try_into().unwrap());
+                let seed = u64::from_be_bytes(req[8..].try_into().unwrap());
+                if size == u64::MAX {
+                    let zeros = vec![0u8; 256 << 10];
+                    loop {
+                        s.write_all(&zeros).await?;
+                    }
+                }
+                s.write_all(&pattern(size as usize, seed)).await?;
+                s.shutdown().await
+            });
+        }
+    });
+    a
+}
+
+/// Sends the request `size seed` to `via` and reads the answer, verified; returns its bytes.
+pub async fn fetch(via: SocketAddr, size: usize, seed: u64) -> Result<usize, String> {
+    let mut s = TcpStream::connect(via).await.map_err(|e| e.to_string())?;
+    s.set_nodelay(true).map_err(|e| e.to_string())?;
+    let mut req = (size as u64).to_be_bytes().to_vec();
+    req.extend_from_slice(&seed.to_be_bytes());
+    s.write_all(&req).await.map_err(|e| e.to_string())?;
+    let mut got = Vec::with_capacity(size);
+    tokio::time::timeout(T, s.read_to_end(&mut got))
+        .await
+        .map_err(|_| format!("fetch {seed} stalled at {} bytes", got.len()))?
+        .map_err(|e| format!("fetch {seed}: {e}"))?;
+    if got != pattern(size, seed) {
+        return Err(format!("fetch {seed}: {} bytes of {size}, content differs", got.len()));
+    }
+    Ok(got.len())
 }
