@@ -55,6 +55,14 @@ impl fmt::Display for OpenError {
 
 impl std::error::Error for OpenError {}
 
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 struct Inner {
     session: Session,
     cfg: TunnelConfig,
@@ -175,11 +183,19 @@ impl TunnelClient {
     /// Accepts connections on `listener` and tunnels them until the session is over (then
     /// returns an error).
     pub async fn serve(&self, listener: TcpListener, frontend: Frontend) -> io::Result<()> {
+        // Watched by a task of its own: polling `closed()` again at every accepted connection
+        // would leave a waker behind each time.
+        let (ended_tx, mut ended) = tokio::sync::oneshot::channel();
+        let session = self.inner.session.clone();
+        let watcher = tokio::spawn(async move {
+            let _ = ended_tx.send(session.closed().await);
+        });
+        let _stop_watcher = AbortOnDrop(watcher);
         loop {
             let accepted = tokio::select! {
                 a = listener.accept() => a,
-                e = self.inner.session.closed() => {
-                    let why = e.map(|e| e.to_string()).unwrap_or_else(|| "closed".into());
+                e = &mut ended => {
+                    let why = e.ok().flatten().map(|e| e.to_string()).unwrap_or_else(|| "closed".into());
                     return Err(io::Error::other(format!("the session to the concentrator ended: {why}")));
                 }
             };
