@@ -276,3 +276,22 @@ fn transparent_mode_with_iptables_redirect() {
     // It really went through the tunnel (the client logged the redirected connection).
     client.stderr.wait_for(format!("-> {server_ip}:8080").as_bytes(), SHORT).unwrap();
 }
+
+#[test]
+fn usage_errors_are_one_line() {
+    let closed = free_port(LOCALHOST_V4);
+    let concentrator = format!("127.0.0.1:{closed}");
+    let client = |mode: &[&str]| {
+        let mut cmd = tcpls();
+        cmd.args(["tunnel", "client", "--concentrator", &concentrator, "--insecure"]).args(mode);
+        run(&mut cmd, None, SHORT)
+    };
+    client(&["--socks", "127.0.0.1:0"]).one_line_error("cannot open a TCPLS session");
+    client(&["--forward", "127.0.0.1:0"]).one_line_error("LISTEN=TARGET");
+    client(&["--forward", "127.0.0.1:0=nohostport"]).one_line_error("HOST:PORT");
+    let dir = TempDir::new("tunnel-usage");
+    let (cert, key) = support::make_cert(dir.path(), "c");
+    let mut cmd = tcpls();
+    cmd.args(["tunnel", "server", "--listen", "192.0.2.1:4443", "--cert"]).arg(cert).arg("--key").arg(key);
+    run(&mut cmd, None, SHORT).one_line_error("cannot listen");
+}
