@@ -154,6 +154,13 @@ async fn failed_destinations_give_socks_failure_or_reset() {
     assert_eq!(timeout(T, socks5_connect(&mut s, &Target::Addr(echo))).await.unwrap().unwrap(), 0);
     echo_roundtrip(s, pattern(10_000, 9)).await.unwrap();
     assert_eq!(t.server_stats.snapshot().connect_failed, 3);
+    // A forward whose application writes at once (pipelined behind the request): still reset.
+    let mut app = TcpStream::connect(fwd).await.unwrap();
+    let _ = app.write_all(b"GET / HTTP/1.0\r\n\r\n").await;
+    let r = timeout(T, app.read(&mut [0u8; 1])).await.unwrap();
+    assert_eq!(r.unwrap_err().kind(), std::io::ErrorKind::ConnectionReset);
+    wait_for(|| t.client.stats().snapshot().connect_failed == 4).await;
+    assert_eq!(t.client.stats().snapshot().connected, 1);
 }
 
 /// Raw TCPLS streams to the concentrator with hostile first bytes: each gets Error with the

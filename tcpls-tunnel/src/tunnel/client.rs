@@ -15,7 +15,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tracing::{debug, info, warn};
 
-use super::relay::{self, Report};
+use super::relay::{self, Outcome, Report};
 use super::server::steer_round_robin;
 use super::tlv::{self, ReadError, Tlv, ERR_CONNECTION_FAILURE};
 use super::{lowat, Stats, Target, TunnelConfig};
@@ -28,9 +28,11 @@ pub enum Frontend {
     /// is sent once the concentrator answered: success, or 0x05 when the destination refused or
     /// could not be reached, 0x01 for any other failure.
     Socks,
-    /// Every connection goes to this target.
+    /// Every connection goes to this target. Pipelined: the application's bytes follow the
+    /// request without waiting for the answer; an Error answer resets the connection.
     Forward(Target),
     /// Connections redirected by iptables REDIRECT: the destination from SO_ORIGINAL_DST.
+    /// Pipelined like `Forward`.
     Transparent,
 }
 
@@ -120,18 +122,7 @@ impl TunnelClient {
     /// Opens a stream to `target` and waits for the concentrator's answer; the stream then
     /// carries the connection's bytes.
     pub async fn open(&self, target: &Target) -> Result<(SendStream, RecvStream), OpenError> {
-        if let Target::Name(h, _) = target {
-            if !tlv::valid_host_name(h) {
-                return Err(OpenError::Failed(format!("'{h}' is not a host name")));
-            }
-        }
-        let session = &self.inner.session;
-        let (mut send, mut recv) = session.open_stream().map_err(|e| OpenError::Failed(e.to_string()))?;
-        steer_round_robin(session, &send, &self.inner.next_path);
-        let request = tlv::encode_all(&[Tlv::connect_to(target), Tlv::End]);
-        if let Err(e) = send.write_all(&request).await {
-            return Err(OpenError::Failed(format!("stream: {e}")));
-        }
+        let (mut send, mut recv) = self.request(target).await?;
         match tokio::time::timeout(self.inner.cfg.handshake_timeout, tlv::read_response(&mut recv)).await {
             Ok(Ok(Ok(()))) => Ok((send, recv)),
             Ok(Ok(Err(code))) => {
@@ -152,21 +143,55 @@ impl TunnelClient {
         }
     }
 
-    /// Tunnels an accepted connection to `target`; if that fails, the connection is reset.
+    /// Opens a stream and sends the request (TCP Connect or Connect by Name, then End).
+    async fn request(&self, target: &Target) -> Result<(SendStream, RecvStream), OpenError> {
+        if let Target::Name(h, _) = target {
+            if !tlv::valid_host_name(h) {
+                return Err(OpenError::Failed(format!("'{h}' is not a host name")));
+            }
+        }
+        let session = &self.inner.session;
+        let (mut send, recv) = session.open_stream().map_err(|e| OpenError::Failed(e.to_string()))?;
+        steer_round_robin(session, &send, &self.inner.next_path);
+        let request = tlv::encode_all(&[Tlv::connect_to(target), Tlv::End]);
+        if let Err(e) = send.write_all(&request).await {
+            return Err(OpenError::Failed(format!("stream: {e}")));
+        }
+        Ok((send, recv))
+    }
+
+    /// Tunnels an accepted connection to `target`. Pipelined: the application's first bytes
+    /// follow the request at once (one round trip saved); they reach the destination once it is
+    /// connected. If the concentrator answers Error (or nothing valid), the connection is reset.
     pub async fn tunnel(&self, tcp: TcpStream, target: &Target) -> Result<Report, OpenError> {
-        self.inner.stats.stream();
-        match self.open(target).await {
-            Ok((send, recv)) => Ok(self.relay(tcp, send, recv).await),
+        let stats = &self.inner.stats;
+        stats.stream();
+        let (send, recv) = match self.request(target).await {
+            Ok(x) => x,
             Err(e) => {
                 self.count_failure(&e);
                 relay::reset_tcp(tcp);
-                Err(e)
+                return Err(e);
             }
+        };
+        let _ = tcp.set_nodelay(true);
+        stats.relay_started();
+        let report = relay::relay_pipelined(tcp, send, recv, self.inner.cfg.handshake_timeout).await;
+        if report.answered {
+            stats.connected();
+        }
+        stats.relay_ended(&report, true);
+        match report.outcome {
+            Outcome::Refused(code) => Err(OpenError::Refused(code)),
+            Outcome::NoAnswer => Err(OpenError::Failed("no valid answer from the concentrator in time".into())),
+            _ => Ok(report),
         }
     }
 
+    /// Relays a connection whose stream was answered Connect OK.
     async fn relay(&self, tcp: TcpStream, send: SendStream, recv: RecvStream) -> Report {
         let _ = tcp.set_nodelay(true);
+        self.inner.stats.connected();
         self.inner.stats.relay_started();
         let report = relay::relay(tcp, send, recv).await;
         self.inner.stats.relay_ended(&report, true);

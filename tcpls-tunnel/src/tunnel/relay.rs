@@ -10,7 +10,7 @@ use tcpls::{RecvStream, SendStream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::tlv::RESET_CODE;
+use super::tlv::{self, RESET_CODE};
 
 /// Per-direction copy buffer: it starts small (a concentrator holds two per tunneled
 /// connection, and thousands of them) and doubles while reads fill it, up to `MAX_BUF`, so a
@@ -34,6 +34,10 @@ pub enum Outcome {
     LocalReset,
     /// The stream was reset by the peer (or the session broke): the TCP side got a RST.
     PeerReset,
+    /// Pipelined open: the concentrator answered Error with this code; the TCP side got a RST.
+    Refused(u16),
+    /// Pipelined open: no valid answer in time; the TCP side got a RST.
+    NoAnswer,
 }
 
 /// Bytes moved and how it ended.
@@ -44,6 +48,8 @@ pub struct Report {
     /// Stream → TCP.
     pub received: u64,
     pub outcome: Outcome,
+    /// The concentrator's Connect OK arrived (always true when none was awaited).
+    pub answered: bool,
 }
 
 enum Up {
@@ -56,6 +62,8 @@ enum Down {
     Fin,
     StreamReset,
     TcpReset,
+    Refused(u16),
+    NoAnswer,
 }
 
 fn is_tcp_reset(e: &io::Error) -> bool {
@@ -65,8 +73,26 @@ fn is_tcp_reset(e: &io::Error) -> bool {
 }
 
 /// Runs until both directions are done or one side resets.
-pub async fn relay(mut tcp: TcpStream, mut send: SendStream, mut recv: RecvStream) -> Report {
+pub async fn relay(tcp: TcpStream, send: SendStream, recv: RecvStream) -> Report {
+    relay_with(tcp, send, recv, None).await
+}
+
+/// Like [`relay`], on a stream whose request was just sent (pipelining: the application's bytes
+/// go out at once, behind the request). The stream's first bytes must be the concentrator's
+/// answer, within `answer_timeout`; until Connect OK nothing reaches the application, and an
+/// Error resets it.
+pub async fn relay_pipelined(tcp: TcpStream, send: SendStream, recv: RecvStream, answer_timeout: Duration) -> Report {
+    relay_with(tcp, send, recv, Some(answer_timeout)).await
+}
+
+async fn relay_with(
+    mut tcp: TcpStream,
+    mut send: SendStream,
+    mut recv: RecvStream,
+    answer_timeout: Option<Duration>,
+) -> Report {
     let (mut sent, mut received) = (0u64, 0u64);
+    let mut answered = answer_timeout.is_none();
     let abort = {
         let (mut rd, mut wr) = tcp.split();
         let up = async {
@@ -90,6 +116,13 @@ pub async fn relay(mut tcp: TcpStream, mut send: SendStream, mut recv: RecvStrea
             }
         };
         let down = async {
+            if let Some(t) = answer_timeout {
+                match tokio::time::timeout(t, tlv::read_response(&mut recv)).await {
+                    Ok(Ok(Ok(()))) => answered = true,
+                    Ok(Ok(Err(code))) => return Down::Refused(code),
+                    _ => return Down::NoAnswer,
+                }
+            }
             let mut buf = vec![0u8; MIN_BUF];
             loop {
                 let n = match recv.read(&mut buf).await {
@@ -128,6 +161,8 @@ pub async fn relay(mut tcp: TcpStream, mut send: SendStream, mut recv: RecvStrea
                         Down::Fin => None,
                         Down::StreamReset => Some(Outcome::PeerReset),
                         Down::TcpReset => Some(Outcome::LocalReset),
+                        Down::Refused(code) => Some(Outcome::Refused(code)),
+                        Down::NoAnswer => Some(Outcome::NoAnswer),
                     };
                 }
             }
@@ -138,7 +173,7 @@ pub async fn relay(mut tcp: TcpStream, mut send: SendStream, mut recv: RecvStrea
         None => {
             // FIN on the stream was sent by the up direction; nothing queued is lost.
             let _ = send.finish();
-            Report { sent, received, outcome: Outcome::Closed }
+            Report { sent, received, outcome: Outcome::Closed, answered }
         }
         Some(outcome) => {
             // Both directions die: the stream with Stream Reset 0x2 (if it is still open), the
@@ -146,7 +181,7 @@ pub async fn relay(mut tcp: TcpStream, mut send: SendStream, mut recv: RecvStrea
             let _ = send.reset(RESET_CODE);
             drop(recv);
             reset_tcp(tcp);
-            Report { sent, received, outcome }
+            Report { sent, received, outcome, answered }
         }
     }
 }

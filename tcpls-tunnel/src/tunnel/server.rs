@@ -208,7 +208,10 @@ async fn serve_stream(
         return;
     }
     debug!("tunnel: {peer} stream {id} -> {target}: connected");
-    each(stats, Stats::relay_started);
+    each(stats, |s| {
+        s.connected();
+        s.relay_started();
+    });
     let report = relay::relay(tcp, send, recv).await;
     each(stats, |s| s.relay_ended(&report, false));
     match report.outcome {

@@ -72,12 +72,15 @@ impl Stats {
         self.rejected.fetch_add(1, Relaxed);
     }
 
-    pub(crate) fn relay_started(&self) {
+    pub(crate) fn connected(&self) {
         self.connected.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn relay_started(&self) {
         self.active.fetch_add(1, Relaxed);
     }
 
-    /// `upstream`: this side's TCP connections are the application's (client) rather than
+    /// `client_side`: this side's TCP connections are the application's (client) rather than
     /// the destinations (concentrator).
     pub(crate) fn relay_ended(&self, r: &Report, client_side: bool) {
         self.active.fetch_sub(1, Relaxed);
@@ -88,6 +91,8 @@ impl Stats {
             Outcome::Closed => &self.closed,
             Outcome::LocalReset => &self.local_resets,
             Outcome::PeerReset => &self.peer_resets,
+            Outcome::Refused(super::tlv::ERR_CONNECTION_FAILURE) => &self.connect_failed,
+            Outcome::Refused(_) | Outcome::NoAnswer => &self.rejected,
         }
         .fetch_add(1, Relaxed);
     }
