@@ -68,11 +68,16 @@ pub fn last_read(reads: &[(f64, u64)]) -> f64 {
     reads.last().map_or(0.0, |(t, _)| *t)
 }
 
-/// Recovery after an outage at `event` (seconds): how long after it the data flow resumed,
-/// i.e. the end of the longest pause between reads that begins at the event or later (the event
-/// itself counts as a read, so a flow that stops right at it is measured from it; data already in
-/// flight that trickles in just after the event does not hide the real pause). `None` if nothing
-/// was read after the event.
+/// Longest time after an outage at which the pause it caused may begin: deliveries of data that
+/// was already in the receiver's buffers end within milliseconds, and later pauses (e.g. a BBR
+/// ProbeRTT dip seconds after the outage) have other causes.
+pub const PAUSE_START_WINDOW: f64 = 0.5;
+
+/// Recovery after an outage at `event` (seconds): how long after it the data flow resumed, i.e.
+/// the end of the longest pause between reads that begins within [`PAUSE_START_WINDOW`] after
+/// the event (the event itself counts as a read, so a flow that stops right at it is measured
+/// from it; data already in flight that trickles in just after the event does not hide the real
+/// pause). `None` if nothing was read after the event.
 pub fn recovery_after(reads: &[(f64, u64)], event: f64) -> Option<f64> {
     recovery_between(reads, event, f64::INFINITY)
 }
@@ -83,10 +88,16 @@ pub fn recovery_between(reads: &[(f64, u64)], event: f64, until: f64) -> Option<
     let mut best: Option<(f64, f64)> = None; // (gap, end)
     for (t, _) in reads.iter().filter(|(t, _)| *t > event && *t < until) {
         let gap = t - prev;
-        if best.is_none_or(|(g, _)| gap > g) {
+        if prev <= event + PAUSE_START_WINDOW && best.is_none_or(|(g, _)| gap > g) {
             best = Some((gap, *t));
         }
         prev = *t;
+    }
+    // A silence from the last read up to `until` that is longer still never ended: no recovery
+    // within the window.
+    let silence = until - prev;
+    if until.is_finite() && prev <= event + PAUSE_START_WINDOW && best.is_none_or(|(g, _)| silence > g) {
+        return None;
     }
     best.map(|(_, end)| end - event)
 }
@@ -105,6 +116,13 @@ mod tests {
         reads.extend((0..50).map(|i| (1.404 + i as f64 * 0.01, 1000)));
         let r = recovery_after(&reads, 1.0).unwrap();
         assert!((r - 0.404).abs() < 1e-9, "{r}");
+        // A longer pause seconds later (another cause) does not count.
+        let mut later = reads.clone();
+        later.push((3.0, 1000));
+        assert!((recovery_after(&later, 1.0).unwrap() - 0.404).abs() < 1e-9);
+        // A read just after the event, then silence until the window's end: not recovered.
+        assert_eq!(recovery_between(&[(1.0001, 10)], 1.0, 2.0), None);
+        assert!(recovery_between(&reads, 1.0, 2.0).is_some());
         assert_eq!(recovery_after(&reads, 5.0), None);
     }
 
