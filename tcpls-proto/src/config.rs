@@ -29,6 +29,11 @@ pub struct SessionConfig {
     pub record_size: usize,
     /// How far a stream's receive window extends beyond what the application has read.
     pub stream_receive_window: u64,
+    /// Most receive credit the session hands out over all its streams beyond a floor of 64 KiB
+    /// per stream: what bounds the memory a peer can make us buffer (without it, 4096 streams
+    /// with 16 MiB windows would be 64 GiB). Streams over the budget get credit as others are
+    /// read; each stream always keeps 64 KiB, so one unread stream never stalls the others.
+    pub receive_budget: u64,
     /// Bytes the application may queue on one stream before writes block.
     pub stream_send_buffer: usize,
     /// Peer-opened streams open at once; more are refused with Stream Reset code 0x1.
@@ -73,6 +78,7 @@ impl Default for SessionConfig {
         Self {
             record_size: MAX_PLAINTEXT,
             stream_receive_window: 16 << 20,
+            receive_budget: 64 << 20,
             stream_send_buffer: 4 << 20,
             max_concurrent_streams: 4096,
             tokens: 4,
@@ -97,6 +103,7 @@ impl std::fmt::Debug for SessionConfig {
         f.debug_struct("SessionConfig")
             .field("record_size", &self.record_size)
             .field("stream_receive_window", &self.stream_receive_window)
+            .field("receive_budget", &self.receive_budget)
             .field("stream_send_buffer", &self.stream_send_buffer)
             .field("max_concurrent_streams", &self.max_concurrent_streams)
             .field("tokens", &self.tokens)

@@ -90,6 +90,8 @@ pub(crate) struct Core {
     pub(crate) peer_close_reported: bool,
     /// Reused buffer for the trailing frames of the record being built.
     pub(crate) scratch: Vec<u8>,
+    /// Streams due for credit that the receive budget held back (`streams.rs`).
+    pub(crate) credit_starved: std::collections::BTreeSet<StreamId>,
     /// Client: what new connections handshake with.
     pub(crate) client_tls: Option<(Arc<ClientConfig>, ServerName<'static>)>,
     /// Server: the accepted connection's first record was a Join.
@@ -225,6 +227,7 @@ impl Session {
                 fallback_received: 0,
                 peer_close_reported: false,
                 scratch: Vec::with_capacity(crate::record::MAX_PLAINTEXT + 64),
+                credit_starved: Default::default(),
                 client_tls: None,
                 join_request: None,
                 initial_seen: false,

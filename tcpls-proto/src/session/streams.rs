@@ -3,7 +3,7 @@
 use crate::error::StreamError;
 use crate::event::{Event, StreamId};
 use crate::frame::Frame;
-use crate::stream::{RecvBuf, SendBuf};
+use crate::stream::{RecvBuf, SendBuf, INITIAL_MAX_STREAM_DATA};
 
 use super::{Core, Session, Side};
 
@@ -116,16 +116,38 @@ impl Core {
         }
     }
 
-    /// Sends Max Stream Data when the application freed enough of the window.
+    /// Sends Max Stream Data when the application freed enough of the window, within the
+    /// session's receive budget; then retries the streams the budget held back, since reading
+    /// this one may have freed some of it.
     pub(crate) fn update_credit(&mut self, id: StreamId) {
         if self.fallback {
             return;
         }
-        if let Some(s) = self.streams.get_mut(&id) {
-            if let Some(max) = s.recv.poll_max_data_update() {
-                self.control.push(&Frame::MaxStreamData { stream_id: id, maximum_offset: max }, None);
+        self.grant_credit(id);
+        if !self.credit_starved.is_empty() {
+            for starved in std::mem::take(&mut self.credit_starved) {
+                self.grant_credit(starved);
             }
         }
+    }
+
+    /// One stream's Max Stream Data, lowered to what the budget leaves (but never below a
+    /// window of [`INITIAL_MAX_STREAM_DATA`] past what the application read). A stream that
+    /// gets nothing is remembered and retried.
+    fn grant_credit(&mut self, id: StreamId) {
+        let Some(wanted) = self.streams.get(&id).and_then(|s| s.recv.wanted_limit()) else { return };
+        // Computed only when a stream is due for credit: about once per half window read.
+        let outstanding: u64 = self.streams.values().map(|s| s.recv.outstanding()).sum();
+        let room = self.config.receive_budget.saturating_sub(outstanding);
+        let Some(s) = self.streams.get_mut(&id) else { return };
+        let floor = s.recv.read_offset().saturating_add(INITIAL_MAX_STREAM_DATA);
+        let granted = wanted.min(s.recv.limit().saturating_add(room).max(floor));
+        if granted <= s.recv.limit() {
+            self.credit_starved.insert(id);
+            return;
+        }
+        s.recv.advertise(granted);
+        self.control.push(&Frame::MaxStreamData { stream_id: id, maximum_offset: granted }, None);
     }
 
     /// Forgets a stream once both halves are over.

@@ -215,6 +215,15 @@ impl RecvBuf {
     /// application has consumed at least half of the last advertised window, and records it.
     /// Half a window keeps the peer from stalling while costing one frame per half window.
     pub fn poll_max_data_update(&mut self) -> Option<u64> {
+        let new = self.wanted_limit()?;
+        self.advertise(new);
+        Some(new)
+    }
+
+    /// The limit this stream would advertise now (see
+    /// [`poll_max_data_update`](Self::poll_max_data_update)), without recording it: the session
+    /// may lower it to stay within its memory budget, then calls [`advertise`](Self::advertise).
+    pub fn wanted_limit(&self) -> Option<u64> {
         if self.reset || self.final_size.is_some() {
             return None;
         }
@@ -223,10 +232,24 @@ impl RecvBuf {
         if consumed.saturating_mul(2) < self.adv_window || new <= self.limit {
             return None;
         }
-        self.limit = new;
-        self.adv_from = self.read_offset;
-        self.adv_window = new - self.read_offset;
         Some(new)
+    }
+
+    /// Records a limit advertised to the peer. Values at or below the current limit are
+    /// ignored (a limit never goes down).
+    pub fn advertise(&mut self, limit: u64) {
+        if limit <= self.limit {
+            return;
+        }
+        self.limit = limit;
+        self.adv_from = self.read_offset;
+        self.adv_window = limit - self.read_offset;
+    }
+
+    /// Credit the peer holds and the application has not consumed: what this stream may still
+    /// have to buffer (`limit - read_offset`).
+    pub fn outstanding(&self) -> u64 {
+        self.limit.saturating_sub(self.read_offset)
     }
 
     pub fn limit(&self) -> u64 {
