@@ -121,6 +121,9 @@ struct Summary {
     max_gbit_s: f64,
     /// Median goodput divided by the median goodput of `tls` (absent if `tls` was not run).
     ratio_to_tls: Option<f64>,
+    /// Median goodput divided by the median goodput of `quic` (absent if `quic` was not run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ratio_to_quic: Option<f64>,
     /// Medians over the repetitions of CPU seconds (user + system) per GiB transferred.
     cpu_s_per_gib: CpuPerGib,
     /// Largest `other_load` of the samples.
@@ -218,6 +221,7 @@ fn summarize(opts: &Options, samples: Vec<(Proto, Sample)>) -> Report {
                 min_gbit_s: gbps.iter().copied().fold(f64::INFINITY, f64::min),
                 max_gbit_s: gbps.iter().copied().fold(0.0, f64::max),
                 ratio_to_tls: None,
+                ratio_to_quic: None,
                 cpu_s_per_gib: CpuPerGib {
                     sender: median(&mine.iter().map(|s| s.sender_cpu() / gib).collect::<Vec<_>>()),
                     receiver: median(&mine.iter().map(|s| s.receiver_cpu() / gib).collect::<Vec<_>>()),
@@ -237,6 +241,11 @@ fn summarize(opts: &Options, samples: Vec<(Proto, Sample)>) -> Report {
     if let Some(tls) = results.iter().find(|r| r.protocol == Proto::Tls.name()).map(|r| r.median_gbit_s) {
         for r in &mut results {
             r.ratio_to_tls = Some(r.median_gbit_s / tls);
+        }
+    }
+    if let Some(quic) = results.iter().find(|r| r.protocol == Proto::Quic.name()).map(|r| r.median_gbit_s) {
+        for r in &mut results {
+            r.ratio_to_quic = Some(r.median_gbit_s / quic);
         }
     }
     let mut runtime = if opts.worker_threads == 0 {
@@ -331,6 +340,11 @@ fn print_table(r: &Report) {
             "WARNING: other programs used more than {:.0}% of the machine during some runs; results are skewed.",
             NOISY * 100.0
         );
+    }
+    if let Some(t) = r.results.iter().find(|s| s.protocol == Proto::Tcpls.name()) {
+        if let Some(q) = t.ratio_to_quic {
+            println!("tcpls / quic: goodput {q:.2}x (medians)");
+        }
     }
     println!();
     for s in &r.results {
