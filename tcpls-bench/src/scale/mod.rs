@@ -15,22 +15,21 @@
 //!    before) / sessions, per process. Then every session echoes one more byte (all still
 //!    work), and all close.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+mod client;
+mod server;
+
+use std::io::{BufReader, Write};
 use std::process::{ChildStdin, ChildStdout, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tcpls::{server_name_for, TcplsConnector, TcplsListener};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
 use crate::compare::{machine, median, utc_now, Machine};
-use crate::pki::{Pki, SERVER_NAME};
-use crate::sys::{raise_fd_limit, rss_bytes, Cpu};
+use crate::pki::Pki;
 use crate::Res;
+
+pub use client::client;
+pub use server::server;
 
 #[derive(clap::Args)]
 pub struct Options {
@@ -65,19 +64,19 @@ pub enum ScaleProto {
 }
 
 /// Source addresses the client spreads its connections over (ephemeral ports are per address).
-const SOURCES: u8 = 16;
+pub(crate) const SOURCES: u8 = 16;
 /// Handshakes in flight at once while opening the concurrent sessions.
-const IN_FLIGHT: usize = 64;
+pub(crate) const IN_FLIGHT: usize = 64;
 /// Unmeasured handshakes before the measured ones.
-const WARM_UP: u32 = 20;
+pub(crate) const WARM_UP: u32 = 20;
 /// How long the open sessions stay idle before memory is measured.
-const IDLE: Duration = Duration::from_secs(2);
+pub(crate) const IDLE: Duration = Duration::from_secs(2);
 
 /// The server's first line.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct ServerReady {
-    tls_port: u16,
-    tcpls_port: u16,
+    pub(crate) tls_port: u16,
+    pub(crate) tcpls_port: u16,
 }
 
 /// What the server says when asked (a line "stats" on its stdin).
@@ -377,302 +376,4 @@ fn print_table(r: &Report) {
             x.client_memory_per_idle_session
         );
     }
-}
-
-// ---------------------------------------------------------------------------------- server
-
-/// Echoes every byte until EOF.
-async fn echo<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(r: &mut R, w: &mut W) -> std::io::Result<()> {
-    let mut buf = [0u8; 64];
-    loop {
-        let n = r.read(&mut buf).await?;
-        if n == 0 {
-            return Ok(());
-        }
-        w.write_all(&buf[..n]).await?;
-    }
-}
-
-struct Counters {
-    open: AtomicU64,
-    accepted: AtomicU64,
-}
-
-pub async fn server() -> Res<()> {
-    raise_fd_limit();
-    let pki = Pki::from_env()?;
-    let any = SocketAddr::from(([127, 0, 0, 1], 0));
-    let tls_listener = TcpListener::bind(any).await?;
-    let tcpls_listener = TcplsListener::bind(any, Arc::new(pki.server_config()?)).await?;
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(pki.server_config()?));
-    let ready =
-        ServerReady { tls_port: tls_listener.local_addr()?.port(), tcpls_port: tcpls_listener.local_addr().port() };
-    println!("{}", serde_json::to_string(&ready)?);
-    std::io::stdout().flush()?;
-    let counters = Arc::new(Counters { open: AtomicU64::new(0), accepted: AtomicU64::new(0) });
-
-    let c = counters.clone();
-    tokio::spawn(async move {
-        while let Ok((tcp, _)) = tls_listener.accept().await {
-            let acceptor = acceptor.clone();
-            let c = c.clone();
-            tokio::spawn(async move {
-                let _ = tcp.set_nodelay(true);
-                c.accepted.fetch_add(1, Ordering::Relaxed);
-                c.open.fetch_add(1, Ordering::Relaxed);
-                if let Ok(tls) = acceptor.accept(tcp).await {
-                    let (mut r, mut w) = tokio::io::split(tls);
-                    if echo(&mut r, &mut w).await.is_ok() {
-                        let _ = w.shutdown().await;
-                    }
-                }
-                c.open.fetch_sub(1, Ordering::Relaxed);
-            });
-        }
-    });
-    let c = counters.clone();
-    tokio::spawn(async move {
-        while let Some((session, _)) = tcpls_listener.accept().await {
-            let c = c.clone();
-            c.accepted.fetch_add(1, Ordering::Relaxed);
-            c.open.fetch_add(1, Ordering::Relaxed);
-            tokio::spawn(async move {
-                while let Some((mut send, mut recv)) = session.accept_stream().await {
-                    tokio::spawn(async move {
-                        if echo(&mut recv, &mut send).await.is_ok() {
-                            let _ = send.shutdown().await;
-                        }
-                    });
-                }
-                session.closed().await;
-                c.open.fetch_sub(1, Ordering::Relaxed);
-            });
-        }
-    });
-    // Answer "stats" on stdin until EOF.
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(1);
-    std::thread::spawn(move || {
-        for line in std::io::stdin().lock().lines() {
-            match line {
-                Ok(l) if l.trim() == "stats" => {
-                    if tx.blocking_send(()).is_err() {
-                        break;
-                    }
-                }
-                Ok(_) => {}
-                Err(_) => break,
-            }
-        }
-    });
-    while rx.recv().await.is_some() {
-        let cpu = Cpu::now();
-        let stats = ServerStats {
-            cpu_ns: cpu.user_ns + cpu.sys_ns,
-            rss_bytes: rss_bytes(),
-            open: counters.open.load(Ordering::Relaxed),
-            accepted: counters.accepted.load(Ordering::Relaxed),
-        };
-        println!("{}", serde_json::to_string(&stats)?);
-        std::io::stdout().flush()?;
-    }
-    Ok(())
-}
-
-// ---------------------------------------------------------------------------------- client
-
-/// Waits for the parent's "go" line.
-async fn wait_go() -> Res<()> {
-    let line = tokio::task::spawn_blocking(|| {
-        let mut l = String::new();
-        std::io::stdin().lock().read_line(&mut l).map(|_| l)
-    })
-    .await??;
-    if line.trim() != "go" {
-        return Err("the parent went away".into());
-    }
-    Ok(())
-}
-
-fn report(phase: &ClientPhase) -> Res<()> {
-    println!("{}", serde_json::to_string(phase)?);
-    std::io::stdout().flush()?;
-    Ok(())
-}
-
-/// One open connection or session, with the stream it echoes on.
-enum Open {
-    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
-    Tcpls(tcpls::Session, tcpls::SendStream, tcpls::RecvStream),
-}
-
-impl Open {
-    async fn ping(&mut self, byte: u8) -> Res<()> {
-        let mut got = [0u8; 1];
-        match self {
-            Open::Tls(s) => {
-                s.write_all(&[byte]).await?;
-                s.read_exact(&mut got).await?;
-            }
-            Open::Tcpls(_, send, recv) => {
-                send.write_all(&[byte]).await?;
-                recv.read_exact(&mut got).await?;
-            }
-        }
-        if got[0] != byte {
-            return Err(format!("echo returned {} instead of {byte}", got[0]).into());
-        }
-        Ok(())
-    }
-
-    async fn close(self) -> Res<()> {
-        match self {
-            Open::Tls(mut s) => {
-                s.shutdown().await?;
-                let mut sink = [0u8; 64];
-                while s.read(&mut sink).await? != 0 {}
-            }
-            Open::Tcpls(session, mut send, mut recv) => {
-                send.shutdown().await?;
-                let mut sink = Vec::new();
-                recv.read_to_end(&mut sink).await?;
-                if let Some(e) = session.close().await {
-                    return Err(format!("TCPLS session failed: {e}").into());
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-struct Dialer {
-    proto: ScaleProto,
-    addr: SocketAddr,
-    tls: tokio_rustls::TlsConnector,
-    tcpls: TcplsConnector,
-}
-
-impl Dialer {
-    /// Connects from `source` (port chosen by the kernel), handshakes and opens the stream.
-    async fn open(&self, source: Ipv4Addr) -> Res<Open> {
-        let socket = TcpSocket::new_v4()?;
-        socket.bind(SocketAddr::new(IpAddr::V4(source), 0))?;
-        let tcp = socket.connect(self.addr).await?;
-        tcp.set_nodelay(true)?;
-        match self.proto {
-            ScaleProto::Tls => Ok(Open::Tls(Box::new(self.tls.connect(server_name_for(SERVER_NAME)?, tcp).await?))),
-            ScaleProto::Tcpls => {
-                let session = self.tcpls.connect_with(tcp, server_name_for(SERVER_NAME)?).await?;
-                if session.is_fallback() {
-                    return Err("server did not negotiate TCPLS".into());
-                }
-                let (send, recv) = session.open_stream()?;
-                Ok(Open::Tcpls(session, send, recv))
-            }
-        }
-    }
-}
-
-fn source(i: u32) -> Ipv4Addr {
-    Ipv4Addr::new(127, 0, 0, 2 + (i % u32::from(SOURCES)) as u8)
-}
-
-pub async fn client(proto: ScaleProto, port: u16, sessions: u32, handshakes: u32) -> Res<()> {
-    raise_fd_limit();
-    let pki = Pki::from_env()?;
-    let mut config = pki.client_config()?;
-    // Every handshake a full one, as for a new client.
-    config.resumption = rustls::client::Resumption::disabled();
-    let config = Arc::new(config);
-    let dialer = Arc::new(Dialer {
-        proto,
-        addr: SocketAddr::from(([127, 0, 0, 1], port)),
-        tls: tokio_rustls::TlsConnector::from(config.clone()),
-        tcpls: TcplsConnector::new(config),
-    });
-    let phase = |name: &str| ClientPhase {
-        phase: name.into(),
-        proto,
-        count: 0,
-        seconds: 0.0,
-        cpu_ns: 0,
-        rss_before: 0,
-        rss_after: 0,
-        ttfb_us: Vec::new(),
-        alive: 0,
-    };
-
-    // Warm-up, unmeasured: first-use costs (lazy initialisation, allocator growth) of both ends.
-    let mut warm = phase("warm-up");
-    for i in 0..WARM_UP {
-        let mut open = dialer.open(source(i)).await?;
-        open.ping(0).await?;
-        open.close().await?;
-        warm.count += 1;
-    }
-    report(&warm)?;
-
-    // Phase 1: sequential handshakes.
-    wait_go().await?;
-    let mut hs = phase("handshakes");
-    let (t0, cpu0) = (Instant::now(), Cpu::now());
-    for i in 0..handshakes {
-        let start = Instant::now();
-        let mut open = dialer.open(source(i)).await?;
-        open.ping(i as u8).await?;
-        hs.ttfb_us.push(start.elapsed().as_secs_f64() * 1e6);
-        open.close().await?;
-        hs.count += 1;
-    }
-    let cpu = Cpu::now().since(cpu0);
-    hs.cpu_ns = cpu.user_ns + cpu.sys_ns;
-    hs.seconds = t0.elapsed().as_secs_f64();
-    report(&hs)?;
-
-    // Phase 2: many sessions at once, then idle.
-    wait_go().await?;
-    let mut open_phase = phase("open");
-    open_phase.rss_before = rss_bytes();
-    let t0 = Instant::now();
-    let permits = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
-    let mut tasks = tokio::task::JoinSet::new();
-    for i in 0..sessions {
-        let dialer = dialer.clone();
-        let permits = permits.clone();
-        tasks.spawn(async move {
-            let permit = permits.acquire_owned().await.map_err(|e| e.to_string())?;
-            let mut open = dialer.open(source(i)).await.map_err(|e| format!("session {i}: {e}"))?;
-            open.ping(1).await.map_err(|e| format!("session {i}: {e}"))?;
-            drop(permit);
-            Ok::<Open, String>(open)
-        });
-    }
-    let mut all = Vec::with_capacity(sessions as usize);
-    while let Some(r) = tasks.join_next().await {
-        all.push(r??);
-    }
-    open_phase.seconds = t0.elapsed().as_secs_f64();
-    open_phase.count = all.len() as u32;
-    tokio::time::sleep(IDLE).await;
-    open_phase.rss_after = rss_bytes();
-    report(&open_phase)?;
-
-    // Phase 3: every session still answers, then all close.
-    wait_go().await?;
-    let mut alive = phase("alive");
-    let t0 = Instant::now();
-    let mut tasks = tokio::task::JoinSet::new();
-    for mut open in all {
-        tasks.spawn(async move {
-            let ok = open.ping(2).await.is_ok();
-            let closed = open.close().await.is_ok();
-            ok && closed
-        });
-    }
-    while let Some(r) = tasks.join_next().await {
-        alive.alive += u32::from(r.unwrap_or(false));
-        alive.count += 1;
-    }
-    alive.seconds = t0.elapsed().as_secs_f64();
-    report(&alive)?;
-    Ok(())
 }
