@@ -24,7 +24,7 @@ use crate::pki::Pki;
 use crate::plot::{Panel, Series};
 use crate::tcpls_run::{self, encode_request, TcplsServer};
 use crate::trace::{goodput_series, mean_mbps, secs_between, Meter};
-use crate::{note, path, tls_run, topology, wait_started, Opts, Summary, BIN};
+use crate::{note, path, tls_run, topology, wait_started, Opts, Summary};
 
 pub const NAME: &str = "hol-blocking";
 const RATE_MBPS: f64 = 10.0;
@@ -217,13 +217,25 @@ fn run_tls(p: &Params, pki: &Pki) -> Result<Run, String> {
     Ok(Run { fetches, bulk: meter.reads_since(t0), bulk_ok })
 }
 
+/// The bulk is measured while objects are fetched (the session is stopped after the last one).
+fn measured_until(r: &Run, p: &Params) -> f64 {
+    r.fetches.last().map_or(p.warmup, |f| f.at + f.load_ms / 1e3)
+}
+
+/// `t` rounded down to whole bins (a last, partial bin would look like a drop).
+fn whole_bins(t: f64, bin: f64) -> f64 {
+    (t / bin).floor() * bin
+}
+
+/// Bin of the bulk goodput series.
+const BULK_BIN: f64 = 0.5;
+
 fn stats(r: &Run, p: &Params) -> serde_json::Value {
     let mut loads: Vec<f64> = r.fetches.iter().map(|f| f.load_ms).collect();
     loads.sort_by(f64::total_cmp);
     let mean = loads.iter().sum::<f64>() / loads.len().max(1) as f64;
     let median = loads.get(loads.len() / 2).copied().unwrap_or(0.0);
-    // The bulk is measured while objects are fetched (the session is stopped after the last one).
-    let end = r.fetches.last().map_or(p.warmup, |f| f.at + f.load_ms / 1e3);
+    let end = measured_until(r, p);
     json!({
         "objects": r.fetches.len(),
         "objects_verified": r.fetches.iter().all(|f| f.ok),
@@ -267,7 +279,7 @@ pub fn run(opts: &Opts) -> Result<Summary, String> {
             .push(Series { label: v.label().into(), points: r.fetches.iter().map(|f| (f.at, f.load_ms)).collect() });
         bulk_series.push(Series {
             label: v.label().into(),
-            points: goodput_series(&r.bulk, BIN * 5.0, r.fetches.last().map_or(p.warmup, |f| f.at + f.load_ms / 1e3)),
+            points: goodput_series(&r.bulk, BULK_BIN, whole_bins(measured_until(&r, &p), BULK_BIN)),
         });
     }
     summary["verified"] = json!(verified);

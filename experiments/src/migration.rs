@@ -40,7 +40,7 @@ impl Params {
         if quick {
             // Each migration first drains what the old connection already holds (its kernel
             // send buffer can hold more than a second at 30 Mbit/s), hence 2 s phases.
-            Params { bytes: 24_000_000, at: [2.0, 4.0] }
+            Params { bytes: 32_000_000, at: [2.0, 4.0] }
         } else {
             // 60 MiB at ≈ 29 Mbit/s take ≈ 17 s.
             Params { bytes: 60 << 20, at: [5.0, 11.0] }
@@ -134,7 +134,9 @@ pub fn run(opts: &Opts) -> Result<Summary, String> {
     let bounds: Vec<f64> = std::iter::once(0.0).chain(mig.iter().copied()).chain(std::iter::once(end)).collect();
     // Steady state of each phase: from 1.5 s after its start (after a migration the old
     // connection drains for about a second, then the reordered data is released at once).
-    let phases: Vec<f64> = bounds.windows(2).map(|w| round(mean_mbps(&reads, w[0] + 1.5, w[1]), 2)).collect();
+    // (`None` for a phase too short to have one.)
+    let phases: Vec<Option<f64>> =
+        bounds.windows(2).map(|w| (w[1] - w[0] > 1.9).then(|| round(mean_mbps(&reads, w[0] + 1.5, w[1]), 2))).collect();
     let peaks: Vec<f64> = mig
         .iter()
         .map(|t| {
@@ -173,7 +175,11 @@ pub fn run(opts: &Opts) -> Result<Summary, String> {
         title: format!(
             "{:.1} MiB download, migrated twice; mean goodput per phase: {} Mbit/s",
             out.bytes as f64 / f64::from(1u32 << 20),
-            phases.iter().map(|v| format!("{v:.1}")).collect::<Vec<_>>().join(" / ")
+            phases
+                .iter()
+                .map(|v| v.map_or_else(|| "n/a".into(), |v| format!("{v:.1}")))
+                .collect::<Vec<_>>()
+                .join(" / ")
         ),
         y_label: "goodput (Mbit/s)".into(),
         series: vec![Series { label: "TCPLS".into(), points: series }],

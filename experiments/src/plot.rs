@@ -86,12 +86,14 @@ pub fn render(path: &Path, title: &str, panels: &[Panel]) -> Result<(), String> 
             .caption(&panel.title, (FAMILY, 19))
             .margin(12)
             .x_label_area_size(42)
-            .y_label_area_size(62)
+            .y_label_area_size(70)
             .build_cartesian_2d(0.0..x_max, 0.0..y_max)
             .map_err(|x| e(&x))?;
         chart
             .configure_mesh()
             .x_desc("time (s)")
+            .x_label_formatter(&|v| format!("{v:.0}"))
+            .y_label_formatter(&|v| if y_max >= 20.0 { format!("{v:.0}") } else { format!("{v:.1}") })
             .y_desc(panel.y_label.as_str())
             .label_style((FAMILY, 15))
             .axis_desc_style((FAMILY, 16))
