@@ -7,8 +7,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -45,8 +44,11 @@ const MAX_DOWNLOAD: u64 = 1 << 34;
 pub struct TcplsServer {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
-    failovers: Arc<AtomicU64>,
+    sessions: Sessions,
 }
+
+/// Every session the server accepted (handles stay valid after the session ended).
+type Sessions = Arc<Mutex<Vec<Session>>>;
 
 impl TcplsServer {
     /// Listens on every address of `addrs` (one listener each, sharing a join registry) in the
@@ -59,8 +61,8 @@ impl TcplsServer {
     ) -> Result<TcplsServer, String> {
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let failovers = Arc::new(AtomicU64::new(0));
-        let f = failovers.clone();
+        let sessions: Sessions = Arc::default();
+        let f = sessions.clone();
         let thread = topo
             .spawn_in(Side::Server, move || {
                 let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
@@ -71,16 +73,18 @@ impl TcplsServer {
                     }
                 };
                 rt.block_on(serve(addrs, tls, settings, ready_tx, stop_rx, f));
+                // Dropping the runtime ends the sessions' drivers; the handles in `sessions`
+                // keep their statistics.
             })
             .map_err(|e| format!("cannot start the server thread: {e}"))?;
         ready_rx.recv_timeout(Duration::from_secs(10)).map_err(|_| "the TCPLS server did not start".to_string())??;
-        Ok(TcplsServer { stop: Some(stop_tx), thread: Some(thread), failovers })
+        Ok(TcplsServer { stop: Some(stop_tx), thread: Some(thread), sessions })
     }
 
-    /// Failovers (connections failed with unacknowledged records re-sent elsewhere) of the
-    /// server's sessions that have ended so far.
+    /// Failovers (connections failed with unacknowledged records re-sent elsewhere) of all the
+    /// server's sessions, ended or not.
     pub fn failovers(&self) -> u64 {
-        self.failovers.load(Ordering::Relaxed)
+        self.sessions.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|s| s.stats().failovers).sum()
     }
 }
 
@@ -101,7 +105,7 @@ async fn serve(
     settings: SessionConfig,
     ready: mpsc::Sender<Result<(), String>>,
     stop: tokio::sync::oneshot::Receiver<()>,
-    failovers: Arc<AtomicU64>,
+    sessions: Sessions,
 ) {
     let registry = JoinRegistry::new();
     let mut listeners = Vec::new();
@@ -117,17 +121,18 @@ async fn serve(
     let _ = ready.send(Ok(()));
     let mut tasks = tokio::task::JoinSet::new();
     for l in listeners {
-        let failovers = failovers.clone();
+        let sessions = sessions.clone();
         tasks.spawn(async move {
             while let Some((session, _)) = l.accept().await {
-                tokio::spawn(serve_session(session, failovers.clone()));
+                sessions.lock().unwrap_or_else(|e| e.into_inner()).push(session.clone());
+                tokio::spawn(serve_session(session));
             }
         });
     }
     let _ = stop.await;
 }
 
-async fn serve_session(session: Session, failovers: Arc<AtomicU64>) {
+async fn serve_session(session: Session) {
     let s = session.clone();
     let streams = tokio::spawn(async move {
         while let Some((send, recv)) = s.accept_stream().await {
@@ -135,7 +140,6 @@ async fn serve_session(session: Session, failovers: Arc<AtomicU64>) {
         }
     });
     let _ = session.closed().await;
-    failovers.fetch_add(session.stats().failovers, Ordering::Relaxed);
     streams.abort();
 }
 
