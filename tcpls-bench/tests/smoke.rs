@@ -38,6 +38,7 @@ fn compare_runs_quic_and_every_tcpls_variant() {
     for r in results {
         assert!(r["median_gbit_s"].as_f64().unwrap() > 0.0, "{r:#}");
         assert!(r["ratio_to_tls"].as_f64().unwrap() > 0.0, "{r:#}");
+        assert!(r["ratio_to_quic"].as_f64().unwrap() > 0.0, "{r:#}");
         assert!(r["cpu_s_per_gib"]["total"].as_f64().unwrap() > 0.0, "{r:#}");
         let name = r["protocol"].as_str().unwrap();
         if !name.starts_with("tcpls") {
