@@ -8,7 +8,7 @@ mod support;
 
 #[test]
 fn tcpls_aggregates_two_paths_to_90_percent_of_their_sum() {
-    if !support::supported("aggregation::tcpls_aggregates_two_paths_to_90_percent_of_their_sum") {
+    if !support::supported("aggregation::tcpls_aggregates_two_paths_to_90_percent_of_their_sum", true) {
         return;
     }
     let out = support::OutDir::new("aggregation");

@@ -10,7 +10,7 @@ mod support;
 
 #[test]
 fn tcpls_recovers_from_a_rst_and_a_blackhole() {
-    if !support::supported("failover_outage::tcpls_recovers_from_a_rst_and_a_blackhole") {
+    if !support::supported("failover_outage::tcpls_recovers_from_a_rst_and_a_blackhole", true) {
         return;
     }
     let out = support::OutDir::new("failover-outage");

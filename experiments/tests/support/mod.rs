@@ -22,12 +22,15 @@ impl Drop for OutDir {
     }
 }
 
-/// Whether this test can run: namespaces (root, TUN, iproute2) and MPTCP. Prints `SKIPPED`
-/// with the reason otherwise.
-pub fn supported(test: &str) -> bool {
+/// Whether this test can run: namespaces (root, TUN, iproute2) and, for the comparisons, MPTCP.
+/// Prints `SKIPPED` with the reason otherwise.
+pub fn supported(test: &str, needs_mptcp: bool) -> bool {
     if let Err(why) = tcpls_netem::check_support() {
         tcpls_netem::print_skipped(test, &why);
         return false;
+    }
+    if !needs_mptcp {
+        return true;
     }
     let mptcp = std::fs::read_to_string("/proc/sys/net/mptcp/enabled").is_ok_and(|s| s.trim() == "1");
     if !mptcp {
