@@ -21,5 +21,6 @@ pub use session::sched::{FnScheduler, LowestRtt, PathView, RoundRobin, Scheduler
 pub use session::MAX_EARLY_STREAM_BYTES;
 pub use session::{
     tcpls_client_config, tcpls_server_config, Accepted, ConnStats, JoiningConnection, Session, SessionStats, Side,
+    MIN_READ_CHUNK, READ_CHUNK,
 };
 pub use tls::{crypto_provider, HandshakeInfo, ALPN_TCPLS};

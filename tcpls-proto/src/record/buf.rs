@@ -26,6 +26,10 @@ impl RxBuf {
     pub fn is_empty(&self) -> bool {
         self.start == self.end
     }
+    /// Bytes of storage held.
+    pub fn capacity(&self) -> usize {
+        self.buf.len()
+    }
     /// Drops `n` processed bytes from the front.
     pub fn consume(&mut self, n: usize) {
         self.start = (self.start + n).min(self.end);

@@ -6,6 +6,7 @@
 use std::net::SocketAddr;
 
 use super::placement::{self, Expectation, LeadStream, Scan};
+use super::{MIN_READ_CHUNK, READ_CHUNK};
 use crate::error::{AlertCode, Error, TransportError};
 use crate::event::ConnId;
 use crate::event::StreamId;
@@ -98,6 +99,11 @@ pub(crate) struct Connection {
     /// are processed (a few bytes per record; stream data is never copied here unless the
     /// record went somewhere unexpected).
     rx_scratch: Vec<u8>,
+    /// How much the next socket read asks for: grows while reads fill the buffer (bulk), and
+    /// shrinks back when they do not, so an idle connection does not hold a bulk-sized buffer.
+    pub(crate) read_chunk: usize,
+    /// Length of the last [`Session::read_buffer`](super::Session::read_buffer) handed out.
+    pub(crate) last_spare: usize,
 }
 
 /// What one sealed record carried, by reference: a stream range and retransmittable control
@@ -181,6 +187,25 @@ impl Connection {
             early_received: Vec::new(),
             expect: Expectation::default(),
             rx_scratch: Vec::new(),
+            read_chunk: MIN_READ_CHUNK,
+            last_spare: 0,
+        }
+    }
+
+    /// A read of `n` bytes came in: a full buffer means more is waiting (read more next time,
+    /// up to [`READ_CHUNK`]); a small read means the connection is not busy.
+    pub(crate) fn adapt_read_chunk(&mut self, n: usize) {
+        if n > 0 && n >= self.last_spare {
+            self.read_chunk = (self.read_chunk * 4).min(READ_CHUNK);
+        } else if n < self.read_chunk / 8 {
+            self.read_chunk = (self.read_chunk / 2).max(MIN_READ_CHUNK);
+        }
+    }
+
+    /// Frees a receive buffer much larger than reads need now, once it holds nothing.
+    pub(crate) fn release_idle_rx(&mut self) {
+        if self.rx.is_empty() && self.rx.capacity() > 2 * self.read_chunk {
+            self.rx.shrink();
         }
     }
 

@@ -47,8 +47,12 @@ pub enum Side {
     Server,
 }
 
-/// Bytes the IO layer should be able to read in one go (large reads: fewer syscalls).
+/// Most bytes one socket read asks for, once a connection is busy (large reads: fewer
+/// syscalls). Reads start at [`MIN_READ_CHUNK`] and grow while they fill the buffer.
 pub const READ_CHUNK: usize = 256 * 1024;
+
+/// Smallest read size, and the one an idle connection returns to: what it keeps allocated.
+pub const MIN_READ_CHUNK: usize = 16 * 1024;
 
 /// Read size before a connection's handshake completes (a handshake flight fits easily).
 pub const HANDSHAKE_READ_CHUNK: usize = 16 * 1024;
@@ -340,7 +344,10 @@ impl Session {
         match self.conns.iter_mut().find(|c| c.id == conn) {
             Some(c) if !c.is_finished() && !c.close_received && !backpressure && c.tx.len() < tx_cap => {
                 // Small until the handshake is done: a peer that only connects costs little.
-                c.rx.spare(if c.established { READ_CHUNK } else { HANDSHAKE_READ_CHUNK })
+                let chunk = if c.established { c.read_chunk } else { c.read_chunk.min(HANDSHAKE_READ_CHUNK) };
+                let spare = c.rx.spare(chunk);
+                c.last_spare = spare.len();
+                spare
             }
             _ => &mut [],
         }
@@ -351,8 +358,12 @@ impl Session {
         if let Some(c) = self.conn_mut(conn) {
             c.rx.commit(n);
             c.stats.bytes_received += n as u64;
+            c.adapt_read_chunk(n);
         }
         self.process(conn, now);
+        if let Some(c) = self.conn_mut(conn) {
+            c.release_idle_rx();
+        }
     }
 
     /// Copies received bytes in (tests, or IO layers without their own buffer).
