@@ -71,6 +71,11 @@ pub struct SessionConfig {
     /// "The receive path"). Off forces the copying path (decrypt in the connection's buffer, then
     /// copy), which exists for comparison; the bytes delivered are the same.
     pub zero_copy: bool,
+    /// Late multiplexing (TM3 paper §4.2): TCP_NOTSENT_LOWAT in bytes on every TCP connection
+    /// of the session, so the kernel holds little unsent data and what goes next is decided by
+    /// the session's round robin, not queued behind bulk data. Pair it with a small
+    /// `transmit_high_water` (e.g. both 64 KiB). None (default): the kernel's default.
+    pub notsent_lowat: Option<u32>,
 }
 
 impl Default for SessionConfig {
@@ -94,6 +99,7 @@ impl Default for SessionConfig {
             keepalive: None,
             ping_timeout: std::time::Duration::from_secs(1),
             zero_copy: true,
+            notsent_lowat: None,
         }
     }
 }

@@ -383,7 +383,7 @@ async fn main() {
     // The tunnel's late multiplexing knobs (defaults: TunnelConfig::default()).
     let mut tuned = TunnelConfig::default();
     if let Some(v) = arg("--lowat") {
-        tuned.notsent_lowat = Some(parse_size(&v) as u32);
+        tuned.session.notsent_lowat = Some(parse_size(&v) as u32);
     }
     if let Some(v) = arg("--high-water") {
         tuned.session.transmit_high_water = parse_size(&v) as usize;
@@ -391,8 +391,7 @@ async fn main() {
     let tuned = move || tuned.clone();
     let fwd = tunnel(&pki, tuned(), src, None).await;
     // The tunnel without late multiplexing: TCPLS defaults, no TCP_NOTSENT_LOWAT.
-    let legacy =
-        || TunnelConfig { notsent_lowat: None, session: tcpls::SessionConfig::default(), ..Default::default() };
+    let legacy = || TunnelConfig { session: tcpls::SessionConfig::default(), ..Default::default() };
     let mut out = serde_json::Map::new();
     out.insert("bytes".into(), bytes.into());
 

@@ -58,7 +58,7 @@ const ROUNDS_PER_POLL: usize = 16;
 
 impl Driver {
     pub(crate) fn new(shared: Shared, conn: ConnId, stream: TcpStream) -> Self {
-        shared.lock().fds.insert(conn, stream.as_raw_fd());
+        shared.lock().add_fd(conn, stream.as_raw_fd());
         Self {
             shared,
             sockets: vec![Socket { id: conn, stream: Some(stream), write_shut: false }],
@@ -78,7 +78,7 @@ impl Future for Driver {
         let mut inner = this.shared.lock();
         let added: Vec<_> = inner.new_sockets.drain(..).collect();
         for (id, stream) in added {
-            inner.fds.insert(id, stream.as_raw_fd());
+            inner.add_fd(id, stream.as_raw_fd());
             this.sockets.push(Socket { id, stream: Some(stream), write_shut: false });
         }
         if this.last_path_info.elapsed() >= PATH_INFO_INTERVAL {

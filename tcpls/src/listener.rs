@@ -192,7 +192,7 @@ async fn accept_one(mut stream: TcpStream, ctx: &AcceptCtx) -> io::Result<Option
                     let mut inner = shared.lock();
                     // Before the events: the client's first records may ask to change socket
                     // options (congestion control, user timeout) of this connection.
-                    inner.fds.insert(0, std::os::fd::AsRawFd::as_raw_fd(&stream));
+                    inner.add_fd(0, std::os::fd::AsRawFd::as_raw_fd(&stream));
                     inner.dispatch_events();
                     register_tokens(&shared, &mut inner);
                 }

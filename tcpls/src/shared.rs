@@ -41,6 +41,16 @@ fn trace_events() -> bool {
 }
 
 impl Inner {
+    /// Registers a connection's socket and applies the session's socket options to it
+    /// (`SessionConfig::notsent_lowat`), for the initial connection and joined ones alike.
+    pub(crate) fn add_fd(&mut self, id: tcpls_proto::ConnId, fd: std::os::fd::RawFd) {
+        if let Some(bytes) = self.proto.settings().notsent_lowat {
+            // Best effort: a socket without the option (not Linux) still works, only earlier.
+            let _ = crate::sockopt::set_notsent_lowat(fd, bytes);
+        }
+        self.fds.insert(id, fd);
+    }
+
     pub(crate) fn new(proto: tcpls_proto::Session) -> Self {
         Self {
             proto,

@@ -247,6 +247,11 @@ impl Session {
         }
     }
 
+    /// The settings this session was created with.
+    pub fn settings(&self) -> &SessionConfig {
+        &self.core.config
+    }
+
     pub fn side(&self) -> Side {
         self.core.side
     }

@@ -18,7 +18,7 @@ use tracing::{debug, info, warn};
 use super::relay::{self, Outcome, Report};
 use super::server::steer_round_robin;
 use super::tlv::{self, ReadError, Tlv, ERR_CONNECTION_FAILURE};
-use super::{lowat, Stats, Target, TunnelConfig};
+use super::{Stats, Target, TunnelConfig};
 use crate::frontend::{original_dst, reply, socks5_reply, socks5_request};
 
 /// How the client learns where an accepted connection goes.
@@ -70,7 +70,6 @@ struct Inner {
     cfg: TunnelConfig,
     stats: Arc<Stats>,
     next_path: AtomicUsize,
-    _lowat: Option<lowat::Keeper>,
 }
 
 /// The tunnel's local proxy. Cheap to clone.
@@ -105,9 +104,7 @@ impl TunnelClient {
             let id = session.join(*p).await.map_err(|e| io::Error::new(e.kind(), format!("path to {p}: {e}")))?;
             debug!("tunnel: path {p} joined as connection {id}");
         }
-        let lowat = lowat::start(&session, cfg.notsent_lowat);
-        let inner =
-            Inner { session, cfg, stats: Arc::new(Stats::default()), next_path: AtomicUsize::new(0), _lowat: lowat };
+        let inner = Inner { session, cfg, stats: Arc::new(Stats::default()), next_path: AtomicUsize::new(0) };
         Ok(TunnelClient { inner: Arc::new(inner) })
     }
 

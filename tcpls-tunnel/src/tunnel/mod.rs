@@ -27,7 +27,6 @@
 //! ```
 
 mod client;
-mod lowat;
 pub mod relay;
 mod server;
 mod stats;
@@ -43,14 +42,10 @@ pub use stats::{Stats, StatsSnapshot};
 /// Tunables of both ends.
 #[derive(Debug, Clone)]
 pub struct TunnelConfig {
-    /// Settings of the TCPLS session. The default lowers `transmit_high_water` to 64 KiB
-    /// (late multiplexing) and the per-stream receive window to 2 MiB: what a peer can make
-    /// us buffer for destinations that do not read is at most `max_concurrent_streams` (4096)
-    /// times that window per session.
+    /// Settings of the TCPLS session. The default is late multiplexing: `transmit_high_water`
+    /// 64 KiB and TCP_NOTSENT_LOWAT (`notsent_lowat`) 64 KiB on every connection; and a
+    /// per-stream receive window of 2 MiB, within the session's `receive_budget`.
     pub session: tcpls::SessionConfig,
-    /// TCP_NOTSENT_LOWAT on every TCP connection of the session (None: the kernel's default,
-    /// unlimited unsent data).
-    pub notsent_lowat: Option<u32>,
     /// Concentrator: timeout of the connection to a destination (name resolution included).
     pub connect_timeout: Duration,
     /// Time allowed for a stream's TLVs (concentrator) or the answer to them (client) and for
@@ -72,9 +67,9 @@ impl Default for TunnelConfig {
             session: tcpls::SessionConfig {
                 transmit_high_water: TRANSMIT_HIGH_WATER,
                 stream_receive_window: STREAM_RECEIVE_WINDOW,
+                notsent_lowat: Some(NOTSENT_LOWAT),
                 ..Default::default()
             },
-            notsent_lowat: Some(NOTSENT_LOWAT),
             connect_timeout: Duration::from_secs(10),
             handshake_timeout: Duration::from_secs(10),
         }

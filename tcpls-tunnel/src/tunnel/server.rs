@@ -15,7 +15,7 @@ use tracing::{debug, info, warn};
 
 use super::relay::{self, Outcome};
 use super::tlv::{self, ReadError, Tlv, ERR_CONNECTION_FAILURE};
-use super::{lowat, Stats, StatsSnapshot, Target, TunnelConfig};
+use super::{Stats, StatsSnapshot, Target, TunnelConfig};
 
 /// Listens on one or more addresses (one TCPLS listener each, sharing a join registry, so a
 /// client can add paths to any of them).
@@ -111,7 +111,6 @@ pub async fn serve_session(
 ) -> SessionSummary {
     let started = Instant::now();
     info!("tunnel: session from {peer}");
-    let _lowat = lowat::start(&session, cfg.notsent_lowat);
     let mine = Arc::new(Stats::default());
     let next_path = Arc::new(AtomicUsize::new(0));
     let mut tasks = tokio::task::JoinSet::new();
