@@ -25,6 +25,13 @@ pub const NAME: &str = "failover-outage";
 const RATE_MBPS: f64 = 25.0;
 const DELAY_MS: f64 = 10.0;
 const USER_TIMEOUT: Duration = Duration::from_millis(250);
+/// TCPLS's own failure detection, as an alternative to the kernel's user timeout on a
+/// blackhole: a Ping after this long without a record from the peer (a bulk transfer's
+/// receiver acknowledges every 25 ms at most)...
+const KEEPALIVE: Duration = Duration::from_millis(100);
+/// ...and the connection fails over when the Ping is not answered within this: detection
+/// after about 250 ms of silence, like the user timeout, but not bound to the RTO timer.
+const PING_TIMEOUT: Duration = Duration::from_millis(150);
 const SEED: u64 = 8;
 const PORT: u16 = 4443;
 
@@ -114,18 +121,29 @@ fn inject(topo: &Topology, outage: Outage) -> Result<Instant, String> {
     }
 }
 
-fn run_tcpls(p: &Params, outage: Outage, pki: &Pki) -> Result<Run, String> {
+/// `keepalive`: detect the failure with TCPLS keepalive Pings (both ends) instead of only the
+/// kernel's user timeout.
+fn run_tcpls(p: &Params, outage: Outage, keepalive: bool, pki: &Pki) -> Result<Run, String> {
     let topo = two_paths()?;
     let first = SocketAddr::new(server_addr(&topo, 0)?, PORT);
     let second = SocketAddr::new(server_addr(&topo, 1)?, PORT);
-    let server = TcplsServer::start(&topo, vec![first, second], pki.server.clone(), SessionConfig::default())?;
+    let settings = if keepalive {
+        SessionConfig { keepalive: Some(KEEPALIVE), ping_timeout: PING_TIMEOUT, ..SessionConfig::default() }
+    } else {
+        SessionConfig::default()
+    };
+    let client_settings = settings.clone();
+    let server = TcplsServer::start(&topo, vec![first, second], pki.server.clone(), settings)?;
     let (started_tx, started_rx) = mpsc::channel();
     let meter = Meter::new();
     let (m, tls, bytes) = (meter.clone(), pki.client.clone(), p.bytes);
     let client = tcpls_run::spawn_client(&topo, Duration::from_secs(120), move || async move {
         let name = server_name_for("localhost").map_err(|e| e.to_string())?;
-        let session =
-            TcplsConnector::new(tls).connect(first, name).await.map_err(|e| format!("connect {first}: {e}"))?;
+        let session = TcplsConnector::new(tls)
+            .with_settings(client_settings)
+            .connect(first, name)
+            .await
+            .map_err(|e| format!("connect {first}: {e}"))?;
         let extra = session.join(second).await.map_err(|e| format!("join {second}: {e}"))?;
         for conn in [0, extra] {
             session.set_user_timeout(conn, USER_TIMEOUT).map_err(|e| format!("user timeout: {e}"))?;
@@ -211,7 +229,13 @@ pub fn run(opts: &Opts) -> Result<Summary, String> {
     let mut all_verified = true;
     for outage in [Outage::Rst, Outage::Blackhole] {
         note(&format!("{NAME}: TCPLS, {}", outage.key()));
-        let t = run_tcpls(&p, outage, &pki)?;
+        let t = run_tcpls(&p, outage, false, &pki)?;
+        let keepalive = if outage == Outage::Blackhole {
+            note(&format!("{NAME}: TCPLS with keepalive, {}", outage.key()));
+            Some(run_tcpls(&p, outage, true, &pki)?)
+        } else {
+            None
+        };
         note(&format!("{NAME}: MPTCP, {}", outage.key()));
         let m = run_mptcp(&p, outage)?;
         let k = outage.key();
@@ -226,28 +250,44 @@ pub fn run(opts: &Opts) -> Result<Summary, String> {
             "completed_s": round(last_read(&m.reads), 3), "detail": m.detail,
         });
         all_verified &= t.verified && m.verified;
+        let mut series = vec![
+            Series {
+                label: "TCPLS (user timeout 250 ms)".into(),
+                points: goodput_series(&t.reads, BIN, last_read(&t.reads) + BIN),
+            },
+            Series {
+                label: "MPTCP (backup subflow)".into(),
+                points: goodput_series(&m.reads, BIN, last_read(&m.reads) + BIN),
+            },
+        ];
+        let mut keepalive_title = String::new();
+        if let Some(ka) = &keepalive {
+            summary[format!("tcpls_recovery_ms_{k}_keepalive")] = json!(ka.recovery_ms());
+            summary[format!("tcpls_{k}_keepalive")] = json!({
+                "verified": ka.verified, "bytes": ka.bytes, "outage_at_s": round(ka.outage_t, 3),
+                "completed_s": round(last_read(&ka.reads), 3), "detail": ka.detail,
+                "keepalive_ms": KEEPALIVE.as_millis() as u64, "ping_timeout_ms": PING_TIMEOUT.as_millis() as u64,
+            });
+            all_verified &= ka.verified;
+            keepalive_title = format!(", TCPLS keepalive {} ms", fmt_ms(ka.recovery_ms()));
+            series.push(Series {
+                label: "TCPLS (keepalive 100 ms + Ping timeout 150 ms)".into(),
+                points: goodput_series(&ka.reads, BIN, last_read(&ka.reads) + BIN),
+            });
+        }
         let what = match outage {
             Outage::Rst => "RST",
             Outage::Blackhole => "blackhole",
         };
         panels.push(Panel {
             title: format!(
-                "{what} on the active path at t = {:.1} s — recovery: TCPLS {} ms, MPTCP {} ms",
+                "{what} on the active path at t = {:.1} s — recovery: TCPLS {} ms, MPTCP {} ms{keepalive_title}",
                 t.outage_t,
                 fmt_ms(t.recovery_ms()),
                 fmt_ms(m.recovery_ms())
             ),
             y_label: "goodput (Mbit/s)".into(),
-            series: vec![
-                Series {
-                    label: "TCPLS (user timeout 250 ms)".into(),
-                    points: goodput_series(&t.reads, BIN, last_read(&t.reads) + BIN),
-                },
-                Series {
-                    label: "MPTCP (backup subflow)".into(),
-                    points: goodput_series(&m.reads, BIN, last_read(&m.reads) + BIN),
-                },
-            ],
+            series,
             markers: vec![Marker { label: what.to_string(), t: t.outage_t }],
             legend_top: false,
         });

@@ -92,7 +92,8 @@ pub fn render(path: &Path, title: &str, panels: &[Panel]) -> Result<(), String> 
         chart
             .configure_mesh()
             .x_desc("time (s)")
-            .x_label_formatter(&|v| format!("{v:.0}"))
+            // Short runs get ticks every half second: whole numbers would repeat ("0 1 1 2").
+            .x_label_formatter(&|v| if x_max >= 10.0 { format!("{v:.0}") } else { format!("{v:.1}") })
             .y_label_formatter(&|v| if y_max >= 20.0 { format!("{v:.0}") } else { format!("{v:.1}") })
             .y_desc(panel.y_label.as_str())
             .label_style((FAMILY, 15))
