@@ -165,7 +165,8 @@ impl Session {
         self.shared.lock().proto.tokens().len()
     }
 
-    /// Events beyond stream readiness (tokens, peer addresses, extension frames), oldest first.
+    /// Events beyond stream readiness, oldest first: `Established { fallback }` (whether the session
+    /// runs TCPLS or fell back to plain TLS), tokens, connections, peer addresses, extension frames.
     pub fn poll_events(&self) -> Vec<Event> {
         self.shared.lock().app_events.drain(..).collect()
     }

@@ -111,7 +111,13 @@ impl Inner {
                         w.wake();
                     }
                 }
-                Event::StreamOpened(_) | Event::Established { .. } | Event::PeerClosed => self.wake_state(),
+                Event::StreamOpened(_) | Event::PeerClosed => self.wake_state(),
+                // The application learns from `poll_events` whether the session is TCPLS or a
+                // plain TLS fallback (a middlebox or a server that does not speak TCPLS).
+                Event::Established { .. } => {
+                    self.wake_state();
+                    self.push_app_event(event);
+                }
                 Event::TokenIssued { token, .. } => self.issued_tokens.push(token),
                 Event::TokenUsed { .. } => {}
                 // The peer asks how we see one of our connections: answer from TCP_INFO.

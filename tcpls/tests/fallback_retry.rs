@@ -199,6 +199,7 @@ async fn remembered_server_gets_plain_tls_and_bulk_data_flows() {
     let name = server_name_for("localhost").unwrap();
     let (session, outcome) = connector.connect_detailed(addr, name.clone()).await.unwrap();
     assert_eq!(outcome, ConnectOutcome::Tcpls, "nothing blocks TCPLS here");
+    assert!(session.poll_events().contains(&Event::Established { fallback: false }));
     round_trip(&session, 1 << 20, 7).await;
     session.close().await;
 
@@ -206,6 +207,7 @@ async fn remembered_server_gets_plain_tls_and_bulk_data_flows() {
     let (session, outcome) = connector.connect_detailed(addr, name).await.unwrap();
     assert!(matches!(outcome, ConnectOutcome::RememberedPlain { .. }), "{outcome:?}");
     assert!(session.is_fallback());
+    assert!(session.poll_events().contains(&Event::Established { fallback: true }), "the fallback is an event too");
     assert_eq!(session.handshake_info().unwrap().alpn, None, "no tcpls/1 offered, none selected");
     round_trip(&session, 4 << 20, 8).await;
     session.close().await;
