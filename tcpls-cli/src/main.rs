@@ -2,6 +2,7 @@
 
 mod args;
 mod connect;
+mod logging;
 mod pattern;
 mod perf;
 mod perf_proto;

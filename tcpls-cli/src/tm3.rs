@@ -60,10 +60,7 @@ struct Mode {
 
 /// Runs `tcpls tm3 ...` until an error (the proxies otherwise run forever).
 pub async fn run(args: Tm3Args) -> Result<(), String> {
-    let level = if args.verbose { tracing::Level::DEBUG } else { tracing::Level::INFO };
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    // Fails only if a subscriber is already installed, which is then used instead.
-    let _ = tracing_subscriber::fmt().with_max_level(level).with_ansi(ansi).with_writer(std::io::stderr).try_init();
+    crate::logging::init(args.verbose);
     match args.cmd {
         Tm3Command::Rp { n, port } => {
             check_pipes(n)?;

@@ -93,10 +93,7 @@ struct Mode {
 
 /// Runs `tcpls tunnel ...` until an error (both ends otherwise run forever).
 pub async fn run(args: TunnelArgs) -> Result<(), String> {
-    let level = if args.verbose { tracing::Level::DEBUG } else { tracing::Level::INFO };
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    // Fails only if a subscriber is already installed, which is then used instead.
-    let _ = tracing_subscriber::fmt().with_max_level(level).with_ansi(ansi).with_writer(std::io::stderr).try_init();
+    crate::logging::init(args.verbose);
     match args.cmd {
         TunnelCommand::Server { listen, cert, key, json } => {
             server(&listen, cert, key, json).await.map_err(|e| format!("tunnel server: {e}"))
