@@ -197,7 +197,19 @@ async fn accept_one(mut stream: TcpStream, ctx: &AcceptCtx) -> io::Result<Option
                     register_tokens(&shared, &mut inner);
                 }
                 tokio::spawn(Driver::new(shared.clone(), 0, stream));
-                return Ok(Some(Session::new(shared)));
+                let session = Session::new(shared);
+                if !session.is_established() {
+                    // Handed out on its early data, before the client's Finished: the handshake
+                    // timeout still applies, or a client that stalls there would hold the
+                    // session (and its early data) forever.
+                    let s = session.clone();
+                    tokio::spawn(async move {
+                        if tokio::time::timeout(HANDSHAKE_TIMEOUT, s.established()).await.is_err() {
+                            s.abort();
+                        }
+                    });
+                }
+                return Ok(Some(session));
             }
             Accepted::Join => return join(proto, stream, ctx, local, remote).await.map(|()| None),
             Accepted::Failed => {

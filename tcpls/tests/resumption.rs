@@ -160,3 +160,61 @@ async fn joins_resume_the_tls_session() {
     .await
     .unwrap();
 }
+
+/// A client that sends its ClientHello with early data and then never finishes the handshake:
+/// the listener hands the session out on its early data, and the handshake timeout still ends
+/// it (otherwise such clients would hold sessions forever).
+#[tokio::test]
+async fn a_client_stalling_after_its_early_data_is_timed_out() {
+    tokio::time::timeout(TIMEOUT + tcpls::HANDSHAKE_TIMEOUT, async {
+        let pki = Pki::new();
+        let (client, server) = early_configs(&pki);
+        let l = listener(server).await;
+        let addr = l.local_addr();
+        let connector = tcpls::TcplsConnector::new(client.clone());
+        // A first session, to get a ticket that allows early data.
+        let name = tcpls::server_name_for("localhost").unwrap();
+        let (first, mut send, mut recv) = connector.connect_with_early_data(addr, name.clone(), b"hi").await.unwrap();
+        let (served, _) = l.accept().await.unwrap();
+        let echo = tokio::spawn(async move {
+            let (mut s, mut r) = served.accept_stream().await.unwrap();
+            let mut req = Vec::new();
+            r.read_to_end(&mut req).await.unwrap();
+            s.write_all(&req).await.unwrap();
+            s.shutdown().await.unwrap();
+        });
+        send.shutdown().await.unwrap();
+        let mut back = Vec::new();
+        recv.read_to_end(&mut back).await.unwrap();
+        assert_eq!(back, b"hi");
+        echo.await.unwrap();
+        first.close().await;
+
+        // The stalling client: its first flight only, by hand.
+        let settings = tcpls::SessionConfig::default();
+        // The same session store as the connector's (the ticket), with the TCPLS ALPN.
+        let config = Arc::new(tcpls::proto::tcpls_client_config(&client));
+        let (mut proto, _) =
+            tcpls::proto::Session::client_with_early_data(config, name, settings, b"GET /idempotent").unwrap();
+        let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        proto.prepare_transmit(std::time::Instant::now());
+        tcp.write_all(proto.transmit_data(0)).await.unwrap();
+        let reader = tokio::spawn(async move {
+            let mut sink = vec![0u8; 65536];
+            while matches!(tcp.read(&mut sink).await, Ok(n) if n > 0) {}
+        });
+
+        let (session, _) = l.accept().await.unwrap();
+        assert!(session.early_data_accepted(), "handed out on its early data");
+        assert!(!session.is_established());
+        let started = std::time::Instant::now();
+        let error = session.closed().await;
+        let waited = started.elapsed();
+        assert!(!session.is_established());
+        assert!(waited <= tcpls::HANDSHAKE_TIMEOUT + Duration::from_secs(2), "ended after {waited:?}");
+        eprintln!("stalled session ended after {waited:?}: {error:?}");
+        reader.abort();
+    })
+    .await
+    .expect("test timed out");
+}
