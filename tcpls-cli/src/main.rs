@@ -287,7 +287,12 @@ fn client_setup(
     Ok((target, name, tls))
 }
 
-fn server_tls(cert: Option<&Path>, key: Option<&Path>, alpn: &[String]) -> Result<rustls::ServerConfig, String> {
+fn server_tls(
+    cert: Option<&Path>,
+    key: Option<&Path>,
+    alpn: &[String],
+    client_ca: Option<&Path>,
+) -> Result<rustls::ServerConfig, String> {
     let (certs, key) = match (cert, key) {
         (Some(c), Some(k)) => (tlsconf::load_certs(c)?, tlsconf::load_key(k)?),
         _ => {
@@ -300,11 +305,11 @@ fn server_tls(cert: Option<&Path>, key: Option<&Path>, alpn: &[String]) -> Resul
             (certs, key)
         }
     };
-    tlsconf::server_config(certs, key, alpn)
+    tlsconf::server_config(certs, key, alpn, client_ca)
 }
 
 async fn serve_cmd(a: ServeArgs) -> Result<(), String> {
-    let mut tls = server_tls(a.cert.as_deref(), a.key.as_deref(), &a.alpn)?;
+    let mut tls = server_tls(a.cert.as_deref(), a.key.as_deref(), &a.alpn, None)?;
     // 0-RTT only where a replayed request does no harm: a perf request only asks for test
     // data (RESUMPTION.md); echo and the other modes refuse early data.
     if a.mode == serve::Mode::Perf {
@@ -477,5 +482,5 @@ fn server_tls_quiet() -> Result<rustls::ServerConfig, String> {
     let (c, k) = tlsconf::self_signed(&[])?;
     let certs = rustls_pemfile::certs(&mut c.as_bytes()).collect::<Result<Vec<_>, _>>().map_err(|e| e.to_string())?;
     let key = rustls_pemfile::private_key(&mut k.as_bytes()).map_err(|e| e.to_string())?.ok_or("no key generated")?;
-    tlsconf::server_config(certs, key, &[])
+    tlsconf::server_config(certs, key, &[], None)
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{aws_lc_rs, CryptoProvider};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, ServerConfig, SignatureScheme};
 
 /// aws-lc-rs with the TLS 1.3 suites in our order (AES-128-GCM first: fastest here and the
@@ -56,17 +57,32 @@ pub fn self_signed(names: &[String]) -> Result<(String, String), String> {
     Ok((ck.cert.pem(), ck.key_pair.serialize_pem()))
 }
 
+/// `client_ca`: require a client certificate that chains to (or is) one in that PEM file (mutual
+/// TLS); every connection of a session, joined ones included, is then authenticated.
 pub fn server_config(
     certs: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
     alpn: &[String],
+    client_ca: Option<&Path>,
 ) -> Result<ServerConfig, String> {
-    let mut config = ServerConfig::builder_with_provider(provider(None)?)
+    let builder = ServerConfig::builder_with_provider(provider(None)?)
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .map_err(|e| format!("certificate and key do not match: {e}"))?;
+        .map_err(|e| e.to_string())?;
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(path) => {
+            let mut roots = RootCertStore::empty();
+            for cert in load_certs(path)? {
+                roots.add(cert).map_err(|e| format!("bad client CA certificate in {}: {e}", path.display()))?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider(None)?)
+                .build()
+                .map_err(|e| format!("client CA {}: {e}", path.display()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config =
+        builder.with_single_cert(certs, key).map_err(|e| format!("certificate and key do not match: {e}"))?;
     // Plain TLS clients may offer these (after tcpls/1, which the library puts first).
     config.alpn_protocols = alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
     Ok(config)
@@ -79,14 +95,35 @@ pub fn client_config(
     alpn: &[String],
     cipher: Option<&str>,
 ) -> Result<ClientConfig, String> {
+    client_config_with_identity(ca, insecure, alpn, cipher, None)
+}
+
+/// Like [`client_config`], presenting a client certificate (`--cert FILE --key FILE`) to servers
+/// that ask for one.
+pub fn client_config_with_identity(
+    ca: Option<&Path>,
+    insecure: bool,
+    alpn: &[String],
+    cipher: Option<&str>,
+    identity: Option<(&Path, &Path)>,
+) -> Result<ClientConfig, String> {
+    let identity = match identity {
+        Some((cert, key)) => Some((load_certs(cert)?, load_key(key)?)),
+        None => None,
+    };
+    let with_identity = |b: rustls::ConfigBuilder<ClientConfig, rustls::client::WantsClientCert>| match identity {
+        Some((certs, key)) => {
+            b.with_client_auth_cert(certs, key).map_err(|e| format!("client certificate and key do not match: {e}"))
+        }
+        None => Ok(b.with_no_client_auth()),
+    };
     let builder = ClientConfig::builder_with_provider(provider(cipher)?)
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?;
     let mut config = if insecure {
-        builder
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(NoVerification(provider(cipher)?)))
-            .with_no_client_auth()
+        with_identity(
+            builder.dangerous().with_custom_certificate_verifier(Arc::new(NoVerification(provider(cipher)?))),
+        )?
     } else {
         let mut roots = RootCertStore::empty();
         match ca {
@@ -101,7 +138,7 @@ pub fn client_config(
                 }
             }
         }
-        builder.with_root_certificates(roots).with_no_client_auth()
+        with_identity(builder.with_root_certificates(roots))?
     };
     config.alpn_protocols = alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
     Ok(config)

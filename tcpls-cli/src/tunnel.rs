@@ -25,7 +25,8 @@ enum TunnelCommand {
     /// The concentrator: opens the TCP connections that clients ask for over TCPLS streams.
     #[command(after_help = "Examples:\n  \
         tcpls tunnel server --listen 0.0.0.0:4443 --cert tcpls-cert/cert.pem --key tcpls-cert/key.pem\n  \
-        tcpls tunnel server --listen 203.0.113.5:4443 --listen 198.51.100.5:4443 --json\n\
+        tcpls tunnel server --listen 203.0.113.5:4443 --listen 198.51.100.5:4443 --json\n  \
+        tcpls tunnel server --cert cert.pem --key key.pem --client-ca clients.pem   (mutual TLS)\n\
         With several specific --listen addresses, clients learn all of them and may add paths to any.\n\
         --json prints one JSON object per ended session on stdout.")]
     Server {
@@ -38,6 +39,11 @@ enum TunnelCommand {
         /// Private key (PEM).
         #[arg(long, requires = "cert")]
         key: Option<PathBuf>,
+        /// Accept only clients with a certificate that chains to (or is) one in FILE (PEM):
+        /// mutual TLS, checked on every connection of a session. Without it the concentrator
+        /// connects for anyone who completes the handshake.
+        #[arg(long, value_name = "FILE")]
+        client_ca: Option<PathBuf>,
         /// One JSON object per ended session on stdout.
         #[arg(long)]
         json: bool,
@@ -72,6 +78,12 @@ struct ClientArgs {
     /// TLS server name to verify (default: the host of --concentrator).
     #[arg(long)]
     server_name: Option<String>,
+    /// Client certificate (PEM) for a concentrator that requires one (`--client-ca`).
+    #[arg(long, requires = "key")]
+    cert: Option<PathBuf>,
+    /// Private key (PEM) of --cert.
+    #[arg(long, requires = "cert")]
+    key: Option<PathBuf>,
     #[command(flatten)]
     mode: Mode,
 }
@@ -95,15 +107,21 @@ struct Mode {
 pub async fn run(args: TunnelArgs) -> Result<(), String> {
     crate::logging::init(args.verbose);
     match args.cmd {
-        TunnelCommand::Server { listen, cert, key, json } => {
-            server(&listen, cert, key, json).await.map_err(|e| format!("tunnel server: {e}"))
+        TunnelCommand::Server { listen, cert, key, client_ca, json } => {
+            server(&listen, cert, key, client_ca, json).await.map_err(|e| format!("tunnel server: {e}"))
         }
         TunnelCommand::Client(a) => client(a).await.map_err(|e| format!("tunnel client: {e}")),
     }
 }
 
-async fn server(listen: &[String], cert: Option<PathBuf>, key: Option<PathBuf>, json: bool) -> Result<(), String> {
-    let tls = crate::server_tls(cert.as_deref(), key.as_deref(), &[])?;
+async fn server(
+    listen: &[String],
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    client_ca: Option<PathBuf>,
+    json: bool,
+) -> Result<(), String> {
+    let tls = crate::server_tls(cert.as_deref(), key.as_deref(), &[], client_ca.as_deref())?;
     let mut addrs = Vec::new();
     for l in listen {
         addrs.extend(resolve(l)?.into_iter().take(1));
@@ -158,7 +176,8 @@ async fn client(a: ClientArgs) -> Result<(), String> {
     };
     let name = a.server_name.clone().unwrap_or_else(|| host_of(&a.concentrator));
     let name = tcpls::server_name_for(&name).map_err(|e| e.to_string())?;
-    let tls = crate::tlsconf::client_config(a.ca.as_deref(), a.insecure, &[], None)?;
+    let identity = a.cert.as_deref().zip(a.key.as_deref());
+    let tls = crate::tlsconf::client_config_with_identity(a.ca.as_deref(), a.insecure, &[], None, identity)?;
     let listener = tcpls_tunnel::frontend::listen(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let client = TunnelClient::connect(concentrator, name, Arc::new(tls), &paths, TunnelConfig::default())
         .await

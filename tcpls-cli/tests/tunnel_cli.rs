@@ -295,3 +295,46 @@ fn usage_errors_are_one_line() {
     cmd.args(["tunnel", "server", "--listen", "192.0.2.1:4443", "--cert"]).arg(cert).arg("--key").arg(key);
     run(&mut cmd, None, SHORT).one_line_error("cannot listen");
 }
+
+/// `tunnel server --client-ca`: a client without a certificate is refused (its session ends
+/// with the concentrator's certificate_required alert, and it exits with that error); one with
+/// `--cert/--key` gets through, byte-exact.
+#[test]
+fn mutual_tls_keeps_clients_without_a_certificate_out() {
+    require_curl();
+    let web = Web::start(&[("file.bin", 300_000)]);
+    let dir = TempDir::new("tunnel-mtls");
+    let (srv_cert, srv_key) = support::make_cert(dir.path(), "server");
+    let (cli_cert, cli_key) = support::make_cert(dir.path(), "client");
+    let (mut server, port) = start("tcpls tunnel server", b"tcpls tunnel server: listening on", |p| {
+        let mut cmd = tcpls();
+        cmd.args(["tunnel", "server", "--listen", &format!("127.0.0.1:{p}"), "--cert"]).arg(&srv_cert);
+        cmd.arg("--key").arg(&srv_key).arg("--client-ca").arg(&cli_cert);
+        cmd
+    });
+    // Without a certificate: TLS 1.3 lets the client finish its handshake before the server
+    // checks it, so the client may even start accepting; then its session ends with the
+    // server's alert, and it exits with that error.
+    let mut cmd = tcpls();
+    cmd.args(["tunnel", "client", "--concentrator", &format!("127.0.0.1:{port}"), "--ca"]).arg(&srv_cert);
+    cmd.args(socks(free_port(LOCALHOST_V4)));
+    let mut stranger = Proc::spawn(&mut cmd, false);
+    let status = stranger.wait(TIMEOUT);
+    assert!(!status.success(), "a client without a certificate must not keep a session");
+    let err = stranger.stderr.text();
+    assert!(err.contains("CertificateRequired"), "the error names the cause: {err}");
+    let out = TempDir::new("tunnel-mtls-out");
+    let url = format!("http://localhost:{}/file.bin", web.port);
+
+    // With the certificate: through, byte-exact.
+    let (mut member, member_port) = start("tcpls tunnel client", b"tcpls tunnel client: session to", |local| {
+        let mut cmd = tcpls();
+        cmd.args(["tunnel", "client", "--concentrator", &format!("127.0.0.1:{port}"), "--ca"]).arg(&srv_cert);
+        cmd.arg("--cert").arg(&cli_cert).arg("--key").arg(&cli_key).args(socks(local));
+        cmd
+    });
+    let dst = out.path().join("file.bin");
+    let done = curl(member_port, true, &url, &dst, &[]);
+    assert!(done.status.success(), "curl: {}\n{}\n{}", done.describe(), member.diagnostics(), server.diagnostics());
+    assert_eq!(sha256(&dst), web.sha256("file.bin"));
+}

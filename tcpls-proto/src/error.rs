@@ -92,10 +92,8 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::Local(e) => write!(f, "protocol error: {e}"),
-            Error::PeerAlert(d) => match AlertCode::from_u8(*d) {
-                Some(a) => write!(f, "peer sent fatal alert {a:?} ({d})"),
-                None => write!(f, "peer sent fatal alert {d}"),
-            },
+            // rustls knows every TLS alert's name (ours are a subset), e.g. CertificateRequired.
+            Error::PeerAlert(d) => write!(f, "peer sent fatal alert {:?} ({d})", rustls::AlertDescription::from(*d)),
             Error::Tls(e) => write!(f, "TLS handshake failed: {e}"),
             Error::ConnectionLost(why) => write!(f, "connection lost: {why}"),
             Error::SessionClosed => f.write_str("session closed"),
