@@ -85,8 +85,9 @@ pub fn tunnel_tlv(data: &[u8]) {
 pub fn socks5(data: &[u8]) {
     let mut reader = data;
     let mut replies = Vec::new();
-    let mut stream = tokio::io::join(&mut reader, &mut replies);
-    let _ = runtime().block_on(socks5_request(&mut stream));
-    drop(stream);
+    {
+        let mut stream = tokio::io::join(&mut reader, &mut replies);
+        let _ = runtime().block_on(socks5_request(&mut stream));
+    }
     assert!(data.len() - reader.len() <= SOCKS5_MAX, "read {} bytes", data.len() - reader.len());
 }
