@@ -14,7 +14,8 @@ pub mod middleboxes;
 pub mod migration;
 pub mod mptcp_run;
 pub mod output;
-pub mod pattern;
+/// The transfers' payload, the same as `tcpls perf`'s.
+pub use tcpls_pattern as pattern;
 pub mod pki;
 pub mod plot;
 pub mod sswatch;

@@ -3,7 +3,6 @@
 mod args;
 mod connect;
 mod logging;
-mod pattern;
 mod perf;
 mod perf_proto;
 mod probe;
@@ -12,6 +11,9 @@ mod tlsconf;
 mod tm3;
 mod transfer;
 mod tunnel;
+
+/// The perf payload, shared with the benchmarks and the experiments.
+use tcpls_pattern as pattern;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

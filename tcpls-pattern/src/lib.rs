@@ -1,9 +1,11 @@
-//! The `tcpls perf` payload: a deterministic pseudo-random byte stream per stream.
+//! The payload of `tcpls perf`, the benchmarks and the experiments: a deterministic
+//! pseudo-random byte stream per seed, so that a receiver checks every byte (its value and its
+//! position) without the sender shipping a hash.
 //!
 //! Byte `i` of the stream with seed `s` is `TABLE[(i + s * STRIDE) % TABLE_LEN]`. The table is
 //! generated once; senders write slices of it and receivers compare against it, so neither side
-//! spends CPU generating data and every byte (its value and its position) is checked. The table
-//! length is not a power of two, so records never align with its period.
+//! spends CPU generating data, even in a debug build. The table length is not a power of two,
+//! so records and reads never align with its period.
 
 use std::sync::OnceLock;
 
@@ -53,6 +55,44 @@ pub fn verify(seed: u64, offset: u64, data: &[u8]) -> bool {
     true
 }
 
+/// Checks a received stream piece by piece.
+#[derive(Debug, Clone)]
+pub struct Verifier {
+    seed: u64,
+    offset: u64,
+    ok: bool,
+}
+
+impl Verifier {
+    pub fn new(seed: u64) -> Verifier {
+        Verifier { seed, offset: 0, ok: true }
+    }
+
+    /// Feeds the next received bytes.
+    pub fn feed(&mut self, mut data: &[u8]) {
+        while self.ok && !data.is_empty() {
+            let expect = chunk(self.seed, self.offset, data.len());
+            self.ok = data[..expect.len()] == *expect;
+            self.offset += expect.len() as u64;
+            data = &data[expect.len()..];
+        }
+    }
+
+    /// Bytes fed so far.
+    pub fn len(&self) -> u64 {
+        self.offset
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.offset == 0
+    }
+
+    /// Whether every byte fed so far matched, and exactly `expected` bytes were fed.
+    pub fn verified(&self, expected: u64) -> bool {
+        self.ok && self.offset == expected
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -70,5 +110,28 @@ mod tests {
         let mut bad = stream[..5000].to_vec();
         bad[4321] ^= 1;
         assert!(!verify(3, 0, &bad));
+    }
+
+    #[test]
+    fn pieces_of_any_size_verify_and_a_flipped_byte_does_not() {
+        let seed = 3;
+        let mut whole = Vec::new();
+        while whole.len() < 3 * TABLE_LEN {
+            let c = chunk(seed, whole.len() as u64, 77_777);
+            whole.extend_from_slice(c);
+        }
+        let mut v = Verifier::new(seed);
+        for piece in whole.chunks(65_537) {
+            v.feed(piece);
+        }
+        assert!(v.verified(whole.len() as u64));
+        whole[TABLE_LEN + 5] ^= 1;
+        let mut v = Verifier::new(seed);
+        v.feed(&whole);
+        assert!(!v.verified(whole.len() as u64));
+        // Another seed is another stream.
+        let mut v = Verifier::new(seed + 1);
+        v.feed(&whole[..100]);
+        assert!(!v.verified(100));
     }
 }
