@@ -123,10 +123,14 @@ impl Core {
         if self.fallback {
             return;
         }
-        self.grant_credit(id);
+        // Credit outstanding over all streams: summed once per call (only if some stream is
+        // due), then kept up to date by each grant, so retrying many starved streams stays
+        // linear in the number of streams.
+        let mut outstanding = None;
+        self.grant_credit(id, &mut outstanding);
         if !self.credit_starved.is_empty() {
             for starved in std::mem::take(&mut self.credit_starved) {
-                self.grant_credit(starved);
+                self.grant_credit(starved, &mut outstanding);
             }
         }
     }
@@ -134,19 +138,20 @@ impl Core {
     /// One stream's Max Stream Data, lowered to what the budget leaves (but never below a
     /// window of [`INITIAL_MAX_STREAM_DATA`] past what the application read). A stream that
     /// gets nothing is remembered and retried.
-    fn grant_credit(&mut self, id: StreamId) {
+    fn grant_credit(&mut self, id: StreamId, outstanding: &mut Option<u64>) {
         let Some(wanted) = self.streams.get(&id).and_then(|s| s.recv.wanted_limit()) else { return };
-        // Computed only when a stream is due for credit: about once per half window read.
-        let outstanding: u64 = self.streams.values().map(|s| s.recv.outstanding()).sum();
-        let room = self.config.receive_budget.saturating_sub(outstanding);
+        let total = *outstanding.get_or_insert_with(|| self.streams.values().map(|s| s.recv.outstanding()).sum());
+        let room = self.config.receive_budget.saturating_sub(total);
         let Some(s) = self.streams.get_mut(&id) else { return };
         let floor = s.recv.read_offset().saturating_add(INITIAL_MAX_STREAM_DATA);
-        let granted = wanted.min(s.recv.limit().saturating_add(room).max(floor));
-        if granted <= s.recv.limit() {
+        let limit = s.recv.limit();
+        let granted = wanted.min(limit.saturating_add(room).max(floor));
+        if granted <= limit {
             self.credit_starved.insert(id);
             return;
         }
         s.recv.advertise(granted);
+        *outstanding = Some(total.saturating_add(granted - limit));
         self.control.push(&Frame::MaxStreamData { stream_id: id, maximum_offset: granted }, None);
     }
 
