@@ -16,11 +16,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use tcpls_tunnel::tunnel::{Concentrator, Frontend, Target, TunnelClient, TunnelConfig};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+// The tests' certificate and bottleneck link (`slow_link`), shared rather than copied.
+#[path = "../tests/tunnel_support/mod.rs"]
+mod tunnel_support;
+use tunnel_support::{slow_link, Pki};
 
 /// Response bytes: byte i is PATTERN[i % PATTERN.len()].
 const PATTERN_LEN: usize = 65_521; // prime, so chunk boundaries do not line up with it
@@ -96,27 +99,6 @@ async fn source_server() -> SocketAddr {
         }
     });
     a
-}
-
-struct Pki {
-    cert: CertificateDer<'static>,
-    key: Vec<u8>,
-}
-
-impl Pki {
-    fn new() -> Self {
-        let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
-        Pki { cert: ck.cert.der().clone(), key: ck.key_pair.serialize_der() }
-    }
-    fn client(&self) -> Arc<ClientConfig> {
-        let mut roots = RootCertStore::empty();
-        roots.add(self.cert.clone()).unwrap();
-        Arc::new(ClientConfig::builder().with_root_certificates(roots).with_no_client_auth())
-    }
-    fn server(&self) -> Arc<ServerConfig> {
-        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key.clone()));
-        Arc::new(ServerConfig::builder().with_no_client_auth().with_single_cert(vec![self.cert.clone()], key).unwrap())
-    }
 }
 
 /// Direct TCPLS: a server answering requests on streams like `source_server`, and a session
@@ -314,50 +296,6 @@ fn parse_size(s: &str) -> u64 {
         _ => (s, 1),
     };
     n.parse::<u64>().expect("size") * m
-}
-
-/// A bottleneck link in front of `to`: a TCP relay moving at most `bps` each way, whose small
-/// receive buffers (64 KiB) leave the queue in the sender's socket, as behind a real bottleneck.
-async fn slow_link(to: SocketAddr, bps: u64) -> SocketAddr {
-    let sock = tokio::net::TcpSocket::new_v4().unwrap();
-    sock.set_recv_buffer_size(64 << 10).unwrap();
-    sock.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let l = sock.listen(1024).unwrap();
-    let addr = l.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((a, _)) = l.accept().await {
-            let b = tokio::net::TcpSocket::new_v4().unwrap();
-            b.set_recv_buffer_size(64 << 10).unwrap();
-            let b = b.connect(to).await.unwrap();
-            let _ = (a.set_nodelay(true), b.set_nodelay(true));
-            let (ar, aw) = a.into_split();
-            let (br, bw) = b.into_split();
-            tokio::spawn(paced_copy(ar, bw, bps));
-            tokio::spawn(paced_copy(br, aw, bps));
-        }
-    });
-    addr
-}
-
-async fn paced_copy<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(mut r: R, mut w: W, bps: u64) {
-    // Each chunk may leave at `next`; an idle link banks at most 2 ms of credit (its burst).
-    let mut next = Instant::now();
-    let mut buf = vec![0u8; 16 << 10];
-    loop {
-        let n = match r.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        if w.write_all(&buf[..n]).await.is_err() {
-            break;
-        }
-        let now = Instant::now();
-        next = next.max(now - Duration::from_millis(2)) + Duration::from_secs_f64(n as f64 * 8.0 / bps as f64);
-        if next > now {
-            tokio::time::sleep_until(next.into()).await;
-        }
-    }
-    let _ = w.shutdown().await;
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
