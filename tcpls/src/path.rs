@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use tokio::net::{TcpSocket, TcpStream};
 
-/// Where a TCP connection of a session leaves from, and how long it may take to connect.
+/// Where a TCP connection of a session leaves from, and how long it may take to connect. A
+/// joined path can then be made a backup path with [`Session::set_backup`](crate::Session::set_backup).
 ///
 /// ```no_run
 /// # async fn demo(session: tcpls::Session) -> std::io::Result<()> {

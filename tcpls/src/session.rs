@@ -338,6 +338,21 @@ impl Session {
         Ok(())
     }
 
+    /// Marks a connection as a backup path, or a regular one again (`false`), on both sides
+    /// (Path Priority, PROTOCOL.md §3): while a regular connection is usable, neither side
+    /// sends unsteered stream data on a backup one; when none is, backups carry everything.
+    pub fn set_backup(&self, conn: ConnId, backup: bool) -> io::Result<()> {
+        let mut inner = self.shared.lock();
+        inner.proto.set_connection_backup(conn, backup).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        inner.wake_driver();
+        Ok(())
+    }
+
+    /// Whether `conn` is a backup path (marked by either side).
+    pub fn is_backup(&self, conn: ConnId) -> bool {
+        self.shared.lock().proto.is_connection_backup(conn)
+    }
+
     /// Closes one TCP connection gracefully; the session continues on the others.
     pub fn close_connection(&self, conn: ConnId) -> io::Result<()> {
         let mut inner = self.shared.lock();

@@ -165,3 +165,33 @@ async fn happy_eyeballs_over_local_sides_keeps_the_others() {
     locals.sort();
     assert_eq!(locals, [ip("127.0.0.2"), ip("127.0.0.3")]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_path_stays_idle_while_the_primary_is_up() {
+    let pki = Pki::new();
+    let (server, _) = echo_server(&pki).await;
+    let connector = TcplsConnector::new(pki.client()).with_path(PathOptions::new().local(ip("127.0.0.2")));
+    let session = connector.connect(server, server_name_for("localhost").unwrap()).await.unwrap();
+    let backup = session.join_with(server, &PathOptions::new().local(ip("127.0.0.3"))).await.unwrap();
+    session.set_backup(backup, true).unwrap();
+    assert!(session.is_backup(backup));
+    session.set_scheduler(Box::new(tcpls::RoundRobin::default()));
+    let before = session.connections().iter().find(|c| c.id == backup).map(|c| c.bytes_sent).unwrap();
+    // An unsteered echo: round robin would split it over both paths, the backup gets nothing.
+    let (mut send, mut recv) = session.open_stream().unwrap();
+    let data = pattern(8 << 20, 9);
+    let (_, got) = tokio::join!(
+        async {
+            send.write_all(&data).await.unwrap();
+            send.shutdown().await.unwrap();
+        },
+        async {
+            let mut got = Vec::new();
+            recv.read_to_end(&mut got).await.unwrap();
+            got
+        }
+    );
+    assert!(got == data);
+    let on_backup = session.connections().iter().find(|c| c.id == backup).map(|c| c.bytes_sent).unwrap() - before;
+    assert!(on_backup < (8 << 20) / 100, "the backup path carried {on_backup} bytes (< 1% expected)");
+}
