@@ -55,7 +55,7 @@ const REJOIN_MAX_BACKOFF: std::time::Duration = std::time::Duration::from_secs(2
 
 /// `d` ± 25%, from the clock's low bits (spreading clients apart needs no cryptographic
 /// randomness).
-fn jittered(d: std::time::Duration) -> std::time::Duration {
+pub(crate) fn jittered(d: std::time::Duration) -> std::time::Duration {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |t| t.subsec_nanos());
     let permille = 750 + u64::from(nanos % 501);
     d * u32::try_from(permille).unwrap_or(1000) / 1000
@@ -336,6 +336,26 @@ impl Session {
         inner.proto.migrate(from, to).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         inner.wake_driver();
         Ok(())
+    }
+
+    /// The addresses the server advertised (New Address) and has not withdrawn.
+    pub fn peer_addresses(&self) -> Vec<(u8, SocketAddr)> {
+        self.shared.lock().proto.peer_addresses().to_vec()
+    }
+
+    /// The session is over (closed, failed, or its driver ended).
+    pub fn is_closed(&self) -> bool {
+        let inner = self.shared.lock();
+        inner.driver_done || inner.proto.is_closed()
+    }
+
+    /// Drops one connection at once, as if it had failed (`reason` says why): its socket is
+    /// closed and its unacknowledged records are sent again on the other connections, without
+    /// waiting for a timeout. For a path known to be dead, e.g. its interface went down.
+    pub fn abandon_connection(&self, conn: ConnId, reason: &str) {
+        let mut inner = self.shared.lock();
+        inner.proto.handle_io_error(conn, reason, std::time::Instant::now());
+        inner.wake_driver();
     }
 
     /// Marks a connection as a backup path, or a regular one again (`false`), on both sides

@@ -195,3 +195,115 @@ async fn a_backup_path_stays_idle_while_the_primary_is_up() {
     let on_backup = session.connections().iter().find(|c| c.id == backup).map(|c| c.bytes_sent).unwrap() - before;
     assert!(on_backup < (8 << 20) / 100, "the backup path carried {on_backup} bytes (< 1% expected)");
 }
+
+/// Waits (bounded) until `cond` holds.
+async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    for _ in 0..500 {
+        if cond() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{what}: not within 5 s");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_path_manager_keeps_a_fullmesh_up_and_replaces_lost_paths() {
+    use tcpls::{Endpoint, PathManager, PathManagerConfig, PathPolicy};
+    let pki = Pki::new();
+    let (server, _) = echo_server(&pki).await;
+    let wifi = PathOptions::new().local(ip("127.0.0.2"));
+    let lte = PathOptions::new().local(ip("127.0.0.3"));
+    let connector = TcplsConnector::new(pki.client()).with_path(wifi.clone());
+    let session = connector.connect(server, server_name_for("localhost").unwrap()).await.unwrap();
+    let config = PathManagerConfig {
+        policy: PathPolicy::Fullmesh,
+        endpoints: vec![Endpoint::new(wifi.clone()), Endpoint::backup(lte.clone())],
+        initial: wifi.clone(),
+        ..Default::default()
+    };
+    let manager = PathManager::start(&session, server, config);
+    eventually("both paths up", || {
+        let paths = manager.paths();
+        paths.len() == 2 && paths.iter().all(|p| p.conn.is_some())
+    })
+    .await;
+    let lte_conn = manager.paths().iter().find(|p| p.endpoint.backup).and_then(|p| p.conn).unwrap();
+    assert!(session.is_backup(lte_conn), "the backup endpoint's connection is marked");
+    assert_eq!(manager.paths().iter().find(|p| !p.endpoint.backup).and_then(|p| p.conn), Some(0));
+
+    // A transfer runs while the Wi-Fi path is lost twice; the manager replaces it each time and
+    // every byte arrives.
+    let (mut send, mut recv) = session.open_stream().unwrap();
+    let data = pattern(32 << 20, 21);
+    let writer = {
+        let data = data.clone();
+        tokio::spawn(async move {
+            for chunk in data.chunks(1 << 20) {
+                send.write_all(chunk).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            send.shutdown().await.unwrap();
+        })
+    };
+    let reader = tokio::spawn(async move {
+        let mut got = Vec::new();
+        recv.read_to_end(&mut got).await.unwrap();
+        got
+    });
+    for round in 0..2 {
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        let wifi_conn = manager.paths().iter().find(|p| !p.endpoint.backup).and_then(|p| p.conn).unwrap();
+        manager.interface_down(None, Some(ip("127.0.0.2")));
+        eventually("the wifi path replaced", || {
+            manager.paths().iter().any(|p| !p.endpoint.backup && p.conn.is_some_and(|c| c != wifi_conn))
+        })
+        .await;
+        eprintln!("round {round}: wifi connection {wifi_conn} replaced");
+    }
+    writer.await.unwrap();
+    let got = reader.await.unwrap();
+    assert!(got == data, "content after two path losses");
+    assert!(session.stats().failovers >= 1, "{:?}", session.stats());
+    manager.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_path_manager_retries_a_refused_path_until_it_works_without_burning_tokens() {
+    use tcpls::{Endpoint, PathManager, PathManagerConfig};
+    let pki = Pki::new();
+    // One server, two listening addresses sharing a registry; the second is not listening yet.
+    let registry = JoinRegistry::new();
+    let first = TcplsListener::bind_with_registry(
+        "127.0.0.1:0".parse().unwrap(),
+        pki.server(),
+        SessionConfig::default(),
+        registry.clone(),
+    )
+    .await
+    .unwrap();
+    let origin = first.local_addr();
+    let later_addr: SocketAddr = format!("127.0.0.4:{}", origin.port()).parse().unwrap();
+    tokio::spawn(async move { while first.accept().await.is_some() {} });
+    let session =
+        TcplsConnector::new(pki.client()).connect(origin, server_name_for("localhost").unwrap()).await.unwrap();
+    eventually("tokens", || session.token_count() > 0).await;
+    let tokens = session.token_count();
+    let config = PathManagerConfig {
+        paths: vec![(later_addr, Endpoint::new(PathOptions::new()))],
+        first_backoff: Duration::from_millis(20),
+        max_backoff: Duration::from_millis(200),
+        ..Default::default()
+    };
+    let manager = PathManager::start(&session, origin, config);
+    eventually("a few refused attempts", || manager.paths().first().is_some_and(|p| p.failures >= 3)).await;
+    assert_eq!(session.token_count(), tokens, "refused connects cost no token");
+    assert!(manager.paths()[0].conn.is_none());
+    // The address comes up: the manager joins over it within its backoff.
+    let second =
+        TcplsListener::bind_with_registry(later_addr, pki.server(), SessionConfig::default(), registry).await.unwrap();
+    tokio::spawn(async move { while second.accept().await.is_some() {} });
+    eventually("the path joined once its address answers", || manager.paths()[0].conn.is_some()).await;
+    let remotes: Vec<_> = session.connections().iter().filter_map(|c| c.remote).collect();
+    assert!(remotes.contains(&later_addr), "{remotes:?}");
+}

@@ -1,0 +1,318 @@
+//! A path manager for client sessions: keeps a configured set of paths connected, in the spirit
+//! of Linux MPTCP's path managers (`ip mptcp endpoint ... subflow|backup|fullmesh`).
+//!
+//! The application describes its local **endpoints** (an interface or local address each, with
+//! a `backup` flag) and the policy:
+//! * [`PathPolicy::Manual`]: only the paths listed explicitly ([`PathManagerConfig::paths`]) are
+//!   kept up;
+//! * [`PathPolicy::Fullmesh`]: one path per endpoint and server address: the address the session
+//!   was opened to plus those the server advertises (New Address), minus those it withdraws.
+//!
+//! The manager joins every wanted path that has no live connection, re-joins one whose connection
+//! was lost (exponential backoff with jitter, so a path that stays down costs little), marks
+//! backup paths with Path Priority, and can drop a path at once when its interface goes away
+//! ([`PathManager::interface_down`]), so its unacknowledged records fail over without waiting for
+//! a timeout. It stops when the session ends.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tracing::{debug, info};
+
+use crate::path::PathOptions;
+use crate::session::Session;
+use crate::ConnId;
+
+/// Which paths the manager keeps up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PathPolicy {
+    /// Only the explicitly configured paths.
+    #[default]
+    Manual,
+    /// Every endpoint × every server address (including advertised ones), plus explicit paths.
+    Fullmesh,
+}
+
+/// A local side the manager may use, like an `ip mptcp endpoint`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Endpoint {
+    pub path: PathOptions,
+    /// Carry stream data only when no regular path is usable (Path Priority).
+    pub backup: bool,
+}
+
+impl Endpoint {
+    pub fn new(path: PathOptions) -> Self {
+        Self { path, backup: false }
+    }
+
+    pub fn backup(path: PathOptions) -> Self {
+        Self { path, backup: true }
+    }
+}
+
+/// What the manager keeps up, and how hard it tries.
+#[derive(Debug, Clone)]
+pub struct PathManagerConfig {
+    pub policy: PathPolicy,
+    /// Local sides for [`PathPolicy::Fullmesh`]; empty: the default route only.
+    pub endpoints: Vec<Endpoint>,
+    /// Paths kept up with any policy.
+    pub paths: Vec<(SocketAddr, Endpoint)>,
+    /// The local side of the session's first connection (what the connector used), so the
+    /// manager does not open a second connection over the same path.
+    pub initial: PathOptions,
+    /// Pause after a path's first failed attempt; doubles up to `max_backoff`.
+    pub first_backoff: Duration,
+    pub max_backoff: Duration,
+}
+
+impl Default for PathManagerConfig {
+    fn default() -> Self {
+        Self {
+            policy: PathPolicy::Manual,
+            endpoints: Vec::new(),
+            paths: Vec::new(),
+            initial: PathOptions::new(),
+            first_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(5),
+        }
+    }
+}
+
+/// One wanted path: a server address and a local side.
+type PathKey = (SocketAddr, Endpoint);
+
+/// What the manager knows of one wanted path.
+#[derive(Debug)]
+struct PathState {
+    conn: Option<ConnId>,
+    backoff: Duration,
+    next_attempt: Instant,
+    attempting: bool,
+    failures: u32,
+}
+
+/// State shared by the manager's task and its handle.
+struct Shared {
+    paths: Mutex<BTreeMap<String, (PathKey, PathState)>>,
+    /// Wakes the task early (an interface came back, the handle was dropped...).
+    wake: Notify,
+    stopped: std::sync::atomic::AtomicBool,
+}
+
+/// A running path manager; see the module documentation. Dropping the handle leaves it
+/// running (it ends with the session); [`stop`](Self::stop) ends it.
+#[derive(Clone)]
+pub struct PathManager {
+    session: Session,
+    shared: Arc<Shared>,
+}
+
+/// A path as the manager reports it ([`PathManager::paths`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathReport {
+    pub remote: SocketAddr,
+    pub endpoint: Endpoint,
+    /// Its live connection, if any.
+    pub conn: Option<ConnId>,
+    /// Failed attempts since it was last up.
+    pub failures: u32,
+}
+
+/// How often the manager looks at the session when nothing wakes it.
+const TICK: Duration = Duration::from_millis(100);
+
+impl PathManager {
+    /// Starts managing `session`'s paths (a client session; `origin` is the server address it
+    /// was opened to).
+    pub fn start(session: &Session, origin: SocketAddr, config: PathManagerConfig) -> PathManager {
+        let shared = Arc::new(Shared {
+            paths: Mutex::new(BTreeMap::new()),
+            wake: Notify::new(),
+            stopped: std::sync::atomic::AtomicBool::new(false),
+        });
+        let manager = PathManager { session: session.clone(), shared };
+        let task = manager.clone();
+        tokio::spawn(async move { task.run(origin, config).await });
+        manager
+    }
+
+    /// The wanted paths and their state.
+    pub fn paths(&self) -> Vec<PathReport> {
+        let paths = self.shared.paths.lock().unwrap_or_else(|p| p.into_inner());
+        paths
+            .values()
+            .map(|((remote, endpoint), st)| PathReport {
+                remote: *remote,
+                endpoint: endpoint.clone(),
+                conn: st.conn,
+                failures: st.failures,
+            })
+            .collect()
+    }
+
+    /// An interface went down or lost its address: every connection of a path over it is
+    /// dropped at once (its records fail over to the others), and the path waits to be retried.
+    /// `device` and/or `address` name what went away.
+    pub fn interface_down(&self, device: Option<&str>, address: Option<std::net::IpAddr>) {
+        let mut dropped = Vec::new();
+        {
+            let mut paths = self.shared.paths.lock().unwrap_or_else(|p| p.into_inner());
+            let conns = self.session.connections();
+            for ((_, endpoint), st) in paths.values_mut() {
+                let Some(conn) = st.conn else { continue };
+                let by_device = device.is_some() && endpoint.path.device_name() == device;
+                let local = conns.iter().find(|c| c.id == conn).and_then(|c| c.local).map(|a| a.ip());
+                let by_address = address.is_some() && local == address;
+                if by_device || by_address {
+                    dropped.push(conn);
+                    st.conn = None;
+                    st.next_attempt = Instant::now() + st.backoff;
+                }
+            }
+        }
+        for conn in dropped {
+            let what = device.map(str::to_string).or(address.map(|a| a.to_string())).unwrap_or_default();
+            info!("path manager: {what} went away: dropping connection {conn}");
+            self.session.abandon_connection(conn, &format!("interface {what} went away"));
+        }
+        self.shared.wake.notify_one();
+    }
+
+    /// An interface came up or gained an address: paths waiting for a retry are tried now.
+    pub fn interface_up(&self) {
+        let mut paths = self.shared.paths.lock().unwrap_or_else(|p| p.into_inner());
+        for (_, st) in paths.values_mut() {
+            if st.conn.is_none() {
+                st.next_attempt = Instant::now();
+            }
+        }
+        drop(paths);
+        self.shared.wake.notify_one();
+    }
+
+    /// Ends the manager (the session's connections stay as they are).
+    pub fn stop(&self) {
+        self.shared.stopped.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.shared.wake.notify_one();
+    }
+
+    async fn run(self, origin: SocketAddr, config: PathManagerConfig) {
+        let mut first = true;
+        loop {
+            if self.shared.stopped.load(std::sync::atomic::Ordering::Relaxed) || self.session.is_closed() {
+                return;
+            }
+            self.update_wanted(origin, &config, first);
+            first = false;
+            self.start_due_attempts(&config);
+            tokio::select! {
+                _ = tokio::time::sleep(TICK) => {}
+                _ = self.shared.wake.notified() => {}
+            }
+        }
+    }
+
+    /// Brings the set of wanted paths up to date with the policy and the server's addresses,
+    /// and forgets connections that are no longer live.
+    fn update_wanted(&self, origin: SocketAddr, config: &PathManagerConfig, first: bool) {
+        let mut wanted: Vec<PathKey> = config.paths.clone();
+        if config.policy == PathPolicy::Fullmesh {
+            let mut remotes = vec![origin];
+            remotes.extend(self.session.peer_addresses().into_iter().map(|(_, a)| a).filter(|a| *a != origin));
+            let endpoints = if config.endpoints.is_empty() {
+                vec![Endpoint::new(PathOptions::new())]
+            } else {
+                config.endpoints.clone()
+            };
+            for remote in remotes {
+                for e in &endpoints {
+                    wanted.push((remote, e.clone()));
+                }
+            }
+        }
+        let live = self.session.usable_connections();
+        let mut paths = self.shared.paths.lock().unwrap_or_else(|p| p.into_inner());
+        paths.retain(|k, _| wanted.iter().any(|w| path_name(w) == *k));
+        for w in wanted {
+            paths.entry(path_name(&w)).or_insert_with(|| {
+                let state = PathState {
+                    conn: None,
+                    backoff: config.first_backoff,
+                    next_attempt: Instant::now(),
+                    attempting: false,
+                    failures: 0,
+                };
+                (w, state)
+            });
+        }
+        if first {
+            // The session's first connection serves the path it was opened over.
+            if let Some((_, st)) =
+                paths.values_mut().find(|((remote, e), _)| *remote == origin && e.path == config.initial)
+            {
+                st.conn = Some(0);
+            }
+        }
+        for ((remote, endpoint), st) in paths.values_mut() {
+            if let Some(conn) = st.conn {
+                if !live.contains(&conn) {
+                    debug!("path manager: {}{remote}: connection {conn} lost", endpoint.path);
+                    st.conn = None;
+                    st.next_attempt = Instant::now();
+                }
+            }
+        }
+    }
+
+    fn start_due_attempts(&self, config: &PathManagerConfig) {
+        let now = Instant::now();
+        let mut paths = self.shared.paths.lock().unwrap_or_else(|p| p.into_inner());
+        for (name, ((remote, endpoint), st)) in paths.iter_mut() {
+            if st.conn.is_some() || st.attempting || st.next_attempt > now {
+                continue;
+            }
+            st.attempting = true;
+            let (me, name, remote, endpoint) = (self.clone(), name.clone(), *remote, endpoint.clone());
+            let (first_backoff, max_backoff) = (config.first_backoff, config.max_backoff);
+            tokio::spawn(async move {
+                let result = me.session.join_with(remote, &endpoint.path).await;
+                if let Ok(conn) = result {
+                    if endpoint.backup {
+                        let _ = me.session.set_backup(conn, true);
+                    }
+                }
+                let mut paths = me.shared.paths.lock().unwrap_or_else(|p| p.into_inner());
+                let Some((_, st)) = paths.get_mut(&name) else { return };
+                st.attempting = false;
+                match result {
+                    Ok(conn) => {
+                        info!("path manager: {}{remote} up as connection {conn}", endpoint.path);
+                        st.conn = Some(conn);
+                        st.failures = 0;
+                        st.backoff = first_backoff;
+                    }
+                    Err(e) => {
+                        st.failures += 1;
+                        if st.failures == 1 {
+                            info!("path manager: {}{remote}: {e} (retrying with backoff)", endpoint.path);
+                        }
+                        st.next_attempt = Instant::now() + crate::session::jittered(st.backoff);
+                        st.backoff = (st.backoff * 2).min(max_backoff);
+                    }
+                }
+                drop(paths);
+                me.shared.wake.notify_one();
+            });
+        }
+    }
+}
+
+fn path_name((remote, e): &PathKey) -> String {
+    format!("{}{remote}{}", e.path, if e.backup { " backup" } else { "" })
+}
