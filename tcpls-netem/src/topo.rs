@@ -192,6 +192,11 @@ impl Path {
         }
         Ok(())
     }
+    /// Puts back this path's routes and static neighbours, e.g. after a test set the client's
+    /// interface down and up (`ip link set DEV down` flushes what went through it).
+    pub fn restore_routes(&self) -> io::Result<()> {
+        configure_routes(&self.client_ns, &self.server_ns, &self.info)
+    }
     /// Counters of one direction.
     pub fn stats(&self, dir: Dir) -> LinkStats {
         self.direction(dir).stats()

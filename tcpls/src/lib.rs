@@ -15,6 +15,8 @@ mod connector;
 mod driver;
 mod ext;
 pub mod fallback;
+#[cfg(target_os = "linux")]
+mod interfaces;
 mod listener;
 mod path;
 mod path_manager;

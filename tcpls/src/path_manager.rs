@@ -95,6 +95,7 @@ struct PathState {
     next_attempt: Instant,
     attempting: bool,
     failures: u32,
+    last_error: Option<String>,
 }
 
 /// State shared by the manager's task and its handle.
@@ -122,6 +123,8 @@ pub struct PathReport {
     pub conn: Option<ConnId>,
     /// Failed attempts since it was last up.
     pub failures: u32,
+    /// Why the last attempt failed.
+    pub last_error: Option<String>,
 }
 
 /// How often the manager looks at the session when nothing wakes it.
@@ -152,6 +155,7 @@ impl PathManager {
                 endpoint: endpoint.clone(),
                 conn: st.conn,
                 failures: st.failures,
+                last_error: st.last_error.clone(),
             })
             .collect()
     }
@@ -194,6 +198,34 @@ impl PathManager {
         }
         drop(paths);
         self.shared.wake.notify_one();
+    }
+
+    /// Follows the kernel's interface and address events (rtnetlink, Linux): a path whose
+    /// interface goes down or whose local address disappears is dropped at once
+    /// ([`interface_down`](Self::interface_down)), and waiting paths are retried when an
+    /// interface comes up or gains an address. Runs until the session ends.
+    #[cfg(target_os = "linux")]
+    pub fn follow_interfaces(&self) -> std::io::Result<()> {
+        // Fail here, not in the task, if netlink is not available.
+        let probe = rtnetlink::new_multicast_connection(&[rtnetlink::MulticastGroup::Link])?;
+        drop(probe);
+        let me = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = crate::interfaces::follow(me).await {
+                tracing::warn!("path manager: interface events stopped: {e}");
+            }
+        });
+        Ok(())
+    }
+
+    /// Resolves when the manager is stopped or its session ends.
+    pub(crate) async fn ended(&self) {
+        loop {
+            if self.shared.stopped.load(std::sync::atomic::Ordering::Relaxed) || self.session.is_closed() {
+                return;
+            }
+            tokio::time::sleep(TICK).await;
+        }
     }
 
     /// Ends the manager (the session's connections stay as they are).
@@ -247,6 +279,7 @@ impl PathManager {
                     next_attempt: Instant::now(),
                     attempting: false,
                     failures: 0,
+                    last_error: None,
                 };
                 (w, state)
             });
@@ -295,10 +328,12 @@ impl PathManager {
                         info!("path manager: {}{remote} up as connection {conn}", endpoint.path);
                         st.conn = Some(conn);
                         st.failures = 0;
+                        st.last_error = None;
                         st.backoff = first_backoff;
                     }
                     Err(e) => {
                         st.failures += 1;
+                        st.last_error = Some(e.to_string());
                         if st.failures == 1 {
                             info!("path manager: {}{remote}: {e} (retrying with backoff)", endpoint.path);
                         }
