@@ -171,7 +171,7 @@ async fn tshark_decodes_a_two_connection_session_with_a_failover() {
     let pki = Pki::new();
     let (sent, capture) = run_session(&pki, &dir).await;
     let pcap = capture.stop_when_quiet().unwrap();
-    let decoded = decode(&pcap, &keylog).unwrap();
+    let decoded = decode(&pcap, Some(&keylog)).unwrap();
     eprintln!(
         "capture {} (key log {}): {} TCPLS records decoded",
         pcap.display(),

@@ -295,11 +295,15 @@ end
 
 -- First-pass bookkeeping for one record: the TCP connection's identity and the session state.
 local function derive(pinfo, frames)
+    local d = { retrans = {}, notes = {} }
     local ts = tcp_stream_field()
-    local tcp_stream = ts and ts.value or -1
+    if not ts then
+        -- Not over TCP (e.g. an exported PDU): no connection, session or sender to derive.
+        return d
+    end
+    local tcp_stream = ts.value
     local from = tostring(pinfo.src) .. ":" .. tostring(pinfo.src_port)
     local conn = conns[tcp_stream]
-    local d = { retrans = {}, notes = {} }
     if not conn then
         -- The client speaks first on every connection (PROTOCOL.md §1.5), unless this record
         -- carries New Token, which only a server sends (a capture that started late).
@@ -386,7 +390,7 @@ local function add_frame(rec_tree, tvb, fr, i, d)
         item:add(f["join.token"], b.token, redact(b.token))
         if d.sender == "server" then
             item:add_proto_expert_info(ex_role, "Join sent by a server")
-        elseif i ~= 1 or not d.first_record then
+        elseif i ~= 1 or (d.sender and not d.first_record) then
             item:add_proto_expert_info(ex_role, "Join is not the first frame of the connection's first record")
         elseif d.cid then
             item:add(f["join.conn_id"], tvb(fr.start, 0), d.cid):set_generated()
@@ -453,15 +457,18 @@ function tcpls.dissector(tvb, pinfo, tree)
         if fr.type ~= 0x00 then parts[#parts + 1] = summary(fr) end
     end
     if err then parts[#parts + 1] = "MALFORMED" end
-    pinfo.cols.info:append(string.format(" [%s conn %s: %s]", d.sender == "client" and "C" or "S",
-        d.cid and tostring(d.cid) or "?", table.concat(parts, ", ")))
+    local who = d.sender and string.format("%s conn %s: ", d.sender == "client" and "C" or "S",
+        d.cid and tostring(d.cid) or "?") or ""
+    pinfo.cols.info:append(" [" .. who .. table.concat(parts, ", ") .. "]")
 
     local rec = tree:add(tcpls, tvb())
-    rec:append_text(string.format(", %s, connection %s, %d frames", d.sender, d.cid and tostring(d.cid) or "unknown",
-        #frames))
-    if d.cid then rec:add(f.conn_id, tvb(0, 0), d.cid):set_generated() end
-    rec:add(f.sender, tvb(0, 0), d.sender):set_generated()
-    rec:add(f.session, tvb(0, 0), d.session):set_generated()
+    if d.sender then
+        rec:append_text(string.format(", %s, connection %s", d.sender, d.cid and tostring(d.cid) or "unknown"))
+        if d.cid then rec:add(f.conn_id, tvb(0, 0), d.cid):set_generated() end
+        rec:add(f.sender, tvb(0, 0), d.sender):set_generated()
+        rec:add(f.session, tvb(0, 0), d.session):set_generated()
+    end
+    rec:append_text(string.format(", %d frames", #frames))
     rec:add(f.content_length, tvb(0, 0), tvb:len()):set_generated()
     rec:add(f.frame_count, tvb(0, 0), #frames):set_generated()
     if tvb:len() == 0 then

@@ -31,6 +31,10 @@ pub struct Record {
     pub conn_resets: Vec<u32>,
     pub stream_frames: Vec<StreamFrame>,
     pub frame_types: Vec<u8>,
+    /// Each frame's subtree as tshark gave it (field name -> value).
+    pub frames: Vec<Value>,
+    /// Expert infos of warning or error severity in this record.
+    pub warnings: Vec<String>,
     pub retransmission: bool,
 }
 
@@ -41,17 +45,19 @@ pub struct Decoded {
     pub key_updates: usize,
     /// Application-data records Wireshark could not decrypt.
     pub undecrypted: usize,
-    /// Expert infos of the plugin with severity warning or error.
+    /// Expert infos of the plugin with severity warning or error, over all records.
     pub warnings: Vec<String>,
 }
 
-/// `tshark -r pcap -o tls.keylog_file:keylog -X lua_script:tcpls.lua -T json`, parsed.
-pub fn decode(pcap: &Path, keylog: &Path) -> Result<Decoded, String> {
-    let out = Command::new("tshark")
-        .arg("-r")
-        .arg(pcap)
-        .arg("-o")
-        .arg(format!("tls.keylog_file:{}", keylog.display()))
+/// `tshark -r pcap -o tls.keylog_file:keylog -X lua_script:tcpls.lua -T json`, parsed. Without a
+/// key log (records given as exported PDUs), packets have no TCP layer and records no sender.
+pub fn decode(pcap: &Path, keylog: Option<&Path>) -> Result<Decoded, String> {
+    let mut tshark = Command::new("tshark");
+    tshark.arg("-r").arg(pcap);
+    if let Some(keylog) = keylog {
+        tshark.arg("-o").arg(format!("tls.keylog_file:{}", keylog.display()));
+    }
+    let out = tshark
         .arg("-X")
         .arg(format!("lua_script:{}", plugin().display()))
         .args(["-T", "json", "--no-duplicate-keys", "-J", "frame tcp tls tcpls"])
@@ -67,7 +73,7 @@ pub fn decode(pcap: &Path, keylog: &Path) -> Result<Decoded, String> {
         let layers = &packet["_source"]["layers"];
         let number = num(&layers["frame"]["frame.number"]).ok_or("frame.number")?;
         let tcp = &layers["tcp"];
-        let tcp_stream = num(&tcp["tcp.stream"]).ok_or("tcp.stream")?;
+        let tcp_stream = num(&tcp["tcp.stream"]).unwrap_or(u64::MAX);
         let ports = (num(&tcp["tcp.srcport"]).unwrap_or(0) as u16, num(&tcp["tcp.dstport"]).unwrap_or(0) as u16);
         for tls in items(&layers["tls"]) {
             for record in items(&tls["tls.record"]) {
@@ -79,21 +85,16 @@ pub fn decode(pcap: &Path, keylog: &Path) -> Result<Decoded, String> {
             }
         }
         for tcpls in items(&layers["tcpls"]) {
-            let record = parse_record(tcpls, number, tcp_stream, ports, &mut decoded.warnings)?;
+            let record = parse_record(tcpls, number, tcp_stream, ports)?;
+            decoded.warnings.extend(record.warnings.iter().cloned());
             decoded.records.push(record);
         }
     }
     Ok(decoded)
 }
 
-fn parse_record(
-    tcpls: &Value,
-    packet: u64,
-    tcp_stream: u64,
-    (src, dst): (u16, u16),
-    warnings: &mut Vec<String>,
-) -> Result<Record, String> {
-    let sender = tcpls["tcpls.sender"].as_str().ok_or("tcpls.sender")?.to_string();
+fn parse_record(tcpls: &Value, packet: u64, tcp_stream: u64, (src, dst): (u16, u16)) -> Result<Record, String> {
+    let sender = tcpls["tcpls.sender"].as_str().unwrap_or_default().to_string();
     let mut record = Record {
         packet,
         tcp_stream,
@@ -104,15 +105,21 @@ fn parse_record(
         conn_resets: Vec::new(),
         stream_frames: Vec::new(),
         frame_types: Vec::new(),
+        frames: Vec::new(),
+        warnings: Vec::new(),
         retransmission: false,
     };
-    collect_warnings(tcpls, warnings);
+    collect_warnings(tcpls, &mut record.warnings);
     for frame in items(&tcpls["tcpls.frame"]) {
-        collect_warnings(frame, warnings);
+        collect_warnings(frame, &mut record.warnings);
         let ty =
             frame["tcpls.frame.type"].as_str().and_then(|t| u8::from_str_radix(t.trim_start_matches("0x"), 16).ok());
         let ty = ty.ok_or_else(|| format!("frame without a type: {frame}"))?;
         record.frame_types.push(ty);
+        record.frames.push(frame.clone());
+        if frame.get("_ws.malformed").is_some() {
+            continue; // the frame the tail reader stopped at: its type only
+        }
         match ty {
             0x02 | 0x03 => {
                 let field = |name: &str| num(&frame[name]).ok_or_else(|| format!("{name} in {frame}"));

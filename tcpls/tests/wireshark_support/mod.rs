@@ -2,8 +2,10 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 mod decode;
+mod pdu;
 
 pub use decode::{decode, Record};
+pub use pdu::write_exported_pdus;
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
@@ -26,6 +28,14 @@ pub fn missing_prerequisite() -> Option<String> {
         }
     }
     None
+}
+
+/// Why tshark cannot decode here, if it cannot.
+pub fn tshark_missing() -> Option<String> {
+    match Command::new("tshark").arg("-v").stdout(Stdio::null()).stderr(Stdio::null()).status() {
+        Ok(s) if s.success() => None,
+        _ => Some("tshark is not installed".into()),
+    }
 }
 
 /// A fresh directory under the system's temporary directory.
