@@ -1,5 +1,5 @@
 //! Capturing a session with tcpdump and decoding it with tshark and the TCPLS Lua plugin.
-#![allow(dead_code, clippy::unwrap_used)]
+#![allow(dead_code, unused_imports, clippy::unwrap_used)]
 
 mod decode;
 mod pdu;
