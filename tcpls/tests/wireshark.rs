@@ -238,5 +238,8 @@ async fn tshark_decodes_a_two_connection_session_with_a_failover() {
     assert!(decoded.key_updates >= 4, "KeyUpdates followed on every connection and side: {}", decoded.key_updates);
     assert!(decoded.undecrypted == 0, "{} application-data records were not decrypted", decoded.undecrypted);
     assert!(decoded.warnings.is_empty(), "no expert warning: {:?}", decoded.warnings);
-    let _ = std::fs::remove_dir_all(&dir);
+    // TCPLS_KEEP_CAPTURE=1 keeps the capture and key log to look at (docs/OBSERVABILITY.md).
+    if std::env::var_os("TCPLS_KEEP_CAPTURE").is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -456,6 +456,7 @@ function tcpls.dissector(tvb, pinfo, tree)
     for _, fr in ipairs(frames) do
         if fr.type ~= 0x00 then parts[#parts + 1] = summary(fr) end
     end
+    if #parts == 0 and #frames > 0 then parts[1] = "Padding" end
     if err then parts[#parts + 1] = "MALFORMED" end
     local who = d.sender and string.format("%s conn %s: ", d.sender == "client" and "C" or "S",
         d.cid and tostring(d.cid) or "?") or ""
