@@ -37,6 +37,8 @@ pub struct TcplsConnector {
     fallback: Option<FallbackRetry>,
     /// TCP Fast Open on new connections (RESUMPTION.md); off by default.
     fast_open: bool,
+    /// Event traces of the sessions made (docs/OBSERVABILITY.md §4); off by default.
+    trace: Option<Arc<dyn crate::TraceSink>>,
 }
 
 impl TcplsConnector {
@@ -48,7 +50,14 @@ impl TcplsConnector {
             settings: SessionConfig::default(),
             fallback: None,
             fast_open: false,
+            trace: None,
         }
+    }
+
+    /// Traces every session this connector makes, from its handshake on, into `sink`.
+    pub fn with_trace(mut self, sink: Arc<dyn crate::TraceSink>) -> Self {
+        self.trace = Some(sink);
+        self
     }
 
     /// TCP Fast Open (Linux `TCP_FASTOPEN_CONNECT`): once the kernel holds a Fast Open cookie
@@ -232,6 +241,7 @@ impl TcplsConnector {
         let origin = stream.peer_addr().ok();
         let shared = Shared::new(proto);
         shared.lock().origin = origin;
+        shared.lock().trace = self.trace.clone().map(crate::trace::Tracer::new);
         tokio::spawn(Driver::new(shared.clone(), 0, stream));
         // If this future is dropped (a lost happy-eyeballs race) or fails, the half-made
         // session is aborted rather than left running without a handle.

@@ -24,6 +24,7 @@ mod socket;
 mod sockopt;
 mod stream;
 mod tcp_info;
+mod trace;
 
 pub use connector::{server_name_for, HappyEyeballs, TcplsConnector};
 pub use ext::{NatReport, PROBE_TIMEOUT};
@@ -39,3 +40,4 @@ pub use tcpls_proto::{
     self as proto, crypto_provider, ConnId, Error, Event, FnScheduler, LowestRtt, PathView, RoundRobin, Scheduler,
     SessionConfig, StreamError, StreamId, Weighted,
 };
+pub use trace::{JsonLinesTrace, TraceRecord, TraceSink};
