@@ -17,7 +17,7 @@ use std::time::Duration;
 use common::{pattern, Pki};
 use tcpls::{server_name_for, JoinRegistry, RoundRobin, SessionConfig, TcplsConnector, TcplsListener};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use wireshark_support::{decode, missing_prerequisite, Capture, KeyLogToFile, Record};
+use wireshark_support::{decode, missing_prerequisite, Capture, KeyLogToFile, Record, StreamFrame as StreamFrameRef};
 
 /// Stream payloads sent by the client (ids 0, 2, 4), echoed back by the server.
 const STREAM_BYTES: [usize; 3] = [300_000, 500_000, 700_000];
@@ -239,6 +239,69 @@ async fn tshark_decodes_a_two_connection_session_with_a_failover() {
     assert!(decoded.undecrypted == 0, "{} application-data records were not decrypted", decoded.undecrypted);
     assert!(decoded.warnings.is_empty(), "no expert warning: {:?}", decoded.warnings);
     // TCPLS_KEEP_CAPTURE=1 keeps the capture and key log to look at (docs/OBSERVABILITY.md).
+    if std::env::var_os("TCPLS_KEEP_CAPTURE").is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+/// 0-RTT: a resumed session's request travels as TLS early data (PROTOCOL.md §1.7) and the
+/// server answers at half-RTT. tshark decrypts the early data with CLIENT_EARLY_TRAFFIC_SECRET
+/// and the plugin decodes it (through its heuristic: TLS does not know the ALPN yet): the
+/// request is one early-data record from the client, each side's stream 0 is decoded once, and
+/// the half-RTT answer is the server's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tshark_decodes_early_data() {
+    if let Some(why) = missing_prerequisite() {
+        eprintln!("SKIPPED: tshark_decodes_early_data: {why}");
+        return;
+    }
+    let dir = wireshark_support::temp_dir("tcpls-wireshark-0rtt");
+    let pki = Pki::new();
+    let mut server = (*pki.server()).clone();
+    server.max_early_data_size = 16384;
+    let listener = TcplsListener::bind("127.0.0.1:0".parse().unwrap(), Arc::new(server)).await.unwrap();
+    let addr = listener.local_addr();
+    let capture = Capture::start(&format!("tcp port {}", addr.port()), &dir.join("session.pcap")).unwrap();
+    serve(listener);
+    let mut client = (*pki.client()).clone();
+    client.enable_early_data = true;
+    client.key_log = Arc::new(KeyLogToFile::create(&dir.join("keys.log")).unwrap());
+    let connector = TcplsConnector::new(Arc::new(client));
+    let mut early = Vec::new();
+    for (i, len) in [(1u64, 1000usize), (2, 5000)] {
+        let request = pattern(len, i);
+        let name = server_name_for("localhost").unwrap();
+        let (session, mut send, mut recv) = connector.connect_with_early_data(addr, name, &request).await.unwrap();
+        send.shutdown().await.unwrap();
+        let mut echoed = Vec::new();
+        recv.read_to_end(&mut echoed).await.unwrap();
+        assert!(echoed == request);
+        early.push(session.early_data_accepted());
+        let _ = tokio::time::timeout(Duration::from_secs(10), session.close()).await;
+    }
+    assert_eq!(early, [false, true], "the second session's request went as early data");
+    let pcap = capture.stop_when_quiet().unwrap();
+    let decoded = decode(&pcap, Some(&dir.join("keys.log"))).unwrap();
+    eprintln!("0-RTT capture {}: {} records", pcap.display(), decoded.records.len());
+    for (len, session_stream) in [(1000u64, 0u64), (5000, 1)] {
+        for sender in ["client", "server"] {
+            let frames: Vec<&StreamFrameRef> = decoded
+                .records
+                .iter()
+                .filter(|r| r.tcp_stream == session_stream && r.sender == sender)
+                .flat_map(|r| r.stream_frames.iter())
+                .filter(|s| s.id == 0 && s.length > 0)
+                .collect();
+            let bytes: u64 = frames.iter().map(|s| s.length).sum();
+            assert_eq!(bytes, len, "session {session_stream}, {sender}: stream 0 decoded once: {frames:?}");
+        }
+    }
+    let early: Vec<&Record> = decoded.records.iter().filter(|r| r.early_data).collect();
+    assert_eq!(early.len(), 1, "one early-data record: {early:?}");
+    assert_eq!((early[0].tcp_stream, early[0].sender.as_str()), (1, "client"));
+    let frame = &early[0].stream_frames[..];
+    assert!(matches!(frame, [f] if f.id == 0 && f.offset == 0 && f.length == 5000), "{frame:?}");
+    assert_eq!(decoded.undecrypted, 0, "every record decrypted, the early-data one included");
     if std::env::var_os("TCPLS_KEEP_CAPTURE").is_none() {
         let _ = std::fs::remove_dir_all(&dir);
     }

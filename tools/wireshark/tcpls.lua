@@ -43,6 +43,7 @@ field("string", "sender", "Sent by")
 field("uint32", "session", "Session (tcp.stream of its first connection)")
 field("uint32", "content_length", "Record content length")
 field("uint32", "frame_count", "Frames")
+field("bool", "early_data", "TLS early data (0-RTT)")
 -- Every frame.
 field("none", "frame", "Frame")
 field("uint8", "frame.type", "Type", base.HEX, FRAME_NAMES)
@@ -124,14 +125,17 @@ local ex_unknown_token = ProtoExpert.new("tcpls.unknown_token", "Join token not 
 tcpls.experts = { ex_malformed, ex_unknown, ex_role, ex_empty, ex_retrans, ex_conn_reset, ex_join, ex_unknown_token }
 
 local tcp_stream_field = Field.new("tcp.stream")
+local handshake_type_field = Field.new("tls.handshake.type")
+local alpn_field = Field.new("tls.handshake.extensions_alpn_str")
 
 -- Capture-wide state, rebuilt on every (re)load of the capture. Wireshark dissects each packet
 -- in order once (first pass) and again whenever the user selects it; what depends on earlier
 -- packets is computed on the first pass and kept in `derived`, keyed by packet and record.
-local conns, tokens, sessions, derived
+local conns, tokens, sessions, derived, syn_client
 local current_packet, record_index
 local function reset_state()
-    conns = {}    -- tcp.stream -> { client = "addr:port", cid = n or nil, session = n }
+    syn_client = {} -- tcp.stream -> "addr:port" that sent the SYN
+    conns = {}    -- tcp.stream -> { client = "addr:port", cid = n or nil, session = n, client_records = n }
     tokens = {}   -- full token hex -> { session = n, seq = n }
     sessions = {} -- session -> { ranges = { ["sender/stream"] = { {a, b}, ... } }, streams = { [cid] = tcp.stream } }
     derived = {}
@@ -139,6 +143,21 @@ local function reset_state()
 end
 tcpls.init = reset_state
 reset_state()
+
+-- The side that sent a connection's SYN is its client: a tap sees every SYN before the
+-- connection's records are dissected (first pass).
+local syn_tap = Listener.new("frame", "tcp.flags.syn == 1 && tcp.flags.ack == 0")
+function syn_tap.packet(pinfo)
+    local ts = tcp_stream_field()
+    if ts then syn_client[ts.value] = tostring(pinfo.src) .. ":" .. tostring(pinfo.src_port) end
+end
+
+local function packet_has_handshake(wanted)
+    for _, t in ipairs({ handshake_type_field() }) do
+        if t.value == wanted then return true end
+    end
+    return false
+end
 
 local function redact(range)
     return range:bytes():tohex():lower():sub(1, 8) .. "… (28 bytes redacted)"
@@ -294,6 +313,22 @@ local function summary(fr)
 end
 
 -- First-pass bookkeeping for one record: the TCP connection's identity and the session state.
+-- Which end of this TCP connection is the client: the SYN's sender when the capture has it;
+-- otherwise the packet's handshake messages (a ServerHello comes from the server, a ClientHello
+-- from the client); otherwise New Token (only servers send it); otherwise the client, which
+-- speaks first (PROTOCOL.md §1.5).
+local function client_of(tcp_stream, pinfo, frames)
+    local src = tostring(pinfo.src) .. ":" .. tostring(pinfo.src_port)
+    local dst = tostring(pinfo.dst) .. ":" .. tostring(pinfo.dst_port)
+    if syn_client[tcp_stream] then return syn_client[tcp_stream] end
+    if packet_has_handshake(2) then return dst end
+    if packet_has_handshake(1) then return src end
+    for _, fr in ipairs(frames) do
+        if fr.type == 0x05 then return dst end
+    end
+    return src
+end
+
 local function derive(pinfo, frames)
     local d = { retrans = {}, notes = {} }
     local ts = tcp_stream_field()
@@ -305,17 +340,16 @@ local function derive(pinfo, frames)
     local from = tostring(pinfo.src) .. ":" .. tostring(pinfo.src_port)
     local conn = conns[tcp_stream]
     if not conn then
-        -- The client speaks first on every connection (PROTOCOL.md §1.5), unless this record
-        -- carries New Token, which only a server sends (a capture that started late).
-        local is_server = false
-        for _, fr in ipairs(frames) do
-            if fr.type == 0x05 then is_server = true end
-        end
-        local client = from
-        if is_server then client = tostring(pinfo.dst) .. ":" .. tostring(pinfo.dst_port) end
-        conn = { client = client, session = tcp_stream, cid = 0 }
+        conn = { client = client_of(tcp_stream, pinfo, frames), session = tcp_stream, cid = 0, client_records = 0 }
+        conns[tcp_stream] = conn
+    end
+    d.sender = (from == conn.client) and "client" or "server"
+    if d.sender == "client" then
+        conn.client_records = conn.client_records + 1
+        d.first_record = conn.client_records == 1
+        -- A joining connection's first client record starts with Join (PROTOCOL.md §3).
         local first = frames[1]
-        if first and first.type == 0x10 and not is_server then
+        if d.first_record and first and first.type == 0x10 then
             local t = tokens[first.body.token:bytes():tohex()]
             if t then
                 conn.session, conn.cid = t.session, t.seq
@@ -324,14 +358,11 @@ local function derive(pinfo, frames)
                 d.unknown_token = true
             end
         end
-        conns[tcp_stream] = conn
-        sessions[conn.session] = sessions[conn.session] or { ranges = {}, streams = {} }
-        if conn.cid then sessions[conn.session].streams[conn.cid] = tcp_stream end
-        d.first_record = true
     end
+    sessions[conn.session] = sessions[conn.session] or { ranges = {}, streams = {} }
+    if conn.cid then sessions[conn.session].streams[conn.cid] = tcp_stream end
     local session = sessions[conn.session]
     d.tcp_stream, d.cid, d.session = tcp_stream, conn.cid, conn.session
-    d.sender = (from == conn.client) and "client" or "server"
     for i, fr in ipairs(frames) do
         local b = fr.body
         if (fr.type == 0x02 or fr.type == 0x03) and b.len > 0 then
@@ -438,7 +469,12 @@ local function add_frame(rec_tree, tvb, fr, i, d)
     end
 end
 
+-- Set by the early-data heuristic for the record it hands over.
+local early_data_record = false
+
 function tcpls.dissector(tvb, pinfo, tree)
+    local early = early_data_record
+    early_data_record = false
     if pinfo.number ~= current_packet then
         current_packet, record_index = pinfo.number, 0
     end
@@ -463,6 +499,10 @@ function tcpls.dissector(tvb, pinfo, tree)
     pinfo.cols.info:append(" [" .. who .. table.concat(parts, ", ") .. "]")
 
     local rec = tree:add(tcpls, tvb())
+    if early then
+        rec:add(f.early_data, tvb(0, 0), true):set_generated()
+        rec:append_text(", 0-RTT")
+    end
     if d.sender then
         rec:append_text(string.format(", %s, connection %s", d.sender, d.cid and tostring(d.cid) or "unknown"))
         if d.cid then rec:add(f.conn_id, tvb(0, 0), d.cid):set_generated() end
@@ -494,3 +534,19 @@ function tcpls.dissector(tvb, pinfo, tree)
 end
 
 DissectorTable.get("tls.alpn"):add("tcpls/1", tcpls)
+
+-- TLS early data comes before the server's EncryptedExtensions, so the TLS dissector does not
+-- know yet that the connection speaks tcpls/1 and offers the decrypted record to its heuristic
+-- dissectors: take it when the same packet carries a ClientHello offering tcpls/1.
+local function early_data_heuristic(tvb, pinfo, tree)
+    if not packet_has_handshake(1) then return false end
+    for _, alpn in ipairs({ alpn_field() }) do
+        if alpn.value == "tcpls/1" then
+            early_data_record = true
+            tcpls.dissector(tvb, pinfo, tree)
+            return true
+        end
+    end
+    return false
+end
+tcpls:register_heuristic("tls", early_data_heuristic)

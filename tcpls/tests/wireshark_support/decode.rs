@@ -36,6 +36,8 @@ pub struct Record {
     /// Expert infos of warning or error severity in this record.
     pub warnings: Vec<String>,
     pub retransmission: bool,
+    /// Carried as TLS early data (0-RTT).
+    pub early_data: bool,
 }
 
 #[derive(Debug, Default)]
@@ -108,6 +110,7 @@ fn parse_record(tcpls: &Value, packet: u64, tcp_stream: u64, (src, dst): (u16, u
         frames: Vec::new(),
         warnings: Vec::new(),
         retransmission: false,
+        early_data: tcpls["tcpls.early_data"] == "1",
     };
     collect_warnings(tcpls, &mut record.warnings);
     for frame in items(&tcpls["tcpls.frame"]) {

@@ -4,7 +4,7 @@
 mod decode;
 mod pdu;
 
-pub use decode::{decode, Record};
+pub use decode::{decode, Record, StreamFrame};
 pub use pdu::write_exported_pdus;
 
 use std::fs::File;
