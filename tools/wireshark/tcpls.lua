@@ -25,7 +25,7 @@ local FRAME_NAMES = {
     [0x09] = "Stream Change", [0x10] = "Join", [0x11] = "Stream Reset", [0x12] = "Max Stream Data",
     [0x13] = "User Timeout", [0x14] = "RTT Probe", [0x15] = "RTT Echo", [0x16] = "TCP Info Request",
     [0x17] = "TCP Info", [0x18] = "Address Probe", [0x19] = "Address Echo", [0x1A] = "Rate Limit",
-    [0x1B] = "Congestion Control", [0x1C] = "Stream Steer",
+    [0x1B] = "Congestion Control", [0x1C] = "Stream Steer", [0x1D] = "Path Priority",
 }
 
 local RESET_CODES = { [0] = "application abort", [1] = "refused (stream limit)", [2] = "tunnel: TCP reset" }
@@ -105,6 +105,8 @@ field("uint8", "congestion_control.name_length", "Name length")
 field("string", "congestion_control.name", "Name")
 field("uint32", "stream_steer.conn_id", "Connection ID")
 field("uint32", "stream_steer.stream_id", "Stream ID")
+field("uint32", "path_priority.conn_id", "Connection ID")
+field("uint8", "path_priority.backup", "Backup", base.DEC, { [0] = "regular path", [1] = "backup path" })
 -- Bytes the tail reader could not reach after an error.
 field("bytes", "unparsed", "Unparsed bytes")
 
@@ -230,6 +232,12 @@ end)
 parse[0x18] = parse[0x16]
 parse[0x1A] = fixed(12, function(t, s) return { bps = t(s, 8), cid = t(s + 8, 4) } end)
 parse[0x1C] = fixed(8, function(t, s) return { cid = t(s, 4), id = t(s + 4, 4) } end)
+parse[0x1D] = function(tvb, pos)
+    if not need(pos, 5) then return nil, "truncated" end
+    local backup = tvb(pos - 5, 1)
+    if backup:uint() > 1 then return nil, "Backup " .. backup:uint() .. " is neither 0 nor 1" end
+    return pos - 5, { backup = backup, cid = tvb(pos - 4, 4) }
+end
 
 -- Address fields read right to left: Version(8), then Address(32 or 128), then Port(16).
 local function parse_address(tvb, pos)
@@ -308,6 +316,8 @@ local function summary(fr)
         return string.format("Stream Reset %d code %d", b.id:uint(), b.code:uint())
     elseif t == 0x12 then
         return string.format("Max Stream Data %d to %s", b.id:uint(), tostring(b.max:uint64()))
+    elseif t == 0x1D then
+        return string.format("Path Priority conn %d %s", b.cid:uint(), b.backup:uint() == 1 and "backup" or "regular")
     end
     return FRAME_NAMES[t]
 end
@@ -466,6 +476,9 @@ local function add_frame(rec_tree, tvb, fr, i, d)
     elseif t == 0x1C then
         item:add(f["stream_steer.conn_id"], b.cid)
         item:add(f["stream_steer.stream_id"], b.id)
+    elseif t == 0x1D then
+        item:add(f["path_priority.conn_id"], b.cid)
+        item:add(f["path_priority.backup"], b.backup)
     end
 end
 
