@@ -353,7 +353,9 @@ fn undecodable_frames() {
         // Unknown types, alone or before frames that decode.
         vec![0x0A],
         vec![0xFF, 0x01, 0x00],
-        vec![0x01, 0x1D],
+        vec![0x01, 0x1E],
+        // Path Priority whose Backup is neither 0 nor 1.
+        vec![2, 0, 0, 0, 0, 0x1D],
         // A Stream frame without room for its fields.
         vec![0, 0, 0, 0, 0x02],
         // A Stream frame whose Length (3) exceeds the 2 bytes before it.

@@ -177,6 +177,7 @@ fn frame_bytes(rng: &mut Rng, own: u32, out: &mut Vec<u8>) {
         20 => Frame::RttEcho { connection_id, timestamp_us: rng.next() },
         21 => Frame::TcpInfo { connection_id, info: PeerTcpInfo::default() },
         22 => Frame::CongestionControl { connection_id, name },
+        23 if rng.chance(2) => Frame::PathPriority { connection_id, backup: rng.chance(2) },
         _ => Frame::StreamSteer { stream_id, connection_id },
     };
     frame.encode(out);

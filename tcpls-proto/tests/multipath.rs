@@ -328,6 +328,8 @@ fn an_orphaned_session_ends_when_no_rejoin_comes() {
     p.server.prepare_transmit(p.now);
     assert!(p.server.is_closed());
     assert!(matches!(p.server.error(), Some(Error::ConnectionLost(_))), "{:?}", p.server.error());
+    let why = p.server.error().unwrap().to_string();
+    assert!(why.contains("every connection was lost and none rejoined within 10.0 s"), "{why}");
 }
 
 #[test]
@@ -392,4 +394,73 @@ fn an_abrupt_close_fails_over_like_a_reset() {
     let got = p.transfer(id, &[], |_, _| {});
     assert!(got == data, "content checked after the abrupt close");
     assert!(p.client.stats().failovers >= 1);
+}
+
+/// Bytes each side has sent on `conn` so far.
+fn sent_on(p: &MultiPair, conn: u32) -> (u64, u64) {
+    let c = p.client.connection_stats(conn).map_or(0, |s| s.bytes_sent);
+    let s = p.server.connection_stats(conn).map_or(0, |s| s.bytes_sent);
+    (c, s)
+}
+
+/// A backup path (Path Priority, PROTOCOL.md §3) carries no stream data in either direction
+/// while the regular one is up, even with a round-robin scheduler, and takes over when the
+/// regular one fails, with every byte delivered.
+#[test]
+fn a_backup_path_carries_nothing_until_the_regular_one_fails() {
+    let mut p = MultiPair::default_pair();
+    let backup = p.join().unwrap();
+    p.client.set_scheduler(Box::new(RoundRobin::default()));
+    p.server.set_scheduler(Box::new(RoundRobin::default()));
+    // The client marks it; the server learns it from the frame.
+    p.client.set_connection_backup(backup, true).unwrap();
+    p.drive();
+    assert!(p.client.is_connection_backup(backup) && p.server.is_connection_backup(backup));
+    let before = sent_on(&p, backup);
+    let up = p.client.open_stream().unwrap();
+    let data = pattern(2 << 20, 41);
+    assert!(p.transfer(up, &data, |_, _| {}) == data);
+    let down = p.server.open_stream().unwrap();
+    let data = pattern(2 << 20, 42);
+    assert_eq!(p.server.write(down, &data).unwrap(), data.len());
+    p.server.finish(down).unwrap();
+    p.drive();
+    assert!(p.read_to_end_client(down) == data);
+    let after = sent_on(&p, backup);
+    // ACKs and other control frames may use it; 1% of the 4 MiB moved is far above those.
+    let (up_bytes, down_bytes) = (after.0 - before.0, after.1 - before.1);
+    assert!(up_bytes < 40_000 && down_bytes < 40_000, "backup carried {up_bytes} up / {down_bytes} down");
+
+    // The regular connection dies after the first round of a transfer (about half of it has
+    // moved): the backup carries the rest, failover included.
+    let id = p.client.open_stream().unwrap();
+    let data = pattern(4 << 20, 43);
+    let got = p.transfer(id, &data, |p, round| {
+        if round == 0 {
+            p.kill(0);
+        }
+    });
+    assert!(got == data, "content after failover to the backup path");
+    let moved = sent_on(&p, backup).0 - after.0;
+    assert!(moved > 1 << 20, "the backup path took over: {moved} bytes");
+    assert!(p.client.error().is_none() && p.server.error().is_none());
+}
+
+#[test]
+fn path_priority_for_an_unknown_connection_is_ignored_and_marks_can_be_undone() {
+    let mut p = MultiPair::default_pair();
+    let second = p.join().unwrap();
+    assert!(p.client.set_connection_backup(99, true).is_err(), "no such connection here");
+    p.client.set_connection_backup(second, true).unwrap();
+    p.drive();
+    p.client.set_connection_backup(second, false).unwrap();
+    p.drive();
+    assert!(!p.server.is_connection_backup(second));
+    // A hostile or stale frame naming a connection the server does not have changes nothing.
+    let mut raw = Vec::new();
+    tcpls_proto::frame::Frame::PathPriority { connection_id: 7, backup: true }.encode(&mut raw);
+    p.client.danger_seal_raw(0, 23, &raw).unwrap();
+    p.drive();
+    assert!(p.server.error().is_none());
+    assert!(!p.server.is_connection_backup(0) && !p.server.is_connection_backup(second));
 }

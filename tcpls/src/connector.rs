@@ -10,6 +10,7 @@ use tokio::net::TcpStream;
 
 use crate::driver::Driver;
 use crate::fallback::{blocked_reason, ConnectOutcome, FallbackMemory, FallbackRetry};
+use crate::path::PathOptions;
 use crate::session::Session;
 use crate::shared::Shared;
 use crate::socket::configure;
@@ -39,6 +40,8 @@ pub struct TcplsConnector {
     fast_open: bool,
     /// Event traces of the sessions made (docs/OBSERVABILITY.md §4); off by default.
     trace: Option<Arc<dyn crate::TraceSink>>,
+    /// The local side of the first connection (default route by default).
+    path: PathOptions,
 }
 
 impl TcplsConnector {
@@ -51,12 +54,20 @@ impl TcplsConnector {
             fallback: None,
             fast_open: false,
             trace: None,
+            path: PathOptions::new(),
         }
     }
 
     /// Traces every session this connector makes, from its handshake on, into `sink`.
     pub fn with_trace(mut self, sink: Arc<dyn crate::TraceSink>) -> Self {
         self.trace = Some(sink);
+        self
+    }
+
+    /// The local side of the first connection (local address, interface) and its TCP connect
+    /// deadline; joins choose theirs with [`Session::join_with`].
+    pub fn with_path(mut self, path: PathOptions) -> Self {
+        self.path = path;
         self
     }
 
@@ -132,12 +143,12 @@ impl TcplsConnector {
         self.connect_with(stream, server_name).await
     }
 
-    /// A TCP connection, with Fast Open if enabled.
+    /// A TCP connection from the configured side of the path, with Fast Open if enabled.
     async fn tcp_connect(&self, addr: SocketAddr) -> io::Result<TcpStream> {
         if self.fast_open {
-            crate::socket::connect_fast_open(addr).await
+            crate::socket::connect_fast_open(addr, &self.path).await
         } else {
-            TcpStream::connect(addr).await
+            self.path.connect(addr).await
         }
     }
 
@@ -187,23 +198,23 @@ impl TcplsConnector {
             (s, outcome)
         };
         let Some(retry) = &self.fallback else {
-            let stream = TcpStream::connect(addr).await?;
+            let stream = self.path.connect(addr).await?;
             return self.connect_with(stream, server_name).await.map(by_server);
         };
         if let Some(known) = retry.memory.get(addr) {
-            let stream = TcpStream::connect(addr).await?;
+            let stream = self.path.connect(addr).await?;
             let session = self.handshake(stream, server_name, retry.plain.clone(), crate::HANDSHAKE_TIMEOUT).await?;
             return Ok((session, ConnectOutcome::RememberedPlain { reason: known.reason }));
         }
         // A TCP failure is not the ClientHello's fault: a plain one would fail the same way.
-        let stream = TcpStream::connect(addr).await?;
+        let stream = self.path.connect(addr).await?;
         let first = self.handshake(stream, server_name.clone(), self.config.clone(), retry.timeout).await;
         let reason = match first {
             Ok(session) => return Ok(by_server(session)),
             Err(e) => blocked_reason(&e, retry.timeout).ok_or(e)?,
         };
         let plain = async {
-            let stream = TcpStream::connect(addr).await?;
+            let stream = self.path.connect(addr).await?;
             self.handshake(stream, server_name, retry.plain.clone(), crate::HANDSHAKE_TIMEOUT).await
         };
         let session = plain.await.map_err(|e| {
@@ -302,18 +313,44 @@ impl TcplsConnector {
         server_name: ServerName<'static>,
         options: HappyEyeballs,
     ) -> io::Result<Session> {
-        if addrs.is_empty() {
+        let paths: Vec<(SocketAddr, PathOptions)> = addrs.iter().map(|a| (*a, self.path.clone())).collect();
+        self.connect_any_path(&paths, server_name, options).await
+    }
+
+    /// [`connect_any`](Self::connect_any) over paths that may also differ by their local side:
+    /// e.g. the same server address from the Wi-Fi and from the LTE interface, the first to
+    /// complete its handshake wins (and with `keep_others` the rest join it).
+    ///
+    /// ```no_run
+    /// # async fn demo(connector: tcpls::TcplsConnector) -> std::io::Result<()> {
+    /// use tcpls::{HappyEyeballs, PathOptions};
+    /// let server = "203.0.113.5:4443".parse().unwrap();
+    /// let paths = [(server, PathOptions::new().device("wlan0")), (server, PathOptions::new().device("wwan0"))];
+    /// let name = tcpls::server_name_for("example.org")?;
+    /// let session = connector
+    ///     .connect_any_path(&paths, name, HappyEyeballs { keep_others: true, ..Default::default() })
+    ///     .await?;
+    /// # let _ = session; Ok(()) }
+    /// ```
+    pub async fn connect_any_path(
+        &self,
+        paths: &[(SocketAddr, PathOptions)],
+        server_name: ServerName<'static>,
+        options: HappyEyeballs,
+    ) -> io::Result<Session> {
+        if paths.is_empty() {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "no address to connect to"));
         }
-        let order = interleave_families(addrs);
+        let order = interleave_families(paths);
         let mut attempts = tokio::task::JoinSet::new();
         let mut last_error = None;
         let mut next = 0;
         let mut winner = None;
         loop {
             if next < order.len() {
-                let (connector, addr, name) = (self.clone(), order[next], server_name.clone());
-                attempts.spawn(async move { (addr, connector.connect(addr, name).await) });
+                let (addr, path) = order[next].clone();
+                let (connector, name) = (self.clone().with_path(path.clone()), server_name.clone());
+                attempts.spawn(async move { ((addr, path), connector.connect(addr, name).await) });
                 next += 1;
             }
             let stagger = tokio::time::sleep(options.stagger);
@@ -322,9 +359,9 @@ impl TcplsConnector {
             let done = loop {
                 tokio::select! {
                     joined = attempts.join_next(), if !attempts.is_empty() => match joined {
-                        Some(Ok((addr, Ok(session)))) => break Some((addr, session)),
-                        Some(Ok((addr, Err(e)))) => {
-                            last_error = Some(io::Error::new(e.kind(), format!("{addr}: {e}")));
+                        Some(Ok((path, Ok(session)))) => break Some((path, session)),
+                        Some(Ok(((addr, path), Err(e)))) => {
+                            last_error = Some(io::Error::new(e.kind(), format!("{path}{addr}: {e}")));
                             // A failure starts the next attempt at once (RFC 8305 §5).
                             if next < order.len() { break None; }
                         }
@@ -356,7 +393,7 @@ impl TcplsConnector {
             );
         };
         if options.keep_others {
-            let others: Vec<SocketAddr> = order.into_iter().filter(|a| *a != won).collect();
+            let others: Vec<(SocketAddr, PathOptions)> = order.into_iter().filter(|p| *p != won).collect();
             let s = session.clone();
             tokio::spawn(async move {
                 // Tokens arrive with the server's first record, half a round trip after ours.
@@ -366,8 +403,8 @@ impl TcplsConnector {
                     }
                     tokio::time::sleep(std::time::Duration::from_millis(10)).await;
                 }
-                for addr in others {
-                    let _ = s.join(addr).await;
+                for (addr, path) in others {
+                    let _ = s.join_with(addr, &path).await;
                 }
             });
         }
@@ -376,12 +413,10 @@ impl TcplsConnector {
 }
 
 /// IPv6 first, then alternating families (RFC 8305 §4).
-fn interleave_families(addrs: &[SocketAddr]) -> Vec<SocketAddr> {
-    let (mut v6, mut v4): (std::collections::VecDeque<_>, std::collections::VecDeque<_>) = (
-        addrs.iter().copied().filter(SocketAddr::is_ipv6).collect(),
-        addrs.iter().copied().filter(SocketAddr::is_ipv4).collect(),
-    );
-    let mut out = Vec::with_capacity(addrs.len());
+fn interleave_families<T: Clone>(paths: &[(SocketAddr, T)]) -> Vec<(SocketAddr, T)> {
+    let (mut v6, mut v4): (std::collections::VecDeque<_>, std::collections::VecDeque<_>) =
+        paths.iter().cloned().partition(|(a, _)| a.is_ipv6());
+    let mut out = Vec::with_capacity(paths.len());
     while !v6.is_empty() || !v4.is_empty() {
         out.extend(v6.pop_front());
         out.extend(v4.pop_front());

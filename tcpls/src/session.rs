@@ -7,6 +7,7 @@ use std::task::Poll;
 
 use tcpls_proto::{ConnId, Event, HandshakeInfo, SessionStats, StreamError};
 
+use crate::path::PathOptions;
 use crate::shared::Shared;
 use crate::stream::{RecvStream, SendStream};
 
@@ -46,6 +47,18 @@ impl Drop for JoinGuard<'_> {
             inner.wake_driver();
         }
     }
+}
+
+/// First and longest pause between rounds of rejoin attempts.
+const REJOIN_FIRST_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
+const REJOIN_MAX_BACKOFF: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// `d` ± 25%, from the clock's low bits (spreading clients apart needs no cryptographic
+/// randomness).
+fn jittered(d: std::time::Duration) -> std::time::Duration {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |t| t.subsec_nanos());
+    let permille = 750 + u64::from(nanos % 501);
+    d * u32::try_from(permille).unwrap_or(1000) / 1000
 }
 
 /// How long a join waits for the server's tokens.
@@ -213,7 +226,7 @@ impl Session {
     /// joins it to this session with one of the server's tokens. Returns its connection ID once
     /// its handshake is done.
     pub async fn join(&self, addr: SocketAddr) -> io::Result<ConnId> {
-        self.join_within(addr, crate::HANDSHAKE_TIMEOUT).await
+        self.join_with(addr, &PathOptions::new()).await
     }
 
     /// [`join`](Self::join) with a deadline for the TCP connection and for the join handshake
@@ -221,14 +234,20 @@ impl Session {
     /// On failure the joining connection is cancelled (it leaves a `ConnectionClosed` event) and
     /// the error names the address; the session goes on over its other connections.
     pub async fn join_within(&self, addr: SocketAddr, timeout: std::time::Duration) -> io::Result<ConnId> {
+        self.join_with(addr, &PathOptions::new().timeout(timeout)).await
+    }
+
+    /// [`join`](Self::join) over a chosen path: from a local address or interface, with a
+    /// deadline ([`PathOptions`]). A token is taken only once the TCP connection is up, so a
+    /// path that cannot connect (an interface going down, a refused or unreachable network)
+    /// costs no token, however often it is tried.
+    pub async fn join_with(&self, addr: SocketAddr, path: &PathOptions) -> io::Result<ConnId> {
+        let timeout = path.timeout_or_default();
+        let stream = path.connect(addr).await?;
         let id = self.take_token_for_join().await?;
         // From here on, an early return (an error, a timeout, or the caller dropping this
         // future) must end the half-made connection, or the session could never close.
         let mut guard = JoinGuard { shared: &self.shared, id, armed: true };
-        let stream = tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr)).await.map_err(|_| {
-            let why = format!("connecting to {addr} got no answer within {timeout:?}: join cancelled");
-            io::Error::new(io::ErrorKind::TimedOut, why)
-        })??;
         crate::socket::configure(&stream)?;
         {
             let mut inner = self.shared.lock();
@@ -271,7 +290,11 @@ impl Session {
     /// Break-before-make: every connection of this client session was lost; join a new one with
     /// a spare token, trying the server's advertised addresses first, then the original one,
     /// until one works or the session gives up (its rejoin deadline).
+    ///
+    /// Attempts back off exponentially (100 ms doubling up to 2 s, with ±25% jitter so that
+    /// many clients cut off together do not return in step); failed TCP connects cost no token.
     pub(crate) async fn rejoin(&self, origin: Option<SocketAddr>) {
+        let mut backoff = REJOIN_FIRST_BACKOFF;
         loop {
             let candidates: Vec<SocketAddr> = {
                 let inner = self.shared.lock();
@@ -287,7 +310,8 @@ impl Session {
                     return;
                 }
             }
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            tokio::time::sleep(jittered(backoff)).await;
+            backoff = (backoff * 2).min(REJOIN_MAX_BACKOFF);
         }
     }
 
@@ -319,6 +343,21 @@ impl Session {
         inner.proto.migrate(from, to).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         inner.wake_driver();
         Ok(())
+    }
+
+    /// Marks a connection as a backup path, or a regular one again (`false`), on both sides
+    /// (Path Priority, PROTOCOL.md §3): while a regular connection is usable, neither side
+    /// sends unsteered stream data on a backup one; when none is, backups carry everything.
+    pub fn set_backup(&self, conn: ConnId, backup: bool) -> io::Result<()> {
+        let mut inner = self.shared.lock();
+        inner.proto.set_connection_backup(conn, backup).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        inner.wake_driver();
+        Ok(())
+    }
+
+    /// Whether `conn` is a backup path (marked by either side).
+    pub fn is_backup(&self, conn: ConnId) -> bool {
+        self.shared.lock().proto.is_connection_backup(conn)
     }
 
     /// Closes one TCP connection gracefully; the session continues on the others.

@@ -6,6 +6,7 @@ use std::os::fd::AsRawFd;
 
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
+use crate::path::PathOptions;
 use crate::sockopt;
 
 /// TCP_NODELAY: records are written whole and late, Nagle would only add delay.
@@ -23,8 +24,8 @@ fn new_socket(addr: SocketAddr) -> io::Result<TcpSocket> {
 
 /// Connects with TCP Fast Open: `connect` returns at once and the first write (the ClientHello
 /// and any early data) goes in the SYN when the kernel has a Fast Open cookie for `addr`.
-pub(crate) async fn connect_fast_open(addr: SocketAddr) -> io::Result<TcpStream> {
-    let socket = new_socket(addr)?;
+pub(crate) async fn connect_fast_open(addr: SocketAddr, path: &PathOptions) -> io::Result<TcpStream> {
+    let socket = path.bound_socket(addr)?;
     sockopt::set_fast_open_connect(socket.as_raw_fd())
         .map_err(|e| io::Error::new(e.kind(), format!("TCP_FASTOPEN_CONNECT: {e}")))?;
     socket.connect(addr).await

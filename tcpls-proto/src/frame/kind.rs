@@ -30,11 +30,12 @@ pub enum FrameType {
     RateLimit = 0x1A,
     CongestionControl = 0x1B,
     StreamSteer = 0x1C,
+    PathPriority = 0x1D,
 }
 
 impl FrameType {
     /// Every frame type, in type byte order; lets tests and tools cover the whole table.
-    pub const ALL: [FrameType; 23] = [
+    pub const ALL: [FrameType; 24] = [
         Self::Padding,
         Self::Ping,
         Self::Stream,
@@ -58,9 +59,10 @@ impl FrameType {
         Self::RateLimit,
         Self::CongestionControl,
         Self::StreamSteer,
+        Self::PathPriority,
     ];
 
-    /// Parses a type byte; `None` for bytes outside the table (0x0A..=0x0F and 0x1D..=0xFF).
+    /// Parses a type byte; `None` for bytes outside the table (0x0A..=0x0F and 0x1E..=0xFF).
     pub fn from_u8(b: u8) -> Option<Self> {
         Some(match b {
             0x00 => Self::Padding,
@@ -86,6 +88,7 @@ impl FrameType {
             0x1A => Self::RateLimit,
             0x1B => Self::CongestionControl,
             0x1C => Self::StreamSteer,
+            0x1D => Self::PathPriority,
             _ => return None,
         })
     }

@@ -117,6 +117,9 @@ pub enum Frame<'a> {
     CongestionControl { connection_id: u32, name: &'a [u8] },
     /// Asks the peer to send this stream's data on that connection.
     StreamSteer { stream_id: u32, connection_id: u32 },
+    /// Marks a connection as a backup path (no stream data while a regular one is usable) or
+    /// as a regular one again (MPTCP's MP_PRIO).
+    PathPriority { connection_id: u32, backup: bool },
 }
 
 impl Frame<'_> {
@@ -146,6 +149,7 @@ impl Frame<'_> {
             Self::RateLimit { .. } => FrameType::RateLimit,
             Self::CongestionControl { .. } => FrameType::CongestionControl,
             Self::StreamSteer { .. } => FrameType::StreamSteer,
+            Self::PathPriority { .. } => FrameType::PathPriority,
         }
     }
 
@@ -173,6 +177,7 @@ impl Frame<'_> {
             Self::RateLimit { .. } => 8 + 4,
             Self::CongestionControl { name, .. } => name.len() + 1 + 4,
             Self::StreamSteer { .. } => 4 + 4,
+            Self::PathPriority { .. } => 1 + 4,
         };
         body + 1
     }
@@ -254,6 +259,10 @@ impl Frame<'_> {
             Self::StreamSteer { stream_id, connection_id } => {
                 put_u32(out, connection_id);
                 put_u32(out, stream_id);
+            }
+            Self::PathPriority { connection_id, backup } => {
+                put_u8(out, u8::from(backup));
+                put_u32(out, connection_id);
             }
         }
         put_u8(out, self.frame_type() as u8);

@@ -1,4 +1,5 @@
-//! Address frames: New Address, Remove Address, Address Probe, Address Echo.
+//! Address and path frames: New Address, Remove Address, Address Probe, Address Echo, Path
+//! Priority.
 //!
 //! Decoders get the reader positioned just before the type byte and read the fields right to left,
 //! i.e. in reverse of the wire order given in each doc comment.
@@ -70,4 +71,15 @@ pub(super) fn decode_address_echo<'a>(r: &mut TailReader<'a>) -> Result<Frame<'a
     let connection_id = r.u32()?;
     let addr = decode_address(r)?;
     Ok(Frame::AddressEcho { connection_id, addr })
+}
+
+/// Path Priority 0x1D: Backup(8), Connection ID(32), Type. Backup is 0 (regular) or 1.
+pub(super) fn decode_path_priority<'a>(r: &mut TailReader<'a>) -> Result<Frame<'a>, BodyError> {
+    let connection_id = r.u32()?;
+    let backup = match r.u8()? {
+        0 => false,
+        1 => true,
+        _ => return Err(BodyError::Malformed("path priority is not 0 or 1")),
+    };
+    Ok(Frame::PathPriority { connection_id, backup })
 }

@@ -46,6 +46,8 @@ pub(super) fn samples(buf: &[u8]) -> Vec<Frame<'_>> {
         Frame::CongestionControl { connection_id: 14, name: b"cubic" },
         Frame::CongestionControl { connection_id: 15, name: &[b'~'; MAX_CC_NAME_LEN] },
         Frame::StreamSteer { stream_id: 16, connection_id: 17 },
+        Frame::PathPriority { connection_id: 18, backup: true },
+        Frame::PathPriority { connection_id: 19, backup: false },
     ]
 }
 
@@ -171,9 +173,22 @@ fn ack_eliciting_is_all_but_padding_and_ack() {
 
 #[test]
 fn errors_display_their_type() {
-    assert_eq!(FrameError::UnknownType(0x1d).to_string(), "unknown frame type 0x1d");
+    assert_eq!(FrameError::UnknownType(0x1e).to_string(), "unknown frame type 0x1e");
     let e = FrameError::Malformed { frame_type: 0x07, what: "address version is not 4 or 6" };
     assert_eq!(e.frame_type(), 0x07);
     assert!(e.to_string().contains("0x07") && e.to_string().contains("version"));
     assert!(FrameError::Truncated { frame_type: 2 }.to_string().contains("0x02"));
+}
+
+#[test]
+fn path_priority_is_zero_or_one() {
+    for (byte, expected) in [(0u8, Some(false)), (1, Some(true)), (2, None), (0xFF, None)] {
+        let wire = [byte, 0, 0, 0, 7, 0x1D];
+        let mut reader = FrameReader::new(&wire);
+        match (reader.next(), expected) {
+            (Some(Ok(Frame::PathPriority { connection_id: 7, backup })), Some(b)) => assert_eq!(backup, b),
+            (Some(Err(FrameError::Malformed { frame_type: 0x1D, .. })), None) => {}
+            (got, _) => panic!("byte {byte}: {got:?}"),
+        }
+    }
 }

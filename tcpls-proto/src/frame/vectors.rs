@@ -102,6 +102,7 @@ pub(super) fn expected(name: &str) -> Option<Vec<Frame<'static>>> {
         "rate-limit" => one(Frame::RateLimit { connection_id: 1, bytes_per_second: 12_500_000 }),
         "congestion-control" => one(Frame::CongestionControl { connection_id: 1, name: b"bbr" }),
         "stream-steer" => one(Frame::StreamSteer { stream_id: 4, connection_id: 1 }),
+        "path-priority" => one(Frame::PathPriority { connection_id: 1, backup: true }),
         "record-stream-max-stream-data-padding" => Some(vec![
             Frame::Padding,
             Frame::MaxStreamData { stream_id: 1, maximum_offset: 131072 },
@@ -112,7 +113,7 @@ pub(super) fn expected(name: &str) -> Option<Vec<Frame<'static>>> {
 }
 
 /// Every vector name `expected` knows, so a vector deleted from the document is noticed.
-const NAMES: [&str; 26] = [
+const NAMES: [&str; 27] = [
     "padding",
     "ping",
     "stream",
@@ -138,6 +139,7 @@ const NAMES: [&str; 26] = [
     "rate-limit",
     "congestion-control",
     "stream-steer",
+    "path-priority",
     "record-stream-max-stream-data-padding",
 ];
 

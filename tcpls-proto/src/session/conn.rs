@@ -80,6 +80,9 @@ pub(crate) struct Connection {
     /// Client side of a joining connection: the server has not yet answered on it, so it may
     /// still refuse the join; stream data waits (it would be lost with the connection).
     pub(crate) awaiting_join_ack: bool,
+    /// A backup path (Path Priority, PROTOCOL.md §3): no unsteered stream data while a regular
+    /// connection can carry it.
+    pub(crate) backup: bool,
     /// The handshake completed (reported once).
     pub(crate) established: bool,
     /// Stop processing received records until the session decides (a Join waits for its
@@ -178,6 +181,7 @@ impl Connection {
             app_records: 0,
             join_token: None,
             awaiting_join_ack: false,
+            backup: false,
             established: false,
             paused: false,
             rtt_us: None,

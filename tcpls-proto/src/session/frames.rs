@@ -33,6 +33,8 @@ pub(crate) enum ConnAction {
     Steer { stream: StreamId, conn: ConnId },
     /// Answer an RTT Probe on the probed connection, if we have it.
     EchoRtt { conn: ConnId, timestamp_us: u64 },
+    /// The peer marked `conn` as a backup path (or a regular one again).
+    SetBackup { conn: ConnId, backup: bool },
 }
 
 fn frame_error(e: FrameError) -> TransportError {
@@ -229,6 +231,9 @@ impl Core {
                 self.open_peer_streams(stream_id)?;
                 self.events.push_back(Event::SteerRequested { stream: stream_id, conn: connection_id });
                 self.actions.push(ConnAction::Steer { stream: stream_id, conn: connection_id });
+            }
+            Frame::PathPriority { connection_id, backup } => {
+                self.actions.push(ConnAction::SetBackup { conn: connection_id, backup });
             }
         }
         Ok(())

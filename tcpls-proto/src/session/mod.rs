@@ -500,6 +500,12 @@ impl Session {
                         self.core.on_acked(&mut self.conns[idx], highest);
                     }
                 }
+                frames::ConnAction::SetBackup { conn, backup } => {
+                    // A connection we do not have (any more) is ignored (PROTOCOL.md §3).
+                    if let Some(c) = self.conn_mut(conn) {
+                        c.backup = backup;
+                    }
+                }
                 frames::ConnAction::Steer { stream, conn } => {
                     // Honoured when that connection can carry data; otherwise the stream stays
                     // where it is (the request may be stale, e.g. the connection just failed).
@@ -632,9 +638,15 @@ impl Session {
     /// Ends an orphaned session whose rejoin did not come in time.
     pub(crate) fn check_orphan_timeout(&mut self, now: Instant) {
         if let Some(since) = self.core.orphaned_since {
-            if now.saturating_duration_since(since) >= self.core.config.rejoin_timeout {
+            let waited = now.saturating_duration_since(since);
+            if waited >= self.core.config.rejoin_timeout {
                 self.core.orphaned_since = None;
-                self.core.error = self.core.orphan_error.take();
+                // Say what happened and for how long we waited, not only the first loss.
+                let first = self.core.orphan_error.take().map_or_else(|| "unknown".to_string(), |e| e.to_string());
+                self.core.error = Some(Error::ConnectionLost(format!(
+                    "every connection was lost and none rejoined within {:.1} s (first loss: {first})",
+                    waited.as_secs_f64()
+                )));
                 self.core.on_closed();
             }
         }

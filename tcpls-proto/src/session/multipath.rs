@@ -238,6 +238,23 @@ impl Session {
         Ok(())
     }
 
+    /// Marks `conn` as a backup path (`true`) or a regular one (`false`), here and, with a Path
+    /// Priority frame, at the peer (PROTOCOL.md §3): while a regular connection is usable,
+    /// neither side sends unsteered stream data on a backup one.
+    pub fn set_connection_backup(&mut self, conn: ConnId, backup: bool) -> Result<(), Error> {
+        let c = self.conn_mut(conn).ok_or_else(|| TransportError::internal(format!("no connection {conn}")))?;
+        if c.backup != backup {
+            c.backup = backup;
+            self.core.control.push(&Frame::PathPriority { connection_id: conn, backup }, None);
+        }
+        Ok(())
+    }
+
+    /// Whether `conn` is a backup path (set by either side).
+    pub fn is_connection_backup(&self, conn: ConnId) -> bool {
+        self.conn(conn).is_some_and(|c| c.backup)
+    }
+
     /// The connection a stream is steered to.
     pub fn stream_steering(&self, stream: StreamId) -> Option<ConnId> {
         self.core.streams.get(&stream).and_then(|s| s.steer)

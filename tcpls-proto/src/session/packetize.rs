@@ -106,7 +106,10 @@ impl Session {
         let mut views = Vec::new();
         // With one connection for all unsteered streams, the round robin's next stream is
         // known, so the record before a switch can announce it (Stream Change).
-        let sole_carrier = self.conns.iter().filter(|c| c.carries_streams()).count() == 1;
+        // Backup paths carry no unsteered data while a regular connection can (PROTOCOL.md §3).
+        let regular_usable = self.conns.iter().any(|c| !c.backup && c.carries_streams());
+        let carries_unsteered = |c: &Connection| c.carries_streams() && !(c.backup && regular_usable);
+        let sole_carrier = self.conns.iter().filter(|c| carries_unsteered(c)).count() == 1;
         if let Some(now) = self.core.now {
             self.core.ext.refill(now);
         }
@@ -125,7 +128,7 @@ impl Session {
                     views.extend(
                         self.conns
                             .iter()
-                            .filter(|c| c.carries_streams() && c.tx.len() < high)
+                            .filter(|c| carries_unsteered(c) && c.tx.len() < high)
                             .filter(|c| self.core.ext.may_send(c.id))
                             .map(Session::path_view),
                     );

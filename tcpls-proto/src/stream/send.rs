@@ -244,16 +244,21 @@ impl SendBuf {
         self.finished && self.fin_acked && self.head == self.write_offset && !self.reset
     }
 
-    /// Drops everything (a Stream Reset is being sent); returns its final size.
+    /// Drops everything (a Stream Reset is being sent); returns its final size: the end of
+    /// the bytes sent at least once (PROTOCOL.md §4.1). Bytes written but never sent, such as
+    /// those held back by the peer's flow control, are not part of the stream: counting them
+    /// would state a final size beyond the peer's limit, which it must treat as a fatal
+    /// flow-control error.
     pub fn reset(&mut self) -> u64 {
+        let final_size = self.sent;
         self.reset = true;
         self.buf = VecDeque::new();
-        self.head = self.write_offset;
-        self.sent = self.write_offset;
+        self.write_offset = final_size;
+        self.head = final_size;
         self.acked.clear();
         self.lost.clear();
         self.fin_pending = false;
-        self.write_offset
+        final_size
     }
 
     pub fn is_reset(&self) -> bool {

@@ -823,6 +823,27 @@ mod send {
         assert_eq!(s.next_chunk(100), None);
     }
 
+    /// The final size of a reset counts what was sent, not what the application wrote: bytes
+    /// held back by flow control were never sent, and a final size beyond the peer's limit is a
+    /// flow-control violation there (issue #22: the tunnel reset a stream with ~2 MB queued
+    /// beyond the credit, and the peer ended the whole session).
+    #[test]
+    fn reset_final_size_is_what_was_sent_not_what_was_written() {
+        let mut s = SendBuf::new(1 << 20);
+        assert_eq!(s.write(&pattern(200_000, 9)), 200_000);
+        let sent: usize = drain(&mut s, 16_384).iter().map(|c| c.1.len()).sum();
+        assert_eq!(sent as u64, INITIAL_MAX_STREAM_DATA, "flow control stops the sender");
+        assert!(s.is_blocked());
+        assert_eq!(s.reset(), INITIAL_MAX_STREAM_DATA);
+        // Lost and retransmitted ranges are below what was sent: the final size covers them.
+        let mut s = SendBuf::new(1 << 20);
+        s.write(&pattern(100_000, 3));
+        drain(&mut s, 10_000);
+        s.retransmit(0, 30_000, false);
+        s.set_max_data(80_000);
+        assert_eq!(s.reset(), INITIAL_MAX_STREAM_DATA);
+    }
+
     /// Long-lived stream with a small capacity: memory stays within twice the capacity.
     #[test]
     fn storage_bounded_and_reused() {

@@ -142,14 +142,30 @@ impl TunnelClient {
 
     /// Opens a stream and sends the request (TCP Connect or Connect by Name, then End).
     async fn request(&self, target: &Target) -> Result<(SendStream, RecvStream), OpenError> {
+        let (send, recv) = self.open_stream_to(target)?;
+        self.send_request(send, recv, target).await
+    }
+
+    /// Opens the stream for a connection to `target` (no I/O: the request follows with
+    /// [`send_request`](Self::send_request)).
+    fn open_stream_to(&self, target: &Target) -> Result<(SendStream, RecvStream), OpenError> {
         if let Target::Name(h, _) = target {
             if !tlv::valid_host_name(h) {
                 return Err(OpenError::Failed(format!("'{h}' is not a host name")));
             }
         }
         let session = &self.inner.session;
-        let (mut send, recv) = session.open_stream().map_err(|e| OpenError::Failed(e.to_string()))?;
+        let (send, recv) = session.open_stream().map_err(|e| OpenError::Failed(e.to_string()))?;
         steer_round_robin(session, &send, &self.inner.next_path);
+        Ok((send, recv))
+    }
+
+    async fn send_request(
+        &self,
+        mut send: SendStream,
+        recv: RecvStream,
+        target: &Target,
+    ) -> Result<(SendStream, RecvStream), OpenError> {
         let request = tlv::encode_all(&[Tlv::connect_to(target), Tlv::End]);
         if let Err(e) = send.write_all(&request).await {
             return Err(OpenError::Failed(format!("stream: {e}")));
@@ -161,9 +177,24 @@ impl TunnelClient {
     /// follow the request at once (one round trip saved); they reach the destination once it is
     /// connected. If the concentrator answers Error (or nothing valid), the connection is reset.
     pub async fn tunnel(&self, tcp: TcpStream, target: &Target) -> Result<Report, OpenError> {
+        let opened = self.open_stream_to(target);
+        self.tunnel_on(tcp, target, opened).await
+    }
+
+    /// [`tunnel`](Self::tunnel) on a stream opened beforehand with `open_stream_to`.
+    async fn tunnel_on(
+        &self,
+        tcp: TcpStream,
+        target: &Target,
+        opened: Result<(SendStream, RecvStream), OpenError>,
+    ) -> Result<Report, OpenError> {
         let stats = &self.inner.stats;
         stats.stream();
-        let (send, recv) = match self.request(target).await {
+        let requested = match opened {
+            Ok((send, recv)) => self.send_request(send, recv, target).await,
+            Err(e) => Err(e),
+        };
+        let (send, recv) = match requested {
             Ok(x) => x,
             Err(e) => {
                 self.count_failure(&e);
@@ -230,33 +261,33 @@ impl TunnelClient {
                     continue;
                 }
             };
-            let (me, frontend) = (self.clone(), frontend.clone());
-            tokio::spawn(async move {
-                match me.handle(tcp, &frontend).await {
-                    Ok((target, r)) => {
-                        debug!("tunnel: {peer} -> {target}: {:?} ({} bytes up, {} down)", r.outcome, r.sent, r.received)
-                    }
-                    Err(e) => info!("tunnel: connection from {peer}: {e}"),
+            // A forwarded connection's stream is opened here, in accept order, not in its task:
+            // the concentrator connects to destinations in stream order, and applications such
+            // as iperf3 tell their connections apart by the order in which they arrive.
+            let target = match &frontend {
+                Frontend::Forward(t) => Some(Ok(t.clone())),
+                Frontend::Transparent => Some(original_dst(&tcp).map(Target::Addr)),
+                Frontend::Socks => None,
+            };
+            let me = self.clone();
+            match target {
+                None => {
+                    tokio::spawn(async move { log_end(peer, me.handle_socks(tcp).await) });
                 }
-            });
-        }
-    }
-
-    async fn handle(&self, tcp: TcpStream, frontend: &Frontend) -> Result<(Target, Report), String> {
-        let target = match frontend {
-            Frontend::Forward(t) => t.clone(),
-            Frontend::Transparent => match original_dst(&tcp) {
-                Ok(a) => Target::Addr(a),
-                Err(e) => {
+                Some(Err(e)) => {
                     relay::reset_tcp(tcp);
-                    return Err(e.to_string());
+                    info!("tunnel: connection from {peer}: {e}");
                 }
-            },
-            Frontend::Socks => return self.handle_socks(tcp).await,
-        };
-        debug!("tunnel: -> {target}");
-        let r = self.tunnel(tcp, &target).await.map_err(|e| format!("{target}: {e}"))?;
-        Ok((target, r))
+                Some(Ok(target)) => {
+                    let opened = self.open_stream_to(&target);
+                    tokio::spawn(async move {
+                        debug!("tunnel: -> {target}");
+                        let ended = me.tunnel_on(tcp, &target, opened).await;
+                        log_end(peer, ended.map(|r| (target.clone(), r)).map_err(|e| format!("{target}: {e}")));
+                    });
+                }
+            }
+        }
     }
 
     async fn handle_socks(&self, mut tcp: TcpStream) -> Result<(Target, Report), String> {
@@ -287,5 +318,14 @@ impl TunnelClient {
                 Err(format!("{target}: {e} (SOCKS5 reply {code:#04x})"))
             }
         }
+    }
+}
+
+fn log_end(peer: SocketAddr, ended: Result<(Target, Report), String>) {
+    match ended {
+        Ok((target, r)) => {
+            debug!("tunnel: {peer} -> {target}: {:?} ({} bytes up, {} down)", r.outcome, r.sent, r.received)
+        }
+        Err(e) => info!("tunnel: connection from {peer}: {e}"),
     }
 }

@@ -27,6 +27,7 @@
 //! ```
 
 mod client;
+mod order;
 pub mod relay;
 mod server;
 mod stats;

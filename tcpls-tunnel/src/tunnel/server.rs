@@ -1,10 +1,12 @@
 //! The concentrator: accepts TCPLS sessions, and on each stream the TLV request; opens the
 //! TCP connection asked for and relays.
 
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use rustls::ServerConfig;
@@ -13,6 +15,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tracing::{debug, info, warn};
 
+use super::order::{ConnectOrder, Turn, MAX_ORDER_WAIT};
 use super::relay::{self, Outcome};
 use super::tlv::{self, ReadError, Tlv, ERR_CONNECTION_FAILURE};
 use super::{Stats, StatsSnapshot, Target, TunnelConfig};
@@ -131,14 +134,15 @@ pub async fn serve_session(
     info!("tunnel: session from {peer}");
     let mine = Arc::new(Stats::default());
     let next_path = Arc::new(AtomicUsize::new(0));
+    let order = ConnectOrder::new();
     let mut tasks = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
             accepted = session.accept_stream() => {
                 let Some((send, recv)) = accepted else { break };
                 steer_round_robin(&session, &send, &next_path);
-                let (cfg, all, mine) = (cfg.clone(), all.clone(), mine.clone());
-                tasks.spawn(async move { serve_stream(send, recv, &cfg, &[&all, &mine], peer).await });
+                let (cfg, all, mine, turn) = (cfg.clone(), all.clone(), mine.clone(), order.ticket());
+                tasks.spawn(async move { serve_stream(send, recv, turn, &cfg, &[&all, &mine], peer).await });
             }
             // Reap finished stream tasks so a long session does not accumulate them.
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
@@ -181,6 +185,7 @@ fn each(stats: &[&Arc<Stats>], f: impl Fn(&Stats)) {
 async fn serve_stream(
     mut send: SendStream,
     mut recv: RecvStream,
+    turn: Turn,
     cfg: &TunnelConfig,
     stats: &[&Arc<Stats>],
     peer: SocketAddr,
@@ -209,7 +214,7 @@ async fn serve_stream(
             return;
         }
     };
-    let tcp = match connect(&target, cfg.connect_timeout).await {
+    let tcp = match connect(&target, cfg.connect_timeout, turn).await {
         Ok(s) => s,
         Err(e) => {
             debug!("tunnel: {peer} stream {id} -> {target}: {e}");
@@ -250,21 +255,31 @@ async fn answer_and_finish(send: &mut SendStream, code: u16) {
 }
 
 /// Connects to the target (a name: each of its addresses in turn), within `timeout` overall.
-async fn connect(target: &Target, timeout: Duration) -> io::Result<TcpStream> {
+/// The first connection attempt starts in stream order (`turn`, see [`super::order`]).
+async fn connect(target: &Target, timeout: Duration, turn: Turn) -> io::Result<TcpStream> {
     let attempt = async {
-        match target {
-            Target::Addr(a) => TcpStream::connect(a).await,
-            Target::Name(host, port) => {
-                let mut last = io::Error::new(io::ErrorKind::NotFound, format!("{host} has no address"));
-                for a in tokio::net::lookup_host((host.as_str(), *port)).await? {
-                    match TcpStream::connect(a).await {
-                        Ok(s) => return Ok(s),
-                        Err(e) => last = e,
-                    }
-                }
-                Err(last)
+        let addrs: Vec<SocketAddr> = match target {
+            Target::Addr(a) => vec![*a],
+            Target::Name(host, port) => tokio::net::lookup_host((host.as_str(), *port)).await?.collect(),
+        };
+        turn.wait(MAX_ORDER_WAIT).await;
+        let mut turn = Some(turn);
+        let mut last = io::Error::new(io::ErrorKind::NotFound, format!("{target} has no address"));
+        for a in addrs {
+            let mut connecting = std::pin::pin!(TcpStream::connect(a));
+            // The first poll sends the SYN; the next stream may start its own after that.
+            let first = std::future::poll_fn(|cx| Poll::Ready(connecting.as_mut().poll(cx))).await;
+            drop(turn.take());
+            let connected = match first {
+                Poll::Ready(r) => r,
+                Poll::Pending => connecting.await,
+            };
+            match connected {
+                Ok(s) => return Ok(s),
+                Err(e) => last = e,
             }
         }
+        Err(last)
     };
     tokio::time::timeout(timeout, attempt)
         .await
