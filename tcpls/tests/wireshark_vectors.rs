@@ -146,6 +146,7 @@ const MALFORMED: &[(&str, &str, &str)] = &[
     ("empty congestion control name", "00 00000001 1b", "empty congestion control name"),
     ("congestion control name with a space", "622072 03 00000001 1b", "not ASCII graphic"),
     ("Path Priority with Backup 2", "02 00000001 1d", "Backup 2 is neither 0 nor 1"),
+    ("empty record", "", "Record without frames"),
     (
         "Join after a Ping",
         "01 a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7b8b9babbbcbdbebf 10",
@@ -191,5 +192,38 @@ fn dissector_decodes_the_spec_vectors_and_flags_malformed_frames() {
     // Tokens are redacted: no frame shows a whole token.
     let dump = format!("{:?}", decoded.records);
     assert!(!dump.contains("a0a1a2a3a4a5a6a7"), "a Join token appears in full");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Random records, most ending with a known type byte: the plugin never fails (a Lua error
+/// would show in tshark's output) and decodes each as one record.
+#[test]
+fn dissector_survives_random_records() {
+    if let Some(why) = tshark_missing() {
+        eprintln!("SKIPPED: dissector_survives_random_records: {why}");
+        return;
+    }
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let records: Vec<Vec<u8>> = (0..2000)
+        .map(|_| {
+            let len = (next() % 80) as usize;
+            let mut r: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            if let Some(last) = r.last_mut() {
+                *last = (next() % 0x1F) as u8; // mostly frame types that exist
+            }
+            r
+        })
+        .collect();
+    let dir = wireshark_support::temp_dir("tcpls-wireshark-random");
+    let pcap = dir.join("random.pcap");
+    write_exported_pdus(&pcap, &records).unwrap();
+    let decoded = decode(&pcap, None).unwrap();
+    assert_eq!(decoded.records.len(), records.len());
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -62,12 +62,17 @@ pub fn decode(pcap: &Path, keylog: Option<&Path>) -> Result<Decoded, String> {
     let out = tshark
         .arg("-X")
         .arg(format!("lua_script:{}", plugin().display()))
-        .args(["-T", "json", "--no-duplicate-keys", "-J", "frame tcp tls tcpls"])
+        // No -J filter: a Lua runtime error is an item outside the tcpls tree.
+        .args(["-T", "json", "--no-duplicate-keys"])
         .output()
         .map_err(|e| format!("cannot run tshark: {e}"))?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() || stderr.contains("Lua: Error") {
         return Err(format!("tshark failed ({}): {stderr}", out.status));
+    }
+    if let Some(at) = out.stdout.windows(9).position(|w| w == b"Lua Error") {
+        let context = String::from_utf8_lossy(&out.stdout[at..(at + 200).min(out.stdout.len())]).into_owned();
+        return Err(format!("the plugin failed: {context}"));
     }
     let packets: Value = serde_json::from_slice(&out.stdout).map_err(|e| format!("tshark JSON: {e}"))?;
     let mut decoded = Decoded::default();
