@@ -3,6 +3,7 @@
 mod args;
 mod connect;
 mod logging;
+mod metrics;
 mod perf;
 mod perf_proto;
 mod probe;
@@ -144,6 +145,9 @@ struct ServeArgs {
     /// One JSON object per ended session on stdout.
     #[arg(long)]
     json: bool,
+    /// Serve Prometheus metrics on http://ADDR/metrics (docs/OBSERVABILITY.md).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
     /// TCP congestion control a client may ask for with --peer-cc; repeatable (default: cubic,
     /// reno, bbr).
     #[arg(long)]
@@ -334,6 +338,10 @@ async fn serve_cmd(a: ServeArgs) -> Result<(), String> {
     let settings = SessionConfig { tokens: a.tokens, advertise, ..SessionConfig::default() };
     let settings = probe::serve_settings(settings, &a.allow_cc);
     let listeners = serve::bind(&listen, tls, settings).await?;
+    let metrics = match (&a.metrics, listeners.first()) {
+        (Some(addr), Some(l)) => Some(metrics::start(addr, l.registry().clone(), "tcpls serve").await?),
+        _ => None,
+    };
     for l in &listeners {
         eprintln!("tcpls serve: listening on {} (mode {:?})", l.local_addr(), a.mode);
     }
@@ -345,6 +353,7 @@ async fn serve_cmd(a: ServeArgs) -> Result<(), String> {
             json: a.json,
             quiet: false,
             sessions_limit: a.sessions,
+            metrics,
         },
     )
     .await
@@ -437,6 +446,7 @@ async fn demo(bytes: u64, json: bool) -> Result<(), String> {
             json: false,
             quiet: true,
             sessions_limit: None,
+            metrics: None,
         },
     ));
     if !json {

@@ -31,6 +31,8 @@ pub struct ServeOptions {
     pub quiet: bool,
     /// Stop after this many sessions (tests and demos).
     pub sessions_limit: Option<u64>,
+    /// `--metrics`: count sessions and refusals there.
+    pub metrics: Option<crate::metrics::ServerMetrics>,
 }
 
 #[derive(Serialize)]
@@ -71,18 +73,23 @@ pub async fn run(listeners: Vec<TcplsListener>, opts: ServeOptions) -> Result<()
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     let mut accepts = tokio::task::JoinSet::new();
     for listener in listeners {
-        let (limit, done_tx) = (limit.clone(), done_tx.clone());
+        let (limit, done_tx, metrics) = (limit.clone(), done_tx.clone(), opts.metrics.clone());
         let (mode, json, quiet) = (opts.mode, opts.json, opts.quiet);
         accepts.spawn(async move {
             while let Some((session, peer)) = listener.accept().await {
                 let Ok(permit) = limit.clone().try_acquire_owned() else {
                     eprintln!("tcpls serve: refusing session from {peer}: --max-sessions reached");
                     session.abort();
+                    if let Some(m) = &metrics {
+                        m.refused_max_sessions();
+                    }
                     continue;
                 };
                 let done_tx = done_tx.clone();
+                let tracked = metrics.as_ref().map(|m| m.track(&session));
                 tokio::spawn(async move {
                     serve_session(session, peer, mode, json, quiet).await;
+                    drop(tracked);
                     drop(permit);
                     let _ = done_tx.send(());
                 });

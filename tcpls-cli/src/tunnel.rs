@@ -47,6 +47,9 @@ enum TunnelCommand {
         /// One JSON object per ended session on stdout.
         #[arg(long)]
         json: bool,
+        /// Serve Prometheus metrics on http://ADDR/metrics (docs/OBSERVABILITY.md).
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<String>,
     },
     /// The local proxy: one TCPLS session to the concentrator, one stream per connection.
     #[command(after_help = "Examples:\n  \
@@ -107,8 +110,10 @@ struct Mode {
 pub async fn run(args: TunnelArgs) -> Result<(), String> {
     crate::logging::init(args.verbose);
     match args.cmd {
-        TunnelCommand::Server { listen, cert, key, client_ca, json } => {
-            server(&listen, cert, key, client_ca, json).await.map_err(|e| format!("tunnel server: {e}"))
+        TunnelCommand::Server { listen, cert, key, client_ca, json, metrics } => {
+            server(&listen, cert, key, client_ca, json, metrics.as_deref())
+                .await
+                .map_err(|e| format!("tunnel server: {e}"))
         }
         TunnelCommand::Client(a) => client(a).await.map_err(|e| format!("tunnel client: {e}")),
     }
@@ -120,13 +125,18 @@ async fn server(
     key: Option<PathBuf>,
     client_ca: Option<PathBuf>,
     json: bool,
+    metrics: Option<&str>,
 ) -> Result<(), String> {
     let tls = crate::server_tls(cert.as_deref(), key.as_deref(), &[], client_ca.as_deref())?;
     let mut addrs = Vec::new();
     for l in listen {
         addrs.extend(resolve(l)?.into_iter().take(1));
     }
-    let conc = Concentrator::bind(&addrs, Arc::new(tls), TunnelConfig::default()).await.map_err(|e| e.to_string())?;
+    let mut conc =
+        Concentrator::bind(&addrs, Arc::new(tls), TunnelConfig::default()).await.map_err(|e| e.to_string())?;
+    if let (Some(addr), Some(registry)) = (metrics, conc.registry()) {
+        crate::metrics::attach_to_concentrator(&mut conc, addr, registry).await?;
+    }
     for a in conc.local_addrs() {
         eprintln!("tcpls tunnel server: listening on {a}");
     }

@@ -38,6 +38,8 @@ pub struct TcplsConnector {
     fallback: Option<FallbackRetry>,
     /// TCP Fast Open on new connections (RESUMPTION.md); off by default.
     fast_open: bool,
+    /// Event traces of the sessions made (docs/OBSERVABILITY.md §4); off by default.
+    trace: Option<Arc<dyn crate::TraceSink>>,
     /// The local side of the first connection (default route by default).
     path: PathOptions,
 }
@@ -51,8 +53,15 @@ impl TcplsConnector {
             settings: SessionConfig::default(),
             fallback: None,
             fast_open: false,
+            trace: None,
             path: PathOptions::new(),
         }
+    }
+
+    /// Traces every session this connector makes, from its handshake on, into `sink`.
+    pub fn with_trace(mut self, sink: Arc<dyn crate::TraceSink>) -> Self {
+        self.trace = Some(sink);
+        self
     }
 
     /// The local side of the first connection (local address, interface) and its TCP connect
@@ -243,6 +252,7 @@ impl TcplsConnector {
         let origin = stream.peer_addr().ok();
         let shared = Shared::new(proto);
         shared.lock().origin = origin;
+        shared.lock().trace = self.trace.clone().map(crate::trace::Tracer::new);
         tokio::spawn(Driver::new(shared.clone(), 0, stream));
         // If this future is dropped (a lost happy-eyeballs race) or fails, the half-made
         // session is aborted rather than left running without a handle.

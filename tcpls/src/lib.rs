@@ -18,6 +18,7 @@ pub mod fallback;
 #[cfg(target_os = "linux")]
 mod interfaces;
 mod listener;
+mod listener_stats;
 mod path;
 mod path_manager;
 mod registry;
@@ -27,11 +28,13 @@ mod socket;
 mod sockopt;
 mod stream;
 mod tcp_info;
+mod trace;
 
 pub use connector::{server_name_for, HappyEyeballs, TcplsConnector};
 pub use ext::{NatReport, PROBE_TIMEOUT};
 pub use fallback::{ConnectOutcome, FallbackMemory};
 pub use listener::{TcplsListener, HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES};
+pub use listener_stats::ListenerStats;
 pub use path::PathOptions;
 pub use path_manager::{Endpoint, PathManager, PathManagerConfig, PathPolicy, PathReport};
 pub use registry::JoinRegistry;
@@ -43,3 +46,4 @@ pub use tcpls_proto::{
     self as proto, crypto_provider, ConnId, Error, Event, FnScheduler, LowestRtt, PathView, RoundRobin, Scheduler,
     SessionConfig, StreamError, StreamId, Weighted,
 };
+pub use trace::{JsonLinesTrace, TraceRecord, TraceSink};

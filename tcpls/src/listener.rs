@@ -15,6 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::connector::handshake_error;
 use crate::driver::{register_tokens, Driver};
+use crate::listener_stats::{ListenerStats, Outcome};
 use crate::registry::JoinRegistry;
 use crate::session::Session;
 use crate::shared::Inner;
@@ -117,6 +118,12 @@ impl TcplsListener {
     pub fn failed_handshakes(&self) -> u64 {
         self.errors.load(std::sync::atomic::Ordering::Relaxed)
     }
+
+    /// New sessions, joins, refusals and failed handshakes of every listener sharing this one's
+    /// registry.
+    pub fn stats(&self) -> ListenerStats {
+        self.registry.listener_stats()
+    }
 }
 
 impl Drop for TcplsListener {
@@ -156,6 +163,7 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, tx: mpsc::Sender<(Se
         tokio::spawn(async move {
             let outcome = tokio::time::timeout(HANDSHAKE_TIMEOUT, accept_one(stream, &ctx)).await;
             drop(permit);
+            let counters = ctx.registry.counters();
             match outcome {
                 Ok(Ok(Some(session))) => {
                     // Like a full listen backlog: an application that does not accept does not
@@ -163,11 +171,22 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, tx: mpsc::Sender<(Se
                     if let Err(mpsc::error::TrySendError::Full((session, _))) = tx.try_send((session, peer)) {
                         session.abort();
                         ctx.errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        counters.count(Outcome::QueueFull);
+                    } else {
+                        counters.count(Outcome::Session);
                     }
                 }
-                Ok(Ok(None)) => {}
-                Ok(Err(_)) | Err(_) => {
+                Ok(Ok(None)) => {} // a join, counted by `join`
+                Ok(Err(e)) => {
                     ctx.errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    // Refused joins were counted by `join` with their reason.
+                    if e.kind() != io::ErrorKind::PermissionDenied {
+                        counters.count(Outcome::Failed);
+                    }
+                }
+                Err(_) => {
+                    ctx.errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    counters.count(Outcome::TimedOut);
                 }
             }
         });
@@ -247,6 +266,7 @@ async fn join(
 ) -> io::Result<()> {
     let Some(joining) = proto.take_joining_connection() else { return Ok(()) };
     let target = ctx.registry.take(joining.token());
+    let reason = if target.is_some() { Outcome::JoinRefusedBudget } else { Outcome::JoinRefusedToken };
     let refused = match target {
         Some(target) => {
             let mut inner = target.lock().unwrap_or_else(|e| e.into_inner());
@@ -255,6 +275,7 @@ async fn join(
                     inner.proto.set_addresses(id, local, remote);
                     inner.new_sockets.push((id, stream));
                     inner.wake_driver();
+                    ctx.registry.counters().count(Outcome::Join);
                     return Ok(());
                 }
                 Err(refused) => refused,
@@ -262,6 +283,7 @@ async fn join(
         }
         None => joining,
     };
+    ctx.registry.counters().count(reason);
     let alert = tcpls_proto::Session::refuse_join(refused);
     let _ = stream.write_all(&alert).await;
     let _ = stream.shutdown().await;

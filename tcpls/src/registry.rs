@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
+use crate::listener_stats::{ListenerCounters, ListenerStats};
 use crate::shared::Inner;
 
 /// Token → the session that issued it (weak: a registry never keeps a session alive).
@@ -17,6 +18,7 @@ type TokenMap = HashMap<[u8; 32], Weak<Mutex<Inner>>>;
 #[derive(Clone, Default)]
 pub struct JoinRegistry {
     tokens: Arc<Mutex<TokenMap>>,
+    counters: Arc<ListenerCounters>,
 }
 
 impl std::fmt::Debug for JoinRegistry {
@@ -54,5 +56,14 @@ impl JoinRegistry {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// What the listeners sharing this registry did with the connections they accepted.
+    pub fn listener_stats(&self) -> ListenerStats {
+        self.counters.snapshot()
+    }
+
+    pub(crate) fn counters(&self) -> &ListenerCounters {
+        &self.counters
     }
 }

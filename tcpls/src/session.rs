@@ -208,6 +208,13 @@ impl Session {
         .await
     }
 
+    /// Traces this session's events from now on into `sink` (docs/OBSERVABILITY.md §4); a
+    /// server calls it on the sessions it accepts, a client may use
+    /// [`TcplsConnector::with_trace`](crate::TcplsConnector::with_trace) to trace the handshake too.
+    pub fn set_trace(&self, sink: std::sync::Arc<dyn crate::TraceSink>) {
+        self.shared.lock().trace = Some(crate::trace::Tracer::new(sink));
+    }
+
     /// Ends the session at once: queued data is dropped.
     pub fn abort(&self) {
         let mut inner = self.shared.lock();

@@ -30,6 +30,8 @@ pub(crate) struct Inner {
     pub(crate) fds: HashMap<tcpls_proto::ConnId, std::os::fd::RawFd>,
     /// Answers to the extension probes (see `ext.rs`).
     pub(crate) ext: crate::ext::ExtResults,
+    /// Where the events go when the session is traced (`trace.rs`).
+    pub(crate) trace: Option<crate::trace::Tracer>,
 }
 
 const MAX_APP_EVENTS: usize = 1024;
@@ -66,6 +68,7 @@ impl Inner {
             origin: None,
             fds: HashMap::new(),
             ext: Default::default(),
+            trace: None,
         }
     }
 
@@ -90,6 +93,9 @@ impl Inner {
     /// Routes the core's events to the tasks waiting for them.
     pub(crate) fn dispatch_events(&mut self) {
         while let Some(event) = self.proto.poll_event() {
+            if let Some(tracer) = &self.trace {
+                tracer.record(self.proto.side(), &event);
+            }
             if trace_events() {
                 match &event {
                     // Tokens are credentials: never print them.

@@ -37,7 +37,7 @@ use std::time::Duration;
 
 pub use crate::frontend::Target;
 pub use client::{Frontend, OpenError, TunnelClient};
-pub use server::{Concentrator, SessionSummary};
+pub use server::{Concentrator, SessionHook, SessionSummary};
 pub use stats::{Stats, StatsSnapshot};
 
 /// Tunables of both ends.

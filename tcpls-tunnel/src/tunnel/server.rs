@@ -26,7 +26,12 @@ pub struct Concentrator {
     listeners: Vec<TcplsListener>,
     cfg: Arc<TunnelConfig>,
     stats: Arc<Stats>,
+    on_session_start: Option<Arc<SessionHook>>,
 }
+
+/// Sees each new session before it is served; what it returns is dropped when the session is
+/// over (metrics keep a session counted as live this way).
+pub type SessionHook = dyn Fn(&Session) -> Box<dyn Send> + Send + Sync;
 
 /// One ended session (the concentrator's `--json` line).
 #[derive(Debug, Clone)]
@@ -64,7 +69,7 @@ impl Concentrator {
             .into_iter()
             .map(|l| TcplsListener::from_listener(l, tls.clone(), settings.clone(), registry.clone()))
             .collect();
-        Ok(Concentrator { listeners, cfg: Arc::new(cfg), stats: Arc::new(Stats::default()) })
+        Ok(Concentrator { listeners, cfg: Arc::new(cfg), stats: Arc::new(Stats::default()), on_session_start: None })
     }
 
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
@@ -76,6 +81,16 @@ impl Concentrator {
         self.stats.clone()
     }
 
+    /// The join registry all listeners share (its `listener_stats()`: sessions, joins, refusals).
+    pub fn registry(&self) -> Option<JoinRegistry> {
+        self.listeners.first().map(|l| l.registry().clone())
+    }
+
+    /// Calls `hook` with every new session (see [`SessionHook`]).
+    pub fn on_session_start(&mut self, hook: Arc<SessionHook>) {
+        self.on_session_start = Some(hook);
+    }
+
     /// Serves sessions until every listener failed; `on_session_end` sees each ended session.
     pub async fn run<F>(self, on_session_end: F) -> io::Result<()>
     where
@@ -85,11 +100,14 @@ impl Concentrator {
         let mut loops = tokio::task::JoinSet::new();
         for l in self.listeners {
             let (cfg, stats, on_end) = (self.cfg.clone(), self.stats.clone(), on_end.clone());
+            let on_start = self.on_session_start.clone();
             loops.spawn(async move {
                 while let Some((session, peer)) = l.accept().await {
                     let (cfg, stats, on_end) = (cfg.clone(), stats.clone(), on_end.clone());
+                    let started = on_start.as_ref().map(|hook| hook(&session));
                     tokio::spawn(async move {
                         let summary = serve_session(session, peer, cfg, stats).await;
+                        drop(started);
                         on_end(summary);
                     });
                 }

@@ -1,0 +1,206 @@
+//! Prometheus metrics of a server (`tcpls serve --metrics ADDR`, `tcpls tunnel server --metrics
+//! ADDR`): what its listeners did with incoming connections (from the library's
+//! [`tcpls::ListenerStats`]) and what its sessions carried (from each session's own counters,
+//! read at scrape time). Names and meanings: docs/OBSERVABILITY.md §3.
+
+mod http;
+mod sessions;
+
+pub use http::serve_metrics;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use sessions::{SessionTable, Totals};
+use tcpls::{JoinRegistry, Session};
+
+/// The metrics of one server; cheap to clone (shared state).
+#[derive(Clone, Debug)]
+pub struct ServerMetrics {
+    state: Arc<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    /// The registry every listener of the server shares: its listener statistics.
+    joins: JoinRegistry,
+    sessions: SessionTable,
+    refused_max_sessions: AtomicU64,
+}
+
+/// Keeps a session counted as live; when dropped (the session is over), its final counters move
+/// to the totals of ended sessions.
+#[must_use]
+pub struct Tracked {
+    state: Arc<State>,
+    id: u64,
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.state.sessions.end(self.id);
+    }
+}
+
+impl ServerMetrics {
+    /// Metrics for the server whose listeners share `registry`.
+    pub fn new(registry: JoinRegistry) -> Self {
+        let state =
+            State { joins: registry, sessions: SessionTable::default(), refused_max_sessions: AtomicU64::new(0) };
+        Self { state: Arc::new(state) }
+    }
+
+    /// Counts `session` as live until the returned guard is dropped.
+    pub fn track(&self, session: &Session) -> Tracked {
+        Tracked { state: self.state.clone(), id: self.state.sessions.start(session.clone()) }
+    }
+
+    /// A session refused because `--max-sessions` were being served.
+    pub fn refused_max_sessions(&self) {
+        self.state.refused_max_sessions.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The Prometheus text exposition (format 0.0.4) of the current values.
+    pub fn render(&self) -> String {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Snapshot(self.state.clone())));
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &registry);
+        out
+    }
+}
+
+/// Reads every value when the registry is encoded (one scrape).
+#[derive(Debug)]
+struct Snapshot(Arc<State>);
+
+fn counter(e: &mut DescriptorEncoder, name: &str, help: &str, value: u64) -> Result<(), std::fmt::Error> {
+    ConstCounter::new(value).encode(e.encode_descriptor(name, help, None, MetricType::Counter)?)
+}
+
+fn gauge(e: &mut DescriptorEncoder, name: &str, help: &str, value: u64) -> Result<(), std::fmt::Error> {
+    let value = i64::try_from(value).unwrap_or(i64::MAX);
+    ConstGauge::new(value).encode(e.encode_descriptor(name, help, None, MetricType::Gauge)?)
+}
+
+fn labelled_counters(
+    e: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    label: &'static str,
+    values: &[(&'static str, u64)],
+) -> Result<(), std::fmt::Error> {
+    let mut family = e.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (value_label, value) in values {
+        let labels = [(label, *value_label)];
+        ConstCounter::new(*value).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+impl Collector for Snapshot {
+    fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let state = &self.0;
+        let l = state.joins.listener_stats();
+        let Totals { live, all } = state.sessions.totals();
+        let e = &mut e;
+        gauge(e, "tcpls_sessions_active", "Sessions being served now.", live.sessions)?;
+        counter(e, "tcpls_sessions", "Sessions served since the start (ended and live).", all.sessions)?;
+        gauge(e, "tcpls_connections_active", "TCP connections of live sessions that can carry data.", live.usable)?;
+        counter(
+            e,
+            "tcpls_connections",
+            "TCP connections of served sessions: first ones and joined ones.",
+            all.connections,
+        )?;
+        labelled_counters(
+            e,
+            "tcpls_streams",
+            "Streams of served sessions, by the side that opened them.",
+            "opened_by",
+            &[("peer", all.streams_by_peer), ("server", all.streams_by_server)],
+        )?;
+        counter(e, "tcpls_stream_bytes_received", "Stream payload bytes received.", all.stream_bytes_received)?;
+        counter(
+            e,
+            "tcpls_stream_bytes_sent",
+            "Stream payload bytes sent (queued by the application).",
+            all.stream_bytes_sent,
+        )?;
+        counter(
+            e,
+            "tcpls_bytes_received",
+            "Bytes read from the TCP connections (TLS records, handshakes included).",
+            all.bytes_received,
+        )?;
+        counter(
+            e,
+            "tcpls_bytes_sent",
+            "Bytes written to the TCP connections (TLS records, handshakes included).",
+            all.bytes_sent,
+        )?;
+        counter(
+            e,
+            "tcpls_failovers",
+            "Connections that failed with unacknowledged records, re-sent on others.",
+            all.failovers,
+        )?;
+        labelled_counters(
+            e,
+            "tcpls_handshakes",
+            "TCP connections accepted by the listeners, by what their handshake ended in.",
+            "outcome",
+            &[
+                ("session", l.sessions),
+                ("join", l.joins),
+                ("join_refused", l.joins_refused_token + l.joins_refused_budget),
+                ("failed", l.handshakes_failed),
+                ("timeout", l.handshakes_timed_out),
+                ("queue_full", l.accept_queue_full),
+            ],
+        )?;
+        labelled_counters(
+            e,
+            "tcpls_refusals",
+            "Connections or streams the server refused, by reason.",
+            "reason",
+            &[
+                ("join_token", l.joins_refused_token),
+                ("join_budget", l.joins_refused_budget),
+                ("accept_queue_full", l.accept_queue_full),
+                ("max_sessions", state.refused_max_sessions.load(Ordering::Relaxed)),
+                ("stream_limit", all.streams_refused),
+            ],
+        )?;
+        Ok(())
+    }
+}
+
+/// `--metrics ADDR` of a server: starts the endpoint for the server whose listeners share
+/// `registry`, and says where it is on stderr (`who` names the command).
+pub async fn start(addr: &str, registry: JoinRegistry, who: &str) -> Result<ServerMetrics, String> {
+    let addr = *crate::args::resolve(addr)?.first().ok_or_else(|| format!("--metrics {addr}: no address"))?;
+    let metrics = ServerMetrics::new(registry);
+    let bound = serve_metrics(addr, metrics.clone()).await?;
+    eprintln!("{who}: metrics on http://{bound}/metrics");
+    Ok(metrics)
+}
+
+/// `tcpls tunnel server --metrics ADDR`: the concentrator's sessions are tracked from its
+/// session hook.
+pub async fn attach_to_concentrator(
+    conc: &mut tcpls_tunnel::tunnel::Concentrator,
+    addr: &str,
+    registry: JoinRegistry,
+) -> Result<(), String> {
+    let metrics = start(addr, registry, "tcpls tunnel server").await?;
+    conc.on_session_start(Arc::new(move |session: &Session| Box::new(metrics.track(session)) as Box<dyn Send>));
+    Ok(())
+}
