@@ -2,28 +2,35 @@
 
 mod args;
 mod connect;
+mod iperf3;
 mod logging;
 mod perf;
+mod perf_interval;
 mod perf_proto;
+mod perf_report;
 mod probe;
 mod serve;
 mod tlsconf;
 mod tm3;
 mod transfer;
 mod tunnel;
+mod units;
 
 /// The perf payload, shared with the benchmarks and the experiments.
 use tcpls_pattern as pattern;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use tcpls::SessionConfig;
 
-use crate::args::{host_of, parse_rate, parse_size, resolve};
+use crate::args::{host_of, parse_duration, parse_rate, parse_size, resolve};
 use crate::perf_proto::Direction;
+use crate::perf_report::{Out, Output};
+use crate::units::Format;
 
 #[derive(Parser)]
 #[command(name = "tcpls", version, about = "TCPLS: many streams over TCP and TLS 1.3 (servers, clients, measurements)")]
@@ -152,33 +159,65 @@ struct ServeArgs {
 
 #[derive(Args)]
 struct PerfArgs {
-    /// Server address: HOST:PORT, [V6]:PORT or HOST (port 4443).
-    addr: String,
+    /// Server address: HOST:PORT, [V6]:PORT or HOST (port 4443, or -p PORT).
+    #[arg(required_unless_present = "client", conflicts_with = "client")]
+    addr: Option<String>,
+    /// The server address, as iperf3's -c (the same as ADDR).
+    #[arg(short = 'c', long, value_name = "ADDR")]
+    client: Option<String>,
+    /// Server port, when the address has none (iperf3's -p; default 4443).
+    #[arg(short = 'p', long)]
+    port: Option<u16>,
     /// Add a connection to the session towards another server address (joined with a token).
     #[arg(long)]
     path: Vec<String>,
-    /// The server sends (default: the client sends).
-    #[arg(long, conflicts_with = "upload")]
+    /// The server sends (iperf3's -R/--reverse; default: the client sends).
+    #[arg(short = 'R', long, visible_alias = "reverse", conflicts_with_all = ["upload", "bidir"])]
     download: bool,
     /// The client sends (default).
     #[arg(long)]
     upload: bool,
-    /// Total bytes over all streams (e.g. 256M, 2G). Default 1G.
-    #[arg(long, value_parser = parse_size, conflicts_with = "time")]
+    /// Both directions at once: --streams streams each way (iperf3's --bidir).
+    #[arg(long, conflicts_with = "upload")]
+    bidir: bool,
+    /// Bytes to send, total over all streams of a direction: 256M, 1.5G, 1GB (binary: K = 1024,
+    /// as iperf3's -n). Without --bytes or --time: --time 10.
+    #[arg(short = 'n', long, value_parser = parse_size, conflicts_with = "time")]
     bytes: Option<u64>,
-    /// Run for this many seconds instead of a byte count.
-    #[arg(long)]
-    time: Option<f64>,
-    /// Parallel streams.
-    #[arg(long, default_value_t = 1)]
+    /// Run this long: 10, 1.5 (seconds), 10s, 500ms (iperf3's -t; default 10 s).
+    #[arg(short = 't', long, value_parser = parse_duration)]
+    time: Option<Duration>,
+    /// Parallel streams (iperf3's -P/--parallel).
+    #[arg(short = 'P', long, visible_alias = "parallel", default_value_t = 1)]
     streams: u32,
+    /// Print an interval report every SECONDS: per connection bytes, rate, retransmits, cwnd
+    /// and RTT (TCP_INFO), and the verified payload (iperf3's -i; 0: none).
+    #[arg(short = 'i', long, value_parser = parse_duration, default_value = "1", value_name = "SECONDS")]
+    interval: Duration,
+    /// Leave the first SECONDS (TCP slow start) out of the summary; the run gets that much
+    /// longer (iperf3's -O).
+    #[arg(short = 'O', long, value_parser = parse_duration, default_value = "0", value_name = "SECONDS")]
+    omit: Duration,
+    /// Units of rates and amounts: a (automatic, default), k, m, g, t (bits/sec), K, M, G, T
+    /// (Bytes/sec) (iperf3's -f).
+    #[arg(short = 'f', long, value_parser = Format::parse, default_value = "a")]
+    format: Format,
+    /// Write the report (and the JSON) to FILE, appended, instead of stdout (iperf3's --logfile).
+    #[arg(long, value_name = "FILE")]
+    logfile: Option<PathBuf>,
+    /// Local address to connect from (iperf3's -B).
+    #[arg(short = 'B', long, value_name = "ADDR")]
+    bind: Option<IpAddr>,
+    /// Local port to connect from (iperf3's --cport).
+    #[arg(long, value_name = "PORT")]
+    cport: Option<u16>,
     /// Spread each stream over all connections (default: one connection per stream, round-robin).
     #[arg(long)]
     aggregate: bool,
     /// At this time (seconds), move every stream from the first connection to the second and
     /// close the first.
-    #[arg(long)]
-    migrate_at: Option<f64>,
+    #[arg(long, value_parser = parse_duration, value_name = "SECONDS")]
+    migrate_at: Option<Duration>,
     /// Largest record plaintext (default 16384; ~1400 smooths multipath reordering).
     #[arg(long, value_parser = parse_size)]
     record_size: Option<u64>,
@@ -191,16 +230,16 @@ struct PerfArgs {
     /// into place. The JSON's zero_copy_bytes / copied_bytes count the client's received bytes.
     #[arg(long)]
     no_zero_copy: bool,
-    /// Keep TLS session tickets in FILE: not supported (rustls 0.23 cannot serialize client
-    /// tickets); use --zero-rtt, which fetches a ticket with a warm-up session in the same run.
-    #[arg(long)]
-    session_cache: Option<PathBuf>,
     /// 0-RTT: a warm-up session fetches a session ticket, then the measured session resumes
     /// and sends its first request as TLS early data (JSON: resumed, early_data_accepted).
     #[arg(long)]
     zero_rtt: bool,
+    /// Not supported (rustls 0.23 cannot serialize client tickets): hidden from --help, and
+    /// refused with that reason for scripts that still pass it.
+    #[arg(long, hide = true)]
+    session_cache: Option<PathBuf>,
     /// Cap the sender's rate on each connection, in bits per second, e.g. 100M (Rate Limit
-    /// frame to the server for --download; our own pacing for --upload).
+    /// frame to the server for --download; our own pacing for --upload) (iperf3's -b).
     #[arg(long, value_parser = parse_rate)]
     rate_limit: Option<u64>,
     /// Ask the server to switch its TCP congestion control, e.g. reno, bbr (applied if its
@@ -212,12 +251,26 @@ struct PerfArgs {
     user_timeout: Option<u64>,
     #[command(flatten)]
     trust: TrustArgs,
-    /// Print the summary as JSON on stdout.
-    #[arg(long)]
+    /// Print the report as one JSON document on stdout at the end (iperf3's -J).
+    #[arg(short = 'J', long)]
     json: bool,
 }
 
+/// Exit status after Ctrl-C (128 + SIGINT, as shells report it), for every subcommand.
+const EXIT_INTERRUPTED: u8 = 130;
+
+/// How a command ended, when it did not fail.
+enum Ended {
+    Done,
+    /// Ctrl-C: what was done is reported; the exit status is 130.
+    Interrupted,
+}
+
 fn main() -> ExitCode {
+    if let Some(hint) = iperf3::hint(std::env::args()) {
+        eprintln!("tcpls perf: {hint}");
+        return ExitCode::from(2);
+    }
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
@@ -227,7 +280,8 @@ fn main() -> ExitCode {
         }
     };
     match runtime.block_on(run(cli.command)) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(Ended::Done) => ExitCode::SUCCESS,
+        Ok(Ended::Interrupted) => ExitCode::from(EXIT_INTERRUPTED),
         Err(e) => {
             eprintln!("tcpls: {e}");
             ExitCode::FAILURE
@@ -235,21 +289,22 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(command: Command) -> Result<(), String> {
+async fn run(command: Command) -> Result<Ended, String> {
+    let done = |r: Result<(), String>| r.map(|()| Ended::Done);
     match command {
-        Command::Cert { out, name } => cert(&out, &name),
+        Command::Cert { out, name } => done(cert(&out, &name)),
         Command::Serve(a) => serve_cmd(a).await,
         Command::Connect { addr, trust, alpn } => {
             let (target, name, tls) = client_setup(&addr, &trust, &alpn)?;
-            connect::run(target, name, tls).await
+            done(connect::run(target, name, tls).await)
         }
         Command::Perf(a) => perf_cmd(a).await,
-        Command::Demo { bytes, json } => demo(bytes, json).await,
-        Command::Tm3(a) => tm3::run(a).await,
-        Command::Tunnel(a) => tunnel::run(a).await,
+        Command::Demo { bytes, json } => done(demo(bytes, json).await),
+        Command::Tm3(a) => done(tm3::run(a).await),
+        Command::Tunnel(a) => done(tunnel::run(a).await),
         Command::Probe { probe, trust } => {
             let (target, name, tls) = client_setup(&probe.addr, &trust, &[])?;
-            probe::run(probe, target, name, tls).await
+            done(probe::run(probe, target, name, tls).await)
         }
     }
 }
@@ -298,7 +353,10 @@ fn server_tls(
     let (certs, key) = match (cert, key) {
         (Some(c), Some(k)) => (tlsconf::load_certs(c)?, tlsconf::load_key(k)?),
         _ => {
-            eprintln!("tcpls: no --cert/--key: using an ephemeral self-signed certificate (clients need --insecure)");
+            logging::warn(
+                "serve",
+                "no --cert/--key: using an ephemeral self-signed certificate (clients need --insecure)",
+            );
             let (c, k) = tlsconf::self_signed(&[])?;
             let certs =
                 rustls_pemfile::certs(&mut c.as_bytes()).collect::<Result<Vec<_>, _>>().map_err(|e| e.to_string())?;
@@ -310,7 +368,7 @@ fn server_tls(
     tlsconf::server_config(certs, key, alpn, client_ca)
 }
 
-async fn serve_cmd(a: ServeArgs) -> Result<(), String> {
+async fn serve_cmd(a: ServeArgs) -> Result<Ended, String> {
     let mut tls = server_tls(a.cert.as_deref(), a.key.as_deref(), &a.alpn, None)?;
     // 0-RTT only where a replayed request does no harm: a perf request only asks for test
     // data (RESUMPTION.md); echo and the other modes refuse early data.
@@ -335,7 +393,7 @@ async fn serve_cmd(a: ServeArgs) -> Result<(), String> {
     let settings = probe::serve_settings(settings, &a.allow_cc);
     let listeners = serve::bind(&listen, tls, settings).await?;
     for l in &listeners {
-        eprintln!("tcpls serve: listening on {} (mode {:?})", l.local_addr(), a.mode);
+        logging::info("serve", &format!("listening on {} (mode {})", l.local_addr(), a.mode));
     }
     serve::run(
         listeners,
@@ -348,14 +406,14 @@ async fn serve_cmd(a: ServeArgs) -> Result<(), String> {
         },
     )
     .await
+    .map(|interrupted| if interrupted { Ended::Interrupted } else { Ended::Done })
 }
 
-async fn perf_cmd(a: PerfArgs) -> Result<(), String> {
+async fn perf_cmd(a: PerfArgs) -> Result<Ended, String> {
     if let Some(file) = &a.session_cache {
         return Err(format!(
-            "--session-cache {}: keeping tickets in a file is not supported: rustls 0.23 has no public way to \
-             serialize a client's TLS 1.3 tickets; --zero-rtt resumes within one run instead (a warm-up session \
-             fetches the ticket)",
+            "--session-cache {}: keeping tickets in a file is not supported (rustls 0.23 cannot serialize a \
+             client's TLS 1.3 tickets); --zero-rtt resumes within one run instead",
             file.display()
         ));
     }
@@ -365,15 +423,40 @@ async fn perf_cmd(a: PerfArgs) -> Result<(), String> {
     if a.streams == 0 {
         return Err("--streams must be at least 1".into());
     }
-    let (_, server_name, mut tls) = client_setup(&a.addr, &a.trust, &[])?;
+    if a.bytes == Some(0) {
+        return Err("--bytes must be above 0 (for a timed run use --time, e.g. --time 10)".into());
+    }
+    if a.time.is_some_and(|t| t.is_zero()) {
+        return Err("--time must be above 0 (e.g. --time 10, --time 500ms)".into());
+    }
+    let addr = a.addr.or(a.client).ok_or("no server address: give ADDR (or -c ADDR)")?;
+    let addr = match a.port {
+        Some(port) => with_port(&addr, port)?,
+        None => addr,
+    };
+    let (_, server_name, mut tls) = client_setup(&addr, &a.trust, &[])?;
     tls.enable_early_data = a.zero_rtt;
-    let addrs = resolve(&a.addr)?;
+    let addrs = resolve(&addr)?;
     let mut paths = Vec::new();
     for p in &a.path {
         paths.push(*resolve(p)?.first().ok_or_else(|| format!("{p} resolved to no address"))?);
     }
     if (a.aggregate || a.migrate_at.is_some()) && paths.is_empty() {
         return Err("--aggregate and --migrate-at need at least one --path".into());
+    }
+    let bind = match (a.bind, a.cport) {
+        (None, None) => None,
+        (ip, port) => {
+            let ip = ip.unwrap_or(if addrs[0].is_ipv4() {
+                std::net::Ipv4Addr::UNSPECIFIED.into()
+            } else {
+                std::net::Ipv6Addr::UNSPECIFIED.into()
+            });
+            Some(SocketAddr::new(ip, port.unwrap_or(0)))
+        }
+    };
+    if bind.is_some() && a.zero_rtt {
+        return Err("-B/--cport cannot be combined with --zero-rtt".into());
     }
     let mut settings =
         SessionConfig { failover: !a.no_failover, zero_copy: !a.no_zero_copy, ..SessionConfig::default() };
@@ -383,44 +466,93 @@ async fn perf_cmd(a: PerfArgs) -> Result<(), String> {
         }
         settings.record_size = r as usize;
     }
-    let millis = a.time.map(|t| (t * 1000.0) as u64).unwrap_or(0);
-    let bytes = if millis > 0 { None } else { Some(a.bytes.unwrap_or(1 << 30)) };
+    if let Some(bps) = a.rate_limit.filter(|_| !a.download) {
+        // What we queue beyond what the pacing lets out in a quarter second only makes the
+        // sender's count run ahead of the wire (and is dropped at the deadline).
+        let quarter_second = usize::try_from(bps / 8 / 4).unwrap_or(usize::MAX);
+        settings.stream_send_buffer = quarter_second.clamp(64 << 10, settings.stream_send_buffer);
+    }
+    // iperf3's default: a 10 s run.
+    let time = match (a.bytes, a.time) {
+        (None, None) => Some(Duration::from_secs(10)),
+        (_, t) => t,
+    };
+    if let (Some(at), Some(t)) = (a.migrate_at, time) {
+        if at >= t + a.omit {
+            logging::warn(
+                "perf",
+                &format!(
+                    "--migrate-at {:.2} s is not before the end of the run ({:.2} s): nothing will be migrated",
+                    at.as_secs_f64(),
+                    (t + a.omit).as_secs_f64()
+                ),
+            );
+        }
+    }
+    let out = match &a.logfile {
+        Some(path) => Out::file(path)?,
+        None => Out::stdout(),
+    };
+    let output = Output { out, json: a.json, format: a.format };
     let opts = perf::PerfOptions {
         addrs,
         paths,
         aggregate: a.aggregate,
-        migrate_at: a.migrate_at.map(std::time::Duration::from_secs_f64),
+        migrate_at: a.migrate_at,
         server_name,
         tls,
         settings,
-        direction: if a.download { Direction::Download } else { Direction::Upload },
-        bytes,
-        millis,
+        mode: if a.bidir {
+            perf::Mode::Bidir
+        } else if a.download {
+            perf::Mode::Download
+        } else {
+            perf::Mode::Upload
+        },
+        bytes: a.bytes,
+        time,
+        omit: a.omit,
+        interval: (!a.interval.is_zero()).then_some(a.interval),
         streams: a.streams,
-        json: a.json,
-        quiet: false,
+        bind,
         ext: probe::PerfExt {
             rate_limit_bps: a.rate_limit,
             peer_cc: a.peer_cc,
-            user_timeout: a.user_timeout.map(std::time::Duration::from_millis),
+            user_timeout: a.user_timeout.map(Duration::from_millis),
         },
         zero_rtt: a.zero_rtt,
+        output: Some(output.clone()),
     };
-    let report = perf::run(opts).await?;
-    output(&report, a.json)?;
+    let interrupted = interrupt_watch("perf", "stopping the transfer and printing what was done");
+    let report = perf::run(opts, interrupted).await?;
+    perf_report::print(&report, &output)?;
     if !report.verified {
         return Err("payload verification failed: bytes were lost, duplicated or corrupted".into());
     }
-    Ok(())
+    Ok(if report.interrupted { Ended::Interrupted } else { Ended::Done })
 }
 
-fn output(report: &perf::PerfReport, json: bool) -> Result<(), String> {
-    if json {
-        println!("{}", serde_json::to_string_pretty(report).map_err(|e| e.to_string())?);
-    } else {
-        perf::print_human(report);
-    }
-    Ok(())
+/// `ADDR` with its port replaced by `port` (`-p`).
+fn with_port(addr: &str, port: u16) -> Result<String, String> {
+    let host = host_of(addr);
+    Ok(if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") })
+}
+
+/// Turns true at the first Ctrl-C (the command then winds down and reports); a second Ctrl-C
+/// ends the process at once, with the same exit status.
+fn interrupt_watch(command: &'static str, what: &'static str) -> tokio::sync::watch::Receiver<bool> {
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_err() {
+            return;
+        }
+        logging::info(command, &format!("interrupted: {what} (Ctrl-C again to quit at once)"));
+        let _ = tx.send(true);
+        if tokio::signal::ctrl_c().await.is_ok() {
+            std::process::exit(i32::from(EXIT_INTERRUPTED));
+        }
+    });
+    rx
 }
 
 /// A loopback server and client in one process: the quickest way to see TCPLS work.
@@ -448,29 +580,37 @@ async fn demo(bytes: u64, json: bool) -> Result<(), String> {
     for (direction, streams, bytes) in runs {
         let name = tcpls::server_name_for("localhost").map_err(|e| e.to_string())?;
         let tls = tlsconf::client_config(None, true, &[], None)?;
-        let report = perf::run(perf::PerfOptions {
-            addrs: vec![addr],
-            paths: Vec::new(),
-            aggregate: false,
-            migrate_at: None,
-            server_name: name,
-            tls,
-            settings: SessionConfig::default(),
-            direction,
-            bytes: Some(bytes),
-            millis: 0,
-            streams,
-            json,
-            quiet: json,
-            ext: probe::PerfExt::default(),
-            zero_rtt: false,
-        })
+        let report = perf::run(
+            perf::PerfOptions {
+                addrs: vec![addr],
+                paths: Vec::new(),
+                aggregate: false,
+                migrate_at: None,
+                server_name: name,
+                tls,
+                settings: SessionConfig::default(),
+                mode: match direction {
+                    Direction::Upload => perf::Mode::Upload,
+                    Direction::Download => perf::Mode::Download,
+                },
+                bytes: Some(bytes),
+                time: None,
+                omit: Duration::ZERO,
+                interval: None,
+                streams,
+                bind: None,
+                ext: probe::PerfExt::default(),
+                zero_rtt: false,
+                output: None,
+            },
+            tokio::sync::watch::channel(false).1,
+        )
         .await?;
         if !report.verified {
             return Err("demo transfer failed verification".into());
         }
         if !json {
-            perf::print_human(&report);
+            println!("{}", perf_report::one_line(&report));
         }
         reports.push(report);
     }

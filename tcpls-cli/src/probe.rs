@@ -187,15 +187,16 @@ pub struct PerfExt {
 }
 
 impl PerfExt {
-    /// Applies the options to the session's connections before the transfer starts. `upload`:
-    /// we are the sender, so the rate limit is ours; otherwise the server is asked to pace.
-    pub fn apply(&self, session: &Session, conns: &[ConnId], upload: bool) -> Result<(), String> {
+    /// Applies the options to the session's connections before the transfer starts. The rate
+    /// limit paces our own sending (`we_send`) and asks the server to pace its (`peer_sends`).
+    pub fn apply(&self, session: &Session, conns: &[ConnId], we_send: bool, peer_sends: bool) -> Result<(), String> {
         for &conn in conns {
             if let Some(bps) = self.rate_limit_bps {
                 let bytes = (bps / 8).max(1);
-                if upload {
+                if we_send {
                     session.set_send_rate_limit(conn, bytes);
-                } else {
+                }
+                if peer_sends {
                     session.set_peer_rate_limit(conn, bytes).map_err(|e| format!("--rate-limit: {e}"))?;
                 }
             }

@@ -180,3 +180,37 @@ impl ServerCertVerifier for NoVerification {
         self.0.signature_verification_algorithms.supported_schemes()
     }
 }
+
+/// A connection error as a user should read it: what failed and, for the usual TLS mistakes,
+/// what to do about it.
+pub fn explain(e: &std::io::Error) -> String {
+    use rustls::{CertificateError, Error as Tls};
+    use tcpls::proto::Error as Session;
+    let Some(session_error) = e.get_ref().and_then(|inner| inner.downcast_ref::<Session>()) else {
+        return e.to_string();
+    };
+    let advice = match session_error {
+        Session::Tls(Tls::InvalidCertificate(CertificateError::UnknownIssuer)) => {
+            "the server's certificate is not signed by a CA we trust (UnknownIssuer): pass the server's \
+             certificate or its CA with --ca FILE, or use --insecure for a test"
+        }
+        Session::Tls(Tls::InvalidCertificate(CertificateError::BadSignature)) => {
+            "the server's certificate does not verify against the --ca certificate (BadSignature): is --ca the \
+             right file for this server? (--insecure for a test)"
+        }
+        Session::Tls(Tls::InvalidCertificate(
+            CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+        )) => "the server's certificate does not name this host (NotValidForName): use --server-name NAME with a name it has",
+        Session::Tls(Tls::InvalidCertificate(CertificateError::Expired | CertificateError::ExpiredContext { .. })) => {
+            "the server's certificate has expired"
+        }
+        Session::Tls(Tls::InvalidMessage(_)) => {
+            "the server does not speak TLS (its first bytes are not a TLS record): check the address and port"
+        }
+        Session::PeerAlert(116) => {
+            "the server requires a client certificate (CertificateRequired): pass --cert FILE --key FILE"
+        }
+        _ => return e.to_string(),
+    };
+    format!("TLS handshake failed: {advice}")
+}

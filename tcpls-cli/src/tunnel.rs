@@ -105,7 +105,7 @@ struct Mode {
 
 /// Runs `tcpls tunnel ...` until an error (both ends otherwise run forever).
 pub async fn run(args: TunnelArgs) -> Result<(), String> {
-    crate::logging::init(args.verbose);
+    crate::logging::init("tunnel", args.verbose);
     match args.cmd {
         TunnelCommand::Server { listen, cert, key, client_ca, json } => {
             server(&listen, cert, key, client_ca, json).await.map_err(|e| format!("tunnel server: {e}"))
