@@ -50,6 +50,9 @@ enum Command {
         /// Extra DNS names or IP addresses for the certificate.
         #[arg(long)]
         name: Vec<String>,
+        /// Replace cert.pem and key.pem if they exist (default: refuse).
+        #[arg(long)]
+        force: bool,
     },
     /// Run a TCPLS server (plain TLS clients are served too, through fallback).
     #[command(
@@ -292,7 +295,7 @@ fn main() -> ExitCode {
 async fn run(command: Command) -> Result<Ended, String> {
     let done = |r: Result<(), String>| r.map(|()| Ended::Done);
     match command {
-        Command::Cert { out, name } => done(cert(&out, &name)),
+        Command::Cert { out, name, force } => done(cert(&out, &name, force)),
         Command::Serve(a) => serve_cmd(a).await,
         Command::Connect { addr, trust, alpn } => {
             let (target, name, tls) = client_setup(&addr, &trust, &alpn)?;
@@ -309,10 +312,18 @@ async fn run(command: Command) -> Result<Ended, String> {
     }
 }
 
-fn cert(out: &Path, names: &[String]) -> Result<(), String> {
+fn cert(out: &Path, names: &[String], force: bool) -> Result<(), String> {
+    let (cert_path, key_path) = (out.join("cert.pem"), out.join("key.pem"));
+    if !force {
+        if let Some(existing) = [&cert_path, &key_path].into_iter().find(|p| p.exists()) {
+            return Err(format!(
+                "{} exists: not overwriting it (pass --force to replace the certificate and key)",
+                existing.display()
+            ));
+        }
+    }
     let (cert, key) = tlsconf::self_signed(names)?;
     std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
-    let (cert_path, key_path) = (out.join("cert.pem"), out.join("key.pem"));
     std::fs::write(&cert_path, cert).map_err(|e| format!("cannot write {}: {e}", cert_path.display()))?;
     write_private(&key_path, key.as_bytes())?;
     println!("wrote {} and {}", cert_path.display(), key_path.display());
@@ -337,7 +348,7 @@ fn client_setup(
     trust: &TrustArgs,
     alpn: &[String],
 ) -> Result<(SocketAddr, rustls::pki_types::ServerName<'static>, rustls::ClientConfig), String> {
-    let target = *resolve(addr)?.first().ok_or("no address")?;
+    let target = *resolve(addr)?.first().ok_or_else(|| format!("{addr} resolved to no address"))?;
     let name = trust.server_name.clone().unwrap_or_else(|| host_of(addr));
     let name = tcpls::server_name_for(&name).map_err(|e| e.to_string())?;
     let tls = tlsconf::client_config(trust.ca.as_deref(), trust.insecure, alpn, trust.cipher.as_deref())?;

@@ -10,7 +10,7 @@ use tcpls::{RecvStream, SendStream, Session, SessionConfig, TcplsListener};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Semaphore;
 
-use crate::perf_proto::{encode_report, Direction, Request, REQUEST_LEN};
+use crate::perf_proto::{encode_report, Direction, Request, NOT_A_PERF_REQUEST, REQUEST_LEN};
 use crate::transfer::{deadline, receive_pattern, send_pattern, until};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -172,8 +172,21 @@ async fn serve_session(session: Session, peer: SocketAddr, mode: Mode, json: boo
 
 async fn perf_stream(mut send: SendStream, mut recv: RecvStream) -> std::io::Result<()> {
     let mut header = [0u8; REQUEST_LEN];
-    recv.read_exact(&mut header).await?;
-    let request = Request::decode(&header).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+    let request = match recv.read_exact(&mut header).await {
+        Ok(_) => Request::decode(&header),
+        Err(e) => Err(format!("no perf request ({e})")),
+    };
+    let request = match request {
+        Ok(r) => r,
+        Err(e) => {
+            // Tell the client why (`tcpls connect` explains NOT_A_PERF_REQUEST).
+            let _ = send.reset(NOT_A_PERF_REQUEST);
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("{e}: this server runs in perf mode, for `tcpls perf`"),
+            ));
+        }
+    };
     let counter = AtomicU64::new(0);
     // The pattern position counts payload bytes only, so the client's header does not shift it.
     match request.direction {

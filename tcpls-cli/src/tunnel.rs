@@ -130,13 +130,18 @@ async fn server(
     for a in conc.local_addrs() {
         eprintln!("tcpls tunnel server: listening on {a}");
     }
-    conc.run(move |s| {
+    let served = conc.run(move |s| {
         if json {
             println!("{}", summary_json(&s));
         }
-    })
-    .await
-    .map_err(|e| e.to_string())
+    });
+    tokio::select! {
+        r = served => r.map_err(|e| e.to_string()),
+        _ = tokio::signal::ctrl_c() => {
+            crate::logging::info("tunnel server", "interrupted (Ctrl-C): stopping");
+            std::process::exit(crate::EXIT_INTERRUPTED.into());
+        }
+    }
 }
 
 /// The `--json` line of one ended session.
@@ -187,7 +192,18 @@ async fn client(a: ClientArgs) -> Result<(), String> {
         "tcpls tunnel client: session to {concentrator} ({conns} connection(s)), accepting on {listen} ({})",
         describe(&frontend)
     );
-    client.serve(listener, frontend).await.map_err(|e| e.to_string())
+    tokio::select! {
+        r = client.serve(listener, frontend) => r.map_err(|e| e.to_string()),
+        _ = tokio::signal::ctrl_c() => {
+            // Close the session properly (close_notify), so the concentrator ends it at once.
+            crate::logging::info("tunnel client", "interrupted (Ctrl-C): closing the session");
+            let session = client.session();
+            if tokio::time::timeout(std::time::Duration::from_secs(2), session.close()).await.is_err() {
+                session.abort();
+            }
+            std::process::exit(crate::EXIT_INTERRUPTED.into());
+        }
+    }
 }
 
 fn describe(f: &Frontend) -> String {
