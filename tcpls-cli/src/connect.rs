@@ -9,13 +9,24 @@ use tokio::io::AsyncWriteExt;
 
 use crate::logging;
 use crate::perf_proto::NOT_A_PERF_REQUEST;
+use crate::session_info::{describe, Trust};
 
-pub async fn run(addr: SocketAddr, server_name: ServerName<'static>, tls: rustls::ClientConfig) -> Result<(), String> {
-    let session = TcplsConnector::new(Arc::new(tls))
-        .connect(addr, server_name)
+/// `show`: print the negotiated session on stderr (`-v`, `--show-session`).
+pub async fn run(
+    addr: SocketAddr,
+    server_name: ServerName<'static>,
+    tls: rustls::ClientConfig,
+    show: Option<Trust<'_>>,
+) -> Result<(), String> {
+    let started = std::time::Instant::now();
+    let (session, outcome) = TcplsConnector::new(Arc::new(tls))
+        .connect_detailed(addr, server_name)
         .await
         .map_err(|e| format!("cannot connect to {addr}: {}", crate::tlsconf::explain(&e)))?;
-    if session.is_fallback() {
+    if let Some(trust) = show {
+        logging::info("connect", &format!("connected to {addr}"));
+        eprintln!("{}", describe(&session, &outcome, trust, started.elapsed()));
+    } else if session.is_fallback() {
         let alpn = session
             .handshake_info()
             .and_then(|i| i.alpn)

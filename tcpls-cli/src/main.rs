@@ -10,6 +10,7 @@ mod perf_proto;
 mod perf_report;
 mod probe;
 mod serve;
+mod session_info;
 mod tlsconf;
 mod tm3;
 mod transfer;
@@ -35,6 +36,10 @@ use crate::units::Format;
 #[derive(Parser)]
 #[command(name = "tcpls", version, about = "TCPLS: many streams over TCP and TLS 1.3 (servers, clients, measurements)")]
 struct Cli {
+    /// Append the TLS secrets of every handshake to FILE in the NSS key log format (for
+    /// Wireshark), like SSLKEYLOGFILE=FILE, which is honoured too.
+    #[arg(long, global = true, value_name = "FILE")]
+    keylog: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -60,7 +65,9 @@ enum Command {
     )]
     Serve(ServeArgs),
     /// Connect and relay stdin to stream 0 and stream 0 to stdout (plain TLS servers work too).
-    #[command(after_help = "Example:\n  echo hello | tcpls connect 127.0.0.1:4443 --ca tcpls-cert/cert.pem")]
+    #[command(
+        after_help = "Examples:\n  echo hello | tcpls connect 127.0.0.1:4443 --ca tcpls-cert/cert.pem\n  tcpls connect 127.0.0.1:4443 --insecure --show-session --keylog keys.txt < /dev/null"
+    )]
     Connect {
         /// Server address: HOST:PORT, [V6]:PORT or HOST (port 4443).
         addr: String,
@@ -69,6 +76,10 @@ enum Command {
         /// ALPN ids to offer after tcpls/1 (used when the server speaks plain TLS).
         #[arg(long)]
         alpn: Vec<String>,
+        /// Print the negotiated session on stderr, like `openssl s_client`: TCPLS or fallback
+        /// (and why), cipher, ALPN, resumption, the server's certificate, the connections.
+        #[arg(short = 'v', long, visible_alias = "verbose")]
+        show_session: bool,
     },
     /// Measure goodput against `tcpls serve --mode perf`; every byte is verified.
     #[command(
@@ -275,6 +286,11 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     let cli = Cli::parse();
+    if let Some(file) = &cli.keylog {
+        // rustls' KeyLogFile (tlsconf.rs) writes where SSLKEYLOGFILE says. Set before any
+        // thread starts, so nothing reads the environment concurrently.
+        std::env::set_var("SSLKEYLOGFILE", file);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
@@ -297,9 +313,14 @@ async fn run(command: Command) -> Result<Ended, String> {
     match command {
         Command::Cert { out, name, force } => done(cert(&out, &name, force)),
         Command::Serve(a) => serve_cmd(a).await,
-        Command::Connect { addr, trust, alpn } => {
+        Command::Connect { addr, trust, alpn, show_session } => {
             let (target, name, tls) = client_setup(&addr, &trust, &alpn)?;
-            done(connect::run(target, name, tls).await)
+            let show = show_session.then(|| match (&trust.ca, trust.insecure) {
+                (_, true) => session_info::Trust::Insecure,
+                (Some(ca), false) => session_info::Trust::Ca(ca),
+                (None, false) => session_info::Trust::SystemRoots,
+            });
+            done(connect::run(target, name, tls, show).await)
         }
         Command::Perf(a) => perf_cmd(a).await,
         Command::Demo { bytes, json } => done(demo(bytes, json).await),

@@ -28,6 +28,13 @@ pub fn provider(cipher: Option<&str>) -> Result<Arc<CryptoProvider>, String> {
     Ok(Arc::new(CryptoProvider { cipher_suites: suites, ..aws_lc_rs::default_provider() }))
 }
 
+/// The TLS secrets of every handshake, in the NSS key log format that Wireshark reads, go to
+/// the file named by SSLKEYLOGFILE (`--keylog FILE` sets it): rustls' own `KeyLogFile`, which
+/// does nothing when the variable is not set.
+fn key_log() -> Arc<dyn rustls::KeyLog> {
+    Arc::new(rustls::KeyLogFile::new())
+}
+
 pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     let data = std::fs::read(path).map_err(|e| format!("cannot read certificate {}: {e}", path.display()))?;
     let certs: Result<Vec<_>, _> = rustls_pemfile::certs(&mut &data[..]).collect();
@@ -85,6 +92,7 @@ pub fn server_config(
         builder.with_single_cert(certs, key).map_err(|e| format!("certificate and key do not match: {e}"))?;
     // Plain TLS clients may offer these (after tcpls/1, which the library puts first).
     config.alpn_protocols = alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
+    config.key_log = key_log();
     Ok(config)
 }
 
@@ -121,9 +129,8 @@ pub fn client_config_with_identity(
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?;
     let mut config = if insecure {
-        with_identity(
-            builder.dangerous().with_custom_certificate_verifier(Arc::new(NoVerification(provider(cipher)?))),
-        )?
+        let verifier = crate::session_info::Recording::wrap(Arc::new(NoVerification(provider(cipher)?)));
+        with_identity(builder.dangerous().with_custom_certificate_verifier(verifier))?
     } else {
         let mut roots = RootCertStore::empty();
         match ca {
@@ -138,9 +145,21 @@ pub fn client_config_with_identity(
                 }
             }
         }
-        with_identity(builder.with_root_certificates(roots))?
+        if roots.is_empty() {
+            // Nothing to verify against: every certificate fails with UnknownIssuer.
+            with_identity(builder.with_root_certificates(roots))?
+        } else {
+            let webpki =
+                rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider(cipher)?)
+                    .build()
+                    .map_err(|e| format!("cannot use the CA certificates: {e}"))?;
+            // Keeps the server's certificate for `connect --show-session`.
+            let verifier = crate::session_info::Recording::wrap(webpki);
+            with_identity(builder.dangerous().with_custom_certificate_verifier(verifier))?
+        }
     };
     config.alpn_protocols = alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
+    config.key_log = key_log();
     Ok(config)
 }
 

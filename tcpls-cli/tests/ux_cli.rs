@@ -98,3 +98,65 @@ fn tunnel_client_ctrl_c_closes_the_session() {
     let v: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
     assert!(v["error"].is_null(), "the session ended with an error: {v:#}\n{}", conc.diagnostics());
 }
+
+/// `connect -v` shows the session as `openssl s_client` does; `--keylog FILE` (client and
+/// server) and SSLKEYLOGFILE (the perf client) write the NSS key log of the same handshakes.
+#[test]
+fn show_session_and_keylog() {
+    let dir = TempDir::new("keylog");
+    let (cert, key) = make_cert(dir.path(), "c");
+    let (client_keys, server_keys) = (dir.path().join("client.keys"), dir.path().join("server.keys"));
+    let mut server = serve(
+        LOCALHOST_V4,
+        &["--mode", "echo", "--sessions", "2", "--cert", cert.to_str().unwrap(), "--key", key.to_str().unwrap()]
+            .into_iter()
+            .chain(["--keylog", server_keys.to_str().unwrap()])
+            .collect::<Vec<_>>(),
+    );
+    let mut connect = tcpls();
+    connect.args(["connect", &server.target(), "-v", "--ca"]).arg(&cert).arg("--keylog").arg(&client_keys);
+    let done = run(&mut connect, Some(b"hi".to_vec()), SHORT).success();
+    assert_eq!(done.stdout, b"hi");
+    for needle in [
+        "Protocol    : TCPLS (tcpls/1) over TLS 1.3",
+        "Cipher      : TLS13_AES_128_GCM_SHA256",
+        "ALPN        : tcpls/1",
+        "no (full handshake)",
+        "names     : localhost, 127.0.0.1, ::1",
+        "expires in",
+        "verified against --ca",
+        "Connections : 1",
+    ] {
+        assert!(done.stderr.contains(needle), "{needle:?} missing: {}", done.describe());
+    }
+    assert!(!done.stderr.contains("Some("), "Debug text in the output: {}", done.describe());
+
+    let lines = |path: &std::path::Path| -> Vec<(String, String)> {
+        let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        text.lines()
+            .map(|l| {
+                let parts: Vec<&str> = l.split(' ').collect();
+                assert_eq!(parts.len(), 3, "not an NSS key log line: {l}");
+                assert_eq!(parts[1].len(), 64, "client random of 32 bytes: {l}");
+                assert!(parts[1..].iter().all(|p| p.chars().all(|c| c.is_ascii_hexdigit())), "{l}");
+                (parts[0].to_string(), parts[1].to_string())
+            })
+            .collect()
+    };
+    let client = lines(&client_keys);
+    assert!(client.iter().any(|(label, _)| label == "CLIENT_TRAFFIC_SECRET_0"), "{client:?}");
+    // A perf run with SSLKEYLOGFILE appends to the same file: a second client random.
+    let mut perf = tcpls();
+    perf.env("SSLKEYLOGFILE", &client_keys).args(["perf", &server.target(), "--insecure", "--bytes", "1M"]);
+    let done = run(&mut perf, None, SHORT);
+    // The server is in echo mode: perf fails, but its handshake was logged.
+    assert!(!done.status.success());
+    server.expect_exit();
+    let client = lines(&client_keys);
+    let randoms: std::collections::BTreeSet<&String> = client.iter().map(|(_, r)| r).collect();
+    assert_eq!(randoms.len(), 2, "two handshakes logged: {client:?}");
+    let server_side = lines(&server_keys);
+    for r in randoms {
+        assert!(server_side.iter().any(|(_, s)| s == r), "the server logged the same handshake {r}");
+    }
+}
