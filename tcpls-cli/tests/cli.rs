@@ -1,4 +1,4 @@
-//! End-to-end tests of the `tcpls` command line (docs: /work/shared/design/CLI.md): real
+//! End-to-end tests of the `tcpls` command line (docs/CLI.md): real
 //! `tcpls serve` and `tcpls perf` / `tcpls connect` processes talking over loopback.
 
 #![allow(clippy::unwrap_used)]
