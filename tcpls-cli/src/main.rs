@@ -281,6 +281,7 @@ enum Ended {
 }
 
 fn main() -> ExitCode {
+    tlsconf::warm_up_crypto();
     if let Some(hint) = iperf3::hint(std::env::args()) {
         eprintln!("tcpls perf: {hint}");
         return ExitCode::from(2);

@@ -28,6 +28,33 @@ pub fn provider(cipher: Option<&str>) -> Result<Arc<CryptoProvider>, String> {
     Ok(Arc::new(CryptoProvider { cipher_suites: suites, ..aws_lc_rs::default_provider() }))
 }
 
+/// The warm-up thread of [`warm_up_crypto`], until someone waits for it.
+static WARM_UP: std::sync::Mutex<Option<std::thread::JoinHandle<()>>> = std::sync::Mutex::new(None);
+
+/// Starts the crypto library's random generator on a thread of its own. aws-lc-rs seeds it on
+/// first use, once per process, from its CPU jitter entropy source, which takes tens of
+/// milliseconds (50-100 ms measured here, docs/PERFORMANCE.md "Cold start"); without this the
+/// first handshake pays for it, as its ClientHello needs a random. Called first thing in `main`,
+/// it runs while the arguments are parsed, the certificates loaded and the TCP connection made.
+pub fn warm_up_crypto() {
+    let started = std::thread::Builder::new().name("crypto-warm-up".into()).spawn(|| {
+        let mut seed = [0u8; 32];
+        let _ = aws_lc_rs::default_provider().secure_random.fill(&mut seed);
+    });
+    if let Ok(handle) = started {
+        *WARM_UP.lock().unwrap_or_else(|p| p.into_inner()) = Some(handle);
+    }
+}
+
+/// Waits until [`warm_up_crypto`] is done (at once if it was not started or is done), so that a
+/// handshake timer started after it measures the handshake, not the crypto library's start.
+pub async fn crypto_ready() {
+    let handle = WARM_UP.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(handle) = handle {
+        let _ = tokio::task::spawn_blocking(move || handle.join()).await;
+    }
+}
+
 /// The TLS secrets of every handshake, in the NSS key log format that Wireshark reads, go to
 /// the file named by SSLKEYLOGFILE (`--keylog FILE` sets it): rustls' own `KeyLogFile`, which
 /// does nothing when the variable is not set.
