@@ -80,7 +80,8 @@ pub struct Sampled {
     pub at_end: Snapshot,
 }
 
-/// A final interval shorter than this fraction of `-i` is not shown (its rate would mislead).
+/// A final interval shorter than this fraction of `-i` is not printed (its rate would mislead);
+/// the JSON has it.
 const SHORTEST_LAST_INTERVAL: f64 = 0.1;
 
 impl Sampler {
@@ -106,9 +107,10 @@ impl Sampler {
             let now = self.snapshot().await;
             let length = now.at - prev.at;
             let shown = !ended || self.interval.is_some_and(|i| length >= SHORTEST_LAST_INTERVAL * i.as_secs_f64());
-            if shown && self.interval.is_some() {
+            if self.interval.is_some() {
                 let interval = self.interval_between(&prev, &now, boundary < self.omit);
-                if let Some(output) = &self.live {
+                // The JSON keeps every interval, so that they add up to the summary.
+                if let Some(output) = self.live.as_ref().filter(|_| shown) {
                     for line in interval_lines(&interval, output.format) {
                         output.out.line(&line);
                     }

@@ -133,7 +133,7 @@ fn paced_timed_runs_end_near_their_deadline_both_ways() {
         let done = run(perf(&server).args([way, "--rate-limit", "4M", "--time", "1", "--json"]), None, TIMEOUT);
         let wall = done.elapsed.as_secs_f64();
         assert!(done.status.success(), "{}", done.describe());
-        assert!(wall < 3.5, "{way} --rate-limit 4M --time 1 took {wall:.2} s: {}", done.describe());
+        assert!(wall < 5.0, "{way} --rate-limit 4M --time 1 took {wall:.2} s: {}", done.describe());
         let r = report(&done.stdout);
         assert!(r.verified, "{r:#?}");
         // About 0.5 MB/s for a second, allowing for the pacer's burst and a slow machine.
@@ -163,21 +163,26 @@ fn iperf3_short_options_and_json_intervals() {
     assert!(r.verified && !r.interrupted, "{r:#?}");
     assert!((0.4..0.8).contains(&r.omit_seconds), "omit: {r:#?}");
     assert!((1.3..3.0).contains(&r.seconds), "the measured time excludes the omitted 0.5 s: {r:#?}");
-    // 0.5 s omitted (one interval), then 1.5 s in intervals of 0.5 s.
+    // 0.5 s omitted (one interval), then 1.5 s in intervals of 0.5 s (and the end's remainder).
     let omitted = r.intervals.iter().filter(|i| i.omitted).count();
     let measured = r.intervals.iter().filter(|i| !i.omitted).count();
     assert_eq!(omitted, 1, "{:#?}", r.intervals);
-    assert!((3..=4).contains(&measured), "{:#?}", r.intervals);
+    assert!((3..=5).contains(&measured), "{:#?}", r.intervals);
     for pair in r.intervals.windows(2) {
         assert!((pair[1].start - pair[0].end).abs() < 1e-6, "intervals are contiguous: {:#?}", r.intervals);
     }
-    for i in &r.intervals {
+    // The last interval may be a short remainder.
+    for i in &r.intervals[..r.intervals.len() - 1] {
         assert!(i.bytes > 0 && i.bits_per_second > 0.0, "{i:#?}");
         let c = &i.connections[0];
         assert!(c.bytes_received >= i.bytes / 2, "the connection carried the payload: {i:#?}");
-        // On a download the sender's TCP figures are the server's (TCP Info frame).
-        assert!(c.rtt_us.is_some() && c.cwnd_segments.is_some() && c.retransmits.is_some(), "{i:#?}");
     }
+    // On a download the sender's TCP figures are the server's (TCP Info frame, answered within
+    // 200 ms, or left out of that interval).
+    let with_tcp_info = r.intervals.iter().map(|i| &i.connections[0]).filter(|c| {
+        c.rtt_us.is_some_and(|rtt| rtt > 0) && c.cwnd_segments.is_some_and(|w| w > 0) && c.retransmits.is_some()
+    });
+    assert!(with_tcp_info.count() >= 2, "the server's TCP_INFO in the intervals: {:#?}", r.intervals);
     let s = &r.summary[0];
     assert_eq!(s.direction, "download");
     let received = s.receiver.bytes.unwrap();
@@ -194,7 +199,7 @@ fn interval_lines_without_a_terminal_and_the_summary_lines() {
     let done = run(perf(&server).args(["--time", "1", "-i", "0.25", "-f", "m"]), None, TIMEOUT).success();
     let out = done.stdout_text();
     let sums = out.lines().filter(|l| l.starts_with("[SUM]") && l.contains("payload, verified")).count();
-    assert!((3..=5).contains(&sums), "four interval lines expected: {out}");
+    assert!((3..=6).contains(&sums), "about four interval lines expected: {out}");
     assert!(out.lines().any(|l| l.starts_with("[  0]") && l.contains(" sec ")), "per-connection lines: {out}");
     let sender = out.lines().find(|l| l.ends_with(" sender")).unwrap_or_else(|| panic!("no sender line: {out}"));
     let receiver = out.lines().find(|l| l.contains(" receiver")).unwrap_or_else(|| panic!("no receiver line: {out}"));
