@@ -83,7 +83,7 @@ enum Command {
     },
     /// Measure goodput against `tcpls serve --mode perf`; every byte is verified.
     #[command(
-        after_help = "Examples:\n  tcpls perf 127.0.0.1:4443 --insecure --bytes 2G\n  tcpls perf 127.0.0.1:4443 --insecure --streams 64 --bytes 256M --download --json"
+        after_help = "Examples:\n  tcpls perf 127.0.0.1:4443 --insecure --bytes 2G\n  tcpls perf 127.0.0.1:4443 --insecure --streams 64 --bytes 256M --download --json\n  tcpls perf -c 127.0.0.1 -p 4443 --insecure -t 2 -P 4 -R -O 1   (iperf3 style)\nServer: `tcpls serve --mode perf`. iperf3's options and their tcpls names: docs/CLI.md.\nExit status: 0 done, 1 failed, 2 usage error, 130 interrupted (Ctrl-C; the summary is printed)."
     )]
     Perf(PerfArgs),
     /// Start a server and a client on loopback and measure (no setup needed).
