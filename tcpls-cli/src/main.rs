@@ -377,7 +377,9 @@ fn client_setup(
     Ok((target, name, tls))
 }
 
+/// `command` names the subcommand in the warning about an ephemeral certificate.
 fn server_tls(
+    command: &str,
     cert: Option<&Path>,
     key: Option<&Path>,
     alpn: &[String],
@@ -387,7 +389,7 @@ fn server_tls(
         (Some(c), Some(k)) => (tlsconf::load_certs(c)?, tlsconf::load_key(k)?),
         _ => {
             logging::warn(
-                "serve",
+                command,
                 "no --cert/--key: using an ephemeral self-signed certificate (clients need --insecure)",
             );
             let (c, k) = tlsconf::self_signed(&[])?;
@@ -402,7 +404,7 @@ fn server_tls(
 }
 
 async fn serve_cmd(a: ServeArgs) -> Result<Ended, String> {
-    let mut tls = server_tls(a.cert.as_deref(), a.key.as_deref(), &a.alpn, None)?;
+    let mut tls = server_tls("serve", a.cert.as_deref(), a.key.as_deref(), &a.alpn, None)?;
     // 0-RTT only where a replayed request does no harm: a perf request only asks for test
     // data (RESUMPTION.md); echo and the other modes refuse early data.
     if a.mode == serve::Mode::Perf {

@@ -121,7 +121,7 @@ async fn server(
     client_ca: Option<PathBuf>,
     json: bool,
 ) -> Result<(), String> {
-    let tls = crate::server_tls(cert.as_deref(), key.as_deref(), &[], client_ca.as_deref())?;
+    let tls = crate::server_tls("tunnel server", cert.as_deref(), key.as_deref(), &[], client_ca.as_deref())?;
     let mut addrs = Vec::new();
     for l in listen {
         addrs.extend(resolve(l)?.into_iter().take(1));
