@@ -14,7 +14,7 @@ use tcpls::{RecvStream, SendStream, Session, SessionConfig, TcplsConnector};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
-use crate::perf_interval::{Counters, Sampled, Sampler, SenderView, Snapshot};
+use crate::perf_interval::{Counters, Sampled, Sampler, SenderView, Snapshot, SPREAD};
 use crate::perf_proto::{decode_report, Direction, Request, REPORT_LEN};
 use crate::perf_report::{ConnectionReport, DirectionSummary, EndSummary, MigrationReport, Output, PerfReport, HEADER};
 use crate::transfer::{receive_pattern, send_pattern, until, RecvEnd, SendEnd, TIME_UP};
@@ -143,8 +143,13 @@ pub async fn run(opts: PerfOptions, interrupted: watch::Receiver<bool>) -> Resul
 
     let start = Instant::now();
     let deadline = opts.time.map(|t| start + t + opts.omit);
-    let migration = spawn_migration(&opts, &session, &conns, start);
-    let counters = Arc::new(Counters::default());
+    // One counter per stream, in the order they are opened below, with its connection.
+    let steered = !opts.aggregate || opts.migrate_at.is_some();
+    let counters = Arc::new(Counters::new((0..opts.streams).flat_map(|i| {
+        let conn = if steered { conns[i as usize % conns.len()] } else { SPREAD };
+        opts.mode.directions().iter().map(move |d| (*d == Direction::Upload, conn))
+    })));
+    let migration = spawn_migration(&opts, &session, &conns, start, counters.clone());
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
     let sampler = Sampler {
         session: session.clone(),
@@ -162,6 +167,7 @@ pub async fn run(opts: PerfOptions, interrupted: watch::Receiver<bool>) -> Resul
 
     let mut early_stream = early_stream;
     let mut tasks = tokio::task::JoinSet::new();
+    let mut index = 0;
     for i in 0..opts.streams {
         for &direction in opts.mode.directions() {
             // With --zero-rtt, the first stream exists already and its request went as early data.
@@ -177,8 +183,15 @@ pub async fn run(opts: PerfOptions, interrupted: watch::Receiver<bool>) -> Resul
                 recv.request_steer(conn);
             }
             let request = Request { direction, seed: i, bytes: stream_bytes(&opts, i), millis };
-            let stream =
-                StreamTask { request, early, deadline, interrupted: interrupted.clone(), counters: counters.clone() };
+            let stream = StreamTask {
+                request,
+                early,
+                deadline,
+                interrupted: interrupted.clone(),
+                counters: counters.clone(),
+                index,
+            };
+            index += 1;
             tasks.spawn(stream.run(send, recv));
         }
     }
@@ -310,6 +323,7 @@ fn spawn_migration(
     session: &Session,
     conns: &[u32],
     start: Instant,
+    counters: Arc<Counters>,
 ) -> Arc<Mutex<Option<MigrationReport>>> {
     let report = Arc::new(Mutex::new(None));
     let Some(at) = opts.migrate_at else {
@@ -320,6 +334,9 @@ fn spawn_migration(
     tokio::spawn(async move {
         tokio::time::sleep_until((start + at).into()).await;
         let error = s.migrate(from, to).err().map(|e| e.to_string());
+        if error.is_none() {
+            counters.migrate(from, to);
+        }
         let done = MigrationReport { at_seconds: start.elapsed().as_secs_f64(), from, to, error };
         if let Some(output) = live {
             output.out.line(&match &done.error {
@@ -452,6 +469,8 @@ struct StreamTask {
     deadline: Option<Instant>,
     interrupted: watch::Receiver<bool>,
     counters: Arc<Counters>,
+    /// This stream's counter in `counters`.
+    index: usize,
 }
 
 impl StreamTask {
@@ -474,7 +493,8 @@ impl StreamTask {
                         () = ctrl_c => {}
                     }
                 };
-                let (sent, end) = send_pattern(&mut send, r.seed.into(), r.bytes, stop, &self.counters.upload)
+                let progress = &self.counters.streams[self.index].bytes;
+                let (sent, end) = send_pattern(&mut send, r.seed.into(), r.bytes, stop, progress)
                     .await
                     .map_err(|e| format!("stream {}: sending failed: {e}", r.seed))?;
                 let mut report = [0u8; REPORT_LEN];
@@ -491,7 +511,7 @@ impl StreamTask {
             }
             Direction::Download => {
                 // Our side stays open: resetting it (Ctrl-C) tells the server to stop sending.
-                let progress = &self.counters.download;
+                let progress = &self.counters.streams[self.index].bytes;
                 let (received, verified, end) = receive_pattern(&mut recv, r.seed.into(), ctrl_c, progress)
                     .await
                     .map_err(|e| format!("stream {}: receiving failed: {e}", r.seed))?;

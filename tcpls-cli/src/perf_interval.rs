@@ -3,7 +3,7 @@
 //! JSON. It also marks the end of the `--omit` warm-up, from which the summary counts.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,11 +11,38 @@ use tcpls::Session;
 
 use crate::perf_report::{interval_lines, Interval, IntervalConnection, Output};
 
-/// Payload bytes so far: written by the client's upload streams, read by its download streams.
-#[derive(Default)]
+/// A stream steered over all connections (`--aggregate`): its payload has no one connection.
+pub const SPREAD: u32 = u32::MAX;
+
+/// Payload bytes so far of one stream (written by the client on an upload, read on a download)
+/// and the connection it is steered to.
+pub struct StreamCounter {
+    pub upload: bool,
+    pub bytes: AtomicU64,
+    pub conn: AtomicU32,
+}
+
+/// The payload counters of every stream of the run.
 pub struct Counters {
-    pub upload: AtomicU64,
-    pub download: AtomicU64,
+    pub streams: Vec<StreamCounter>,
+}
+
+impl Counters {
+    /// `streams`: (upload, connection or [`SPREAD`]) for each stream, in the order of their index.
+    pub fn new(streams: impl IntoIterator<Item = (bool, u32)>) -> Self {
+        let streams = streams
+            .into_iter()
+            .map(|(upload, conn)| StreamCounter { upload, bytes: AtomicU64::new(0), conn: AtomicU32::new(conn) })
+            .collect();
+        Self { streams }
+    }
+
+    /// `--migrate-at`: the streams on `from` now go over `to`.
+    pub fn migrate(&self, from: u32, to: u32) {
+        for s in &self.streams {
+            let _ = s.conn.compare_exchange(from, to, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
 }
 
 /// Whose TCP_INFO describes the sending side: ours, or the server's (on a download).
@@ -41,13 +68,15 @@ pub struct Snapshot {
     pub at: f64,
     pub upload: u64,
     pub download: u64,
+    /// Each stream's payload so far and its connection.
+    streams: Vec<(u64, u32)>,
     conns: Vec<(u32, ConnSample)>,
 }
 
 impl Snapshot {
     /// Nothing yet: the start of the transfer.
     pub fn zero() -> Self {
-        Self { at: 0.0, upload: 0, download: 0, conns: Vec::new() }
+        Self { at: 0.0, upload: 0, download: 0, streams: Vec::new(), conns: Vec::new() }
     }
 
     /// The sender's retransmissions so far, over all connections.
@@ -141,8 +170,16 @@ impl Sampler {
 
     async fn snapshot(&self) -> Snapshot {
         let at = self.start.elapsed().as_secs_f64();
-        let (upload, download) =
-            (self.counters.upload.load(Ordering::Relaxed), self.counters.download.load(Ordering::Relaxed));
+        let streams: Vec<(u64, u32)> = self
+            .counters
+            .streams
+            .iter()
+            .map(|s| (s.bytes.load(Ordering::Relaxed), s.conn.load(Ordering::Relaxed)))
+            .collect();
+        let total = |upload: bool| -> u64 {
+            self.counters.streams.iter().zip(&streams).filter(|(c, _)| c.upload == upload).map(|(_, s)| s.0).sum()
+        };
+        let (upload, download) = (total(true), total(false));
         let mut conns = Vec::new();
         for c in self.session.connections() {
             let info = match self.view {
@@ -167,12 +204,20 @@ impl Sampler {
                 },
             ));
         }
-        Snapshot { at, upload, download, conns }
+        Snapshot { at, upload, download, streams, conns }
     }
 
     fn interval_between(&self, a: &Snapshot, b: &Snapshot, omitted: bool) -> Interval {
         let seconds = (b.at - a.at).max(1e-9);
         let before: HashMap<u32, ConnSample> = a.conns.iter().copied().collect();
+        // Each stream's payload in the interval goes to the connection it is on now; a stream
+        // spread over all of them (--aggregate) leaves the connections' payload unknown.
+        let spread = b.streams.iter().any(|&(_, conn)| conn == SPREAD);
+        let mut payload: HashMap<u32, u64> = HashMap::new();
+        for (i, &(bytes, conn)) in b.streams.iter().enumerate() {
+            let then = a.streams.get(i).map_or(0, |s| s.0);
+            *payload.entry(conn).or_default() += bytes.saturating_sub(then);
+        }
         let connections = b
             .conns
             .iter()
@@ -180,11 +225,14 @@ impl Sampler {
                 let then = before.get(id).copied().unwrap_or_default();
                 let sent = now.bytes_sent.saturating_sub(then.bytes_sent);
                 let received = now.bytes_received.saturating_sub(then.bytes_received);
+                let payload = (!spread).then(|| payload.get(id).copied().unwrap_or(0));
                 IntervalConnection {
                     id: *id,
                     bytes_sent: sent,
                     bytes_received: received,
                     bits_per_second: (sent + received) as f64 * 8.0 / seconds,
+                    payload_bytes: payload,
+                    payload_bits_per_second: payload.map(|p| p as f64 * 8.0 / seconds),
                     retransmits: now.retransmits.map(|n| n.saturating_sub(then.retransmits.unwrap_or(0))),
                     cwnd_segments: now.cwnd,
                     rtt_us: now.rtt_us,

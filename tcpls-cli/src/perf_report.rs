@@ -54,15 +54,21 @@ pub struct ConnectionReport {
     pub open: bool,
 }
 
-/// One connection during one interval. Bytes are the connection's own (TLS records with the
-/// TCPLS framing, about 0.3 % above the payload); TCP figures are the sender's (TCP_INFO: ours
-/// when we send, the server's, asked with a TCP Info frame, on a download).
+/// One connection during one interval. `bytes_*` and `bits_per_second` are the connection's own
+/// (TLS records with the TCPLS framing, about 0.3 % above the payload); `payload_*` is the
+/// goodput of the streams steered to it (absent with `--aggregate`, where every stream is
+/// spread over all connections); TCP figures are the sender's (TCP_INFO: ours when we send, the
+/// server's, asked with a TCP Info frame, on a download).
 #[derive(Debug, Clone, Serialize)]
 pub struct IntervalConnection {
     pub id: u32,
     pub bytes_sent: u64,
     pub bytes_received: u64,
     pub bits_per_second: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payload_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payload_bits_per_second: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retransmits: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -170,11 +176,16 @@ pub fn interval_lines(i: &Interval, format: Format) -> Vec<String> {
                 t.map_or("-".into(), |t| format!("{:.2} ms", f64::from(t) / 1e3))
             ),
         };
+        // The connection's goodput when its streams are known, its own bytes otherwise.
+        let (bytes, bps) = match (c.payload_bytes, c.payload_bits_per_second) {
+            (Some(b), Some(bps)) => (b, bps),
+            _ => (c.bytes_sent + c.bytes_received, c.bits_per_second),
+        };
         lines.push(format!(
             "[{:>3}] {span}  {:<11}  {:<15}  {tcp}{omitted}",
             c.id,
-            Amount(c.bytes_sent + c.bytes_received, format).to_string(),
-            Rate(c.bits_per_second, format).to_string(),
+            Amount(bytes, format).to_string(),
+            Rate(bps, format).to_string(),
         ));
     }
     let seconds = (i.end - i.start).max(1e-9);

@@ -90,6 +90,8 @@ struct IntervalConnection {
     bytes_sent: u64,
     bytes_received: u64,
     bits_per_second: f64,
+    payload_bytes: Option<u64>,
+    payload_bits_per_second: Option<f64>,
     retransmits: Option<u64>,
     cwnd_segments: Option<u32>,
     rtt_us: Option<u32>,
@@ -176,6 +178,10 @@ fn iperf3_short_options_and_json_intervals() {
         assert!(i.bytes > 0 && i.bits_per_second > 0.0, "{i:#?}");
         let c = &i.connections[0];
         assert!(c.bytes_received >= i.bytes / 2, "the connection carried the payload: {i:#?}");
+    }
+    for i in &r.intervals {
+        // One connection: its goodput is all of the interval's payload.
+        assert_eq!(i.connections[0].payload_bytes, Some(i.bytes), "{i:#?}");
     }
     // On a download the sender's TCP figures are the server's (TCP Info frame, answered within
     // 200 ms, or left out of that interval).
@@ -331,12 +337,20 @@ fn migrate_at_beyond_the_run_warns() {
         cmd
     };
     // Before the end: the report says when, and the first connection is closed.
-    let done = run(&mut base(&["--migrate-at", "0.5", "--time", "1.5", "--json"]), None, TIMEOUT).success();
+    let done =
+        run(&mut base(&["--migrate-at", "0.5", "--time", "1.5", "-i", "0.25", "--json"]), None, TIMEOUT).success();
     let r = report(&done.stdout);
     let m = r.migration.as_ref().unwrap_or_else(|| panic!("no migration reported: {r:#?}"));
     assert!(m.error.is_none() && (m.from, m.to) == (0, 1), "{r:#?}");
     assert!((0.4..1.5).contains(&m.at_seconds), "{r:#?}");
     assert!(!r.connections[0].open && r.connections[1].open, "connection 0 closed after the migration: {r:#?}");
+    // The goodput moves from connection 0 to connection 1.
+    let payload =
+        |i: &Interval, id: u32| i.connections.iter().find(|c| c.id == id).and_then(|c| c.payload_bytes).unwrap_or(0);
+    let first = &r.intervals[0];
+    assert!(payload(first, 0) > 0, "{:#?}", r.intervals);
+    let last = r.intervals.iter().rev().find(|i| i.bytes > 0).unwrap();
+    assert!(payload(last, 1) > 0 && payload(last, 0) == 0, "{:#?}", r.intervals);
     assert!(r.verified);
     // After the end: a warning, and no migration in the report.
     let done = run(&mut base(&["--migrate-at", "5", "--time", "0.5", "--json"]), None, TIMEOUT).success();
