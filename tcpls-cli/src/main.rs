@@ -2,6 +2,7 @@
 
 mod args;
 mod connect;
+mod interrupt;
 mod iperf3;
 mod logging;
 mod perf;
@@ -427,6 +428,7 @@ async fn serve_cmd(a: ServeArgs) -> Result<Ended, String> {
     let settings = SessionConfig { tokens: a.tokens, advertise, ..SessionConfig::default() };
     let settings = probe::serve_settings(settings, &a.allow_cc);
     let listeners = serve::bind(&listen, tls, settings).await?;
+    let interrupt = interrupt::listen();
     for l in &listeners {
         logging::info("serve", &format!("listening on {} (mode {})", l.local_addr(), a.mode));
     }
@@ -438,6 +440,7 @@ async fn serve_cmd(a: ServeArgs) -> Result<Ended, String> {
             json: a.json,
             quiet: false,
             sessions_limit: a.sessions,
+            interrupt: Some(interrupt),
         },
     )
     .await
@@ -577,15 +580,13 @@ fn with_port(addr: &str, port: u16) -> Result<String, String> {
 /// ends the process at once, with the same exit status.
 fn interrupt_watch(command: &'static str, what: &'static str) -> tokio::sync::watch::Receiver<bool> {
     let (tx, rx) = tokio::sync::watch::channel(false);
+    let mut ctrl_c = interrupt::listen();
     tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_err() {
-            return;
-        }
+        ctrl_c.recv().await;
         logging::info(command, &format!("interrupted: {what} (Ctrl-C again to quit at once)"));
         let _ = tx.send(true);
-        if tokio::signal::ctrl_c().await.is_ok() {
-            std::process::exit(i32::from(EXIT_INTERRUPTED));
-        }
+        ctrl_c.recv().await;
+        std::process::exit(i32::from(EXIT_INTERRUPTED));
     });
     rx
 }
@@ -604,6 +605,7 @@ async fn demo(bytes: u64, json: bool) -> Result<(), String> {
             json: false,
             quiet: true,
             sessions_limit: None,
+            interrupt: None,
         },
     ));
     if !json {

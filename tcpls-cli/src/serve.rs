@@ -41,6 +41,8 @@ pub struct ServeOptions {
     pub quiet: bool,
     /// Stop after this many sessions (tests and demos).
     pub sessions_limit: Option<u64>,
+    /// Stop on Ctrl-C (None: only by the session limit, as in the demo).
+    pub interrupt: Option<crate::interrupt::Interrupt>,
 }
 
 #[derive(Serialize)]
@@ -76,7 +78,15 @@ pub async fn bind(
 }
 
 /// Serves until interrupted (returns true) or `sessions_limit` sessions have ended.
-pub async fn run(listeners: Vec<TcplsListener>, opts: ServeOptions) -> Result<bool, String> {
+pub async fn run(listeners: Vec<TcplsListener>, mut opts: ServeOptions) -> Result<bool, String> {
+    let mut interrupt = opts.interrupt.take();
+    let ctrl_c = async move {
+        match &mut interrupt {
+            Some(i) => i.recv().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(ctrl_c);
     let limit = Arc::new(Semaphore::new(opts.max_sessions.max(1)));
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     let mut accepts = tokio::task::JoinSet::new();
@@ -109,7 +119,7 @@ pub async fn run(listeners: Vec<TcplsListener>, opts: ServeOptions) -> Result<bo
                 ended += 1;
                 if opts.sessions_limit.is_some_and(|n| ended >= n) { break; }
             }
-            _ = tokio::signal::ctrl_c() => {
+            () = &mut ctrl_c => {
                 crate::logging::info("serve", "interrupted (Ctrl-C): stopping");
                 interrupted = true;
                 break;

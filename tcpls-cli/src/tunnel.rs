@@ -127,6 +127,7 @@ async fn server(
         addrs.extend(resolve(l)?.into_iter().take(1));
     }
     let conc = Concentrator::bind(&addrs, Arc::new(tls), TunnelConfig::default()).await.map_err(|e| e.to_string())?;
+    let mut ctrl_c = crate::interrupt::listen();
     for a in conc.local_addrs() {
         eprintln!("tcpls tunnel server: listening on {a}");
     }
@@ -137,7 +138,7 @@ async fn server(
     });
     tokio::select! {
         r = served => r.map_err(|e| e.to_string()),
-        _ = tokio::signal::ctrl_c() => {
+        () = ctrl_c.recv() => {
             crate::logging::info("tunnel server", "interrupted (Ctrl-C): stopping");
             std::process::exit(crate::EXIT_INTERRUPTED.into());
         }
@@ -188,13 +189,14 @@ async fn client(a: ClientArgs) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?;
     let conns = client.session().usable_connections().len();
+    let mut ctrl_c = crate::interrupt::listen();
     eprintln!(
         "tcpls tunnel client: session to {concentrator} ({conns} connection(s)), accepting on {listen} ({})",
         describe(&frontend)
     );
     tokio::select! {
         r = client.serve(listener, frontend) => r.map_err(|e| e.to_string()),
-        _ = tokio::signal::ctrl_c() => {
+        () = ctrl_c.recv() => {
             // Close the session properly (close_notify), so the concentrator ends it at once.
             crate::logging::info("tunnel client", "interrupted (Ctrl-C): closing the session");
             let session = client.session();

@@ -163,8 +163,8 @@ fn iperf3_short_options_and_json_intervals() {
     assert_eq!(r.direction, "download");
     assert_eq!(r.streams, 2);
     assert!(r.verified && !r.interrupted, "{r:#?}");
-    assert!((0.4..0.8).contains(&r.omit_seconds), "omit: {r:#?}");
-    assert!((1.3..3.0).contains(&r.seconds), "the measured time excludes the omitted 0.5 s: {r:#?}");
+    assert!((0.4..1.5).contains(&r.omit_seconds), "omit: {r:#?}");
+    assert!((1.0..4.0).contains(&r.seconds), "the measured time excludes the omitted 0.5 s: {r:#?}");
     // 0.5 s omitted (one interval), then 1.5 s in intervals of 0.5 s (and the end's remainder).
     let omitted = r.intervals.iter().filter(|i| i.omitted).count();
     let measured = r.intervals.iter().filter(|i| !i.omitted).count();
