@@ -5,7 +5,8 @@ use std::net::{SocketAddr, ToSocketAddrs};
 /// Default TCPLS port (CLI.md).
 pub const DEFAULT_PORT: u16 = 4443;
 
-/// `1500`, `64K`, `256M`, `2G`, `1T` (binary multiples; a trailing `B`/`iB` is accepted).
+/// A byte count: `1500`, `64K`, `256M`, `1.5G`, `2T`. Binary multiples, as iperf3's `-n`
+/// (K = 1024); a trailing `B` or `iB` changes nothing (`1GB` = `1GiB` = `1G` = 2^30 bytes).
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let t = t.strip_suffix("iB").or_else(|| t.strip_suffix('B')).unwrap_or(t);
@@ -16,8 +17,41 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         Some('t' | 'T') => (&t[..t.len() - 1], 1 << 40),
         _ => (t, 1),
     };
-    let n: u64 = digits.trim().parse().map_err(|_| format!("invalid size {s:?} (examples: 1500, 64K, 256M, 2G)"))?;
-    n.checked_mul(mult).ok_or_else(|| format!("size {s:?} is too large"))
+    let invalid = || format!("invalid size {s:?} (examples: 1500, 64K, 256M, 1.5G)");
+    let digits = digits.trim();
+    if let Ok(n) = digits.parse::<u64>() {
+        return n.checked_mul(mult).ok_or_else(|| format!("size {s:?} is too large"));
+    }
+    let n: f64 = digits.parse().map_err(|_| invalid())?;
+    if !n.is_finite() || n < 0.0 {
+        return Err(invalid());
+    }
+    let bytes = (n * mult as f64).round();
+    if bytes >= u64::MAX as f64 {
+        return Err(format!("size {s:?} is too large"));
+    }
+    Ok(bytes as u64)
+}
+
+/// A duration: `10` or `1.5` (seconds, as iperf3's `-t`), `10s`, `500ms`, `2m`.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let t = s.trim();
+    let (digits, unit) = if let Some(d) = t.strip_suffix("ms") {
+        (d, 1e-3)
+    } else if let Some(d) = t.strip_suffix('s') {
+        (d, 1.0)
+    } else if let Some(d) = t.strip_suffix('m') {
+        (d, 60.0)
+    } else {
+        (t, 1.0)
+    };
+    let n: f64 =
+        digits.trim().parse().map_err(|_| format!("invalid duration {s:?} (examples: 10, 1.5, 10s, 500ms)"))?;
+    let secs = n * unit;
+    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
+        return Err(format!("invalid duration {s:?} (examples: 10, 1.5, 10s, 500ms)"));
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
 }
 
 /// A rate in bits per second: `100M` = 100,000,000 (decimal, like iperf).
@@ -82,8 +116,24 @@ mod tests {
         assert_eq!(parse_size("256M").unwrap(), 256 << 20);
         assert_eq!(parse_size("2G").unwrap(), 2 << 30);
         assert_eq!(parse_size("2GiB").unwrap(), 2 << 30);
+        assert_eq!(parse_size("1GB").unwrap(), 1 << 30);
+        assert_eq!(parse_size("1.5G").unwrap(), 3 << 29);
+        assert_eq!(parse_size("0.5k").unwrap(), 512);
         assert!(parse_size("x").is_err());
+        assert!(parse_size("-1").is_err());
         assert!(parse_size("99999999999T").is_err());
+    }
+
+    #[test]
+    fn durations() {
+        use std::time::Duration;
+        assert_eq!(parse_duration("10").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("-1").is_err());
     }
 
     #[test]

@@ -2,16 +2,24 @@
 
 mod args;
 mod connect;
+mod interrupt;
+mod iperf3;
 mod logging;
 mod metrics;
 mod perf;
+mod perf_cmd;
+mod perf_interval;
 mod perf_proto;
+mod perf_report;
+mod perf_stream;
 mod probe;
 mod serve;
+mod session_info;
 mod tlsconf;
 mod tm3;
 mod transfer;
 mod tunnel;
+mod units;
 
 /// The perf payload, shared with the benchmarks and the experiments.
 use tcpls_pattern as pattern;
@@ -19,16 +27,21 @@ use tcpls_pattern as pattern;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use tcpls::SessionConfig;
 
-use crate::args::{host_of, parse_rate, parse_size, resolve};
+use crate::args::{host_of, parse_size, resolve};
 use crate::perf_proto::Direction;
 
 #[derive(Parser)]
 #[command(name = "tcpls", version, about = "TCPLS: many streams over TCP and TLS 1.3 (servers, clients, measurements)")]
 struct Cli {
+    /// Append the TLS secrets of every handshake to FILE in the NSS key log format (for
+    /// Wireshark), like SSLKEYLOGFILE=FILE, which is honoured too.
+    #[arg(long, global = true, value_name = "FILE")]
+    keylog: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -44,6 +57,9 @@ enum Command {
         /// Extra DNS names or IP addresses for the certificate.
         #[arg(long)]
         name: Vec<String>,
+        /// Replace cert.pem and key.pem if they exist (default: refuse).
+        #[arg(long)]
+        force: bool,
     },
     /// Run a TCPLS server (plain TLS clients are served too, through fallback).
     #[command(
@@ -51,7 +67,9 @@ enum Command {
     )]
     Serve(ServeArgs),
     /// Connect and relay stdin to stream 0 and stream 0 to stdout (plain TLS servers work too).
-    #[command(after_help = "Example:\n  echo hello | tcpls connect 127.0.0.1:4443 --ca tcpls-cert/cert.pem")]
+    #[command(
+        after_help = "Examples:\n  echo hello | tcpls connect 127.0.0.1:4443 --ca tcpls-cert/cert.pem\n  tcpls connect 127.0.0.1:4443 --insecure --show-session --keylog keys.txt < /dev/null"
+    )]
     Connect {
         /// Server address: HOST:PORT, [V6]:PORT or HOST (port 4443).
         addr: String,
@@ -60,12 +78,16 @@ enum Command {
         /// ALPN ids to offer after tcpls/1 (used when the server speaks plain TLS).
         #[arg(long)]
         alpn: Vec<String>,
+        /// Print the negotiated session on stderr, like `openssl s_client`: TCPLS or fallback
+        /// (and why), cipher, ALPN, resumption, the server's certificate, the connections.
+        #[arg(short = 'v', long, visible_alias = "verbose")]
+        show_session: bool,
     },
     /// Measure goodput against `tcpls serve --mode perf`; every byte is verified.
     #[command(
-        after_help = "Examples:\n  tcpls perf 127.0.0.1:4443 --insecure --bytes 2G\n  tcpls perf 127.0.0.1:4443 --insecure --streams 64 --bytes 256M --download --json"
+        after_help = "Examples:\n  tcpls perf 127.0.0.1:4443 --insecure --bytes 2G\n  tcpls perf 127.0.0.1:4443 --insecure --streams 64 --bytes 256M --download --json\n  tcpls perf -c 127.0.0.1 -p 4443 --insecure -t 2 -P 4 -R -O 1   (iperf3 style)\nServer: `tcpls serve --mode perf`. iperf3's options and their tcpls names: docs/CLI.md.\nExit status: 0 done, 1 failed, 2 usage error, 130 interrupted (Ctrl-C; the summary is printed)."
     )]
-    Perf(PerfArgs),
+    Perf(perf_cmd::PerfArgs),
     /// Start a server and a client on loopback and measure (no setup needed).
     #[command(after_help = "Example:\n  tcpls demo --bytes 256M")]
     Demo {
@@ -154,75 +176,28 @@ struct ServeArgs {
     allow_cc: Vec<String>,
 }
 
-#[derive(Args)]
-struct PerfArgs {
-    /// Server address: HOST:PORT, [V6]:PORT or HOST (port 4443).
-    addr: String,
-    /// Add a connection to the session towards another server address (joined with a token).
-    #[arg(long)]
-    path: Vec<String>,
-    /// The server sends (default: the client sends).
-    #[arg(long, conflicts_with = "upload")]
-    download: bool,
-    /// The client sends (default).
-    #[arg(long)]
-    upload: bool,
-    /// Total bytes over all streams (e.g. 256M, 2G). Default 1G.
-    #[arg(long, value_parser = parse_size, conflicts_with = "time")]
-    bytes: Option<u64>,
-    /// Run for this many seconds instead of a byte count.
-    #[arg(long)]
-    time: Option<f64>,
-    /// Parallel streams.
-    #[arg(long, default_value_t = 1)]
-    streams: u32,
-    /// Spread each stream over all connections (default: one connection per stream, round-robin).
-    #[arg(long)]
-    aggregate: bool,
-    /// At this time (seconds), move every stream from the first connection to the second and
-    /// close the first.
-    #[arg(long)]
-    migrate_at: Option<f64>,
-    /// Largest record plaintext (default 16384; ~1400 smooths multipath reordering).
-    #[arg(long, value_parser = parse_size)]
-    record_size: Option<u64>,
-    /// Disable record acknowledgements and failover (no retention of sent data; for
-    /// constrained devices and to measure what ACKs cost).
-    #[arg(long)]
-    no_failover: bool,
-    /// Force the copying receive path, for comparison: records are decrypted in the
-    /// connection's buffer and copied into the stream's, instead of being decrypted straight
-    /// into place. The JSON's zero_copy_bytes / copied_bytes count the client's received bytes.
-    #[arg(long)]
-    no_zero_copy: bool,
-    /// Keep TLS session tickets in FILE: not supported (rustls 0.23 cannot serialize client
-    /// tickets); use --zero-rtt, which fetches a ticket with a warm-up session in the same run.
-    #[arg(long)]
-    session_cache: Option<PathBuf>,
-    /// 0-RTT: a warm-up session fetches a session ticket, then the measured session resumes
-    /// and sends its first request as TLS early data (JSON: resumed, early_data_accepted).
-    #[arg(long)]
-    zero_rtt: bool,
-    /// Cap the sender's rate on each connection, in bits per second, e.g. 100M (Rate Limit
-    /// frame to the server for --download; our own pacing for --upload).
-    #[arg(long, value_parser = parse_rate)]
-    rate_limit: Option<u64>,
-    /// Ask the server to switch its TCP congestion control, e.g. reno, bbr (applied if its
-    /// policy allows; the server logs the outcome).
-    #[arg(long)]
-    peer_cc: Option<String>,
-    /// TCP user timeout (failure detection) in ms on both sides (User Timeout frame).
-    #[arg(long)]
-    user_timeout: Option<u64>,
-    #[command(flatten)]
-    trust: TrustArgs,
-    /// Print the summary as JSON on stdout.
-    #[arg(long)]
-    json: bool,
+/// Exit status after Ctrl-C (128 + SIGINT, as shells report it), for every subcommand.
+const EXIT_INTERRUPTED: u8 = 130;
+
+/// How a command ended, when it did not fail.
+enum Ended {
+    Done,
+    /// Ctrl-C: what was done is reported; the exit status is 130.
+    Interrupted,
 }
 
 fn main() -> ExitCode {
+    tlsconf::warm_up_crypto();
+    if let Some(hint) = iperf3::hint(std::env::args()) {
+        eprintln!("tcpls perf: {hint}");
+        return ExitCode::from(2);
+    }
     let cli = Cli::parse();
+    if let Some(file) = &cli.keylog {
+        // rustls' KeyLogFile (tlsconf.rs) writes where SSLKEYLOGFILE says. Set before any
+        // thread starts, so nothing reads the environment concurrently.
+        std::env::set_var("SSLKEYLOGFILE", file);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
@@ -231,7 +206,8 @@ fn main() -> ExitCode {
         }
     };
     match runtime.block_on(run(cli.command)) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(Ended::Done) => ExitCode::SUCCESS,
+        Ok(Ended::Interrupted) => ExitCode::from(EXIT_INTERRUPTED),
         Err(e) => {
             eprintln!("tcpls: {e}");
             ExitCode::FAILURE
@@ -239,29 +215,43 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(command: Command) -> Result<(), String> {
+async fn run(command: Command) -> Result<Ended, String> {
+    let done = |r: Result<(), String>| r.map(|()| Ended::Done);
     match command {
-        Command::Cert { out, name } => cert(&out, &name),
+        Command::Cert { out, name, force } => done(cert(&out, &name, force)),
         Command::Serve(a) => serve_cmd(a).await,
-        Command::Connect { addr, trust, alpn } => {
+        Command::Connect { addr, trust, alpn, show_session } => {
             let (target, name, tls) = client_setup(&addr, &trust, &alpn)?;
-            connect::run(target, name, tls).await
+            let show = show_session.then(|| match (&trust.ca, trust.insecure) {
+                (_, true) => session_info::Trust::Insecure,
+                (Some(ca), false) => session_info::Trust::Ca(ca),
+                (None, false) => session_info::Trust::SystemRoots,
+            });
+            done(connect::run(target, name, tls, show).await)
         }
-        Command::Perf(a) => perf_cmd(a).await,
-        Command::Demo { bytes, json } => demo(bytes, json).await,
-        Command::Tm3(a) => tm3::run(a).await,
-        Command::Tunnel(a) => tunnel::run(a).await,
+        Command::Perf(a) => perf_cmd::run(a).await,
+        Command::Demo { bytes, json } => done(demo(bytes, json).await),
+        Command::Tm3(a) => done(tm3::run(a).await),
+        Command::Tunnel(a) => done(tunnel::run(a).await),
         Command::Probe { probe, trust } => {
             let (target, name, tls) = client_setup(&probe.addr, &trust, &[])?;
-            probe::run(probe, target, name, tls).await
+            done(probe::run(probe, target, name, tls).await)
         }
     }
 }
 
-fn cert(out: &Path, names: &[String]) -> Result<(), String> {
+fn cert(out: &Path, names: &[String], force: bool) -> Result<(), String> {
+    let (cert_path, key_path) = (out.join("cert.pem"), out.join("key.pem"));
+    if !force {
+        if let Some(existing) = [&cert_path, &key_path].into_iter().find(|p| p.exists()) {
+            return Err(format!(
+                "{} exists: not overwriting it (pass --force to replace the certificate and key)",
+                existing.display()
+            ));
+        }
+    }
     let (cert, key) = tlsconf::self_signed(names)?;
     std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
-    let (cert_path, key_path) = (out.join("cert.pem"), out.join("key.pem"));
     std::fs::write(&cert_path, cert).map_err(|e| format!("cannot write {}: {e}", cert_path.display()))?;
     write_private(&key_path, key.as_bytes())?;
     println!("wrote {} and {}", cert_path.display(), key_path.display());
@@ -286,14 +276,16 @@ fn client_setup(
     trust: &TrustArgs,
     alpn: &[String],
 ) -> Result<(SocketAddr, rustls::pki_types::ServerName<'static>, rustls::ClientConfig), String> {
-    let target = *resolve(addr)?.first().ok_or("no address")?;
+    let target = *resolve(addr)?.first().ok_or_else(|| format!("{addr} resolved to no address"))?;
     let name = trust.server_name.clone().unwrap_or_else(|| host_of(addr));
     let name = tcpls::server_name_for(&name).map_err(|e| e.to_string())?;
     let tls = tlsconf::client_config(trust.ca.as_deref(), trust.insecure, alpn, trust.cipher.as_deref())?;
     Ok((target, name, tls))
 }
 
+/// `command` names the subcommand in the warning about an ephemeral certificate.
 fn server_tls(
+    command: &str,
     cert: Option<&Path>,
     key: Option<&Path>,
     alpn: &[String],
@@ -302,7 +294,10 @@ fn server_tls(
     let (certs, key) = match (cert, key) {
         (Some(c), Some(k)) => (tlsconf::load_certs(c)?, tlsconf::load_key(k)?),
         _ => {
-            eprintln!("tcpls: no --cert/--key: using an ephemeral self-signed certificate (clients need --insecure)");
+            logging::warn(
+                command,
+                "no --cert/--key: using an ephemeral self-signed certificate (clients need --insecure)",
+            );
             let (c, k) = tlsconf::self_signed(&[])?;
             let certs =
                 rustls_pemfile::certs(&mut c.as_bytes()).collect::<Result<Vec<_>, _>>().map_err(|e| e.to_string())?;
@@ -314,8 +309,8 @@ fn server_tls(
     tlsconf::server_config(certs, key, alpn, client_ca)
 }
 
-async fn serve_cmd(a: ServeArgs) -> Result<(), String> {
-    let mut tls = server_tls(a.cert.as_deref(), a.key.as_deref(), &a.alpn, None)?;
+async fn serve_cmd(a: ServeArgs) -> Result<Ended, String> {
+    let mut tls = server_tls("serve", a.cert.as_deref(), a.key.as_deref(), &a.alpn, None)?;
     // 0-RTT only where a replayed request does no harm: a perf request only asks for test
     // data (RESUMPTION.md); echo and the other modes refuse early data.
     if a.mode == serve::Mode::Perf {
@@ -342,8 +337,9 @@ async fn serve_cmd(a: ServeArgs) -> Result<(), String> {
         (Some(addr), Some(l)) => Some(metrics::start(addr, l.registry().clone(), "tcpls serve").await?),
         _ => None,
     };
+    let interrupt = interrupt::listen();
     for l in &listeners {
-        eprintln!("tcpls serve: listening on {} (mode {:?})", l.local_addr(), a.mode);
+        logging::info("serve", &format!("listening on {} (mode {})", l.local_addr(), a.mode));
     }
     serve::run(
         listeners,
@@ -354,82 +350,26 @@ async fn serve_cmd(a: ServeArgs) -> Result<(), String> {
             quiet: false,
             sessions_limit: a.sessions,
             metrics,
+            interrupt: Some(interrupt),
         },
     )
     .await
+    .map(|interrupted| if interrupted { Ended::Interrupted } else { Ended::Done })
 }
 
-async fn perf_cmd(a: PerfArgs) -> Result<(), String> {
-    if let Some(file) = &a.session_cache {
-        return Err(format!(
-            "--session-cache {}: keeping tickets in a file is not supported: rustls 0.23 has no public way to \
-             serialize a client's TLS 1.3 tickets; --zero-rtt resumes within one run instead (a warm-up session \
-             fetches the ticket)",
-            file.display()
-        ));
-    }
-    if a.rate_limit == Some(0) {
-        return Err("--rate-limit must be above 0 (e.g. 200M)".into());
-    }
-    if a.streams == 0 {
-        return Err("--streams must be at least 1".into());
-    }
-    let (_, server_name, mut tls) = client_setup(&a.addr, &a.trust, &[])?;
-    tls.enable_early_data = a.zero_rtt;
-    let addrs = resolve(&a.addr)?;
-    let mut paths = Vec::new();
-    for p in &a.path {
-        paths.push(*resolve(p)?.first().ok_or_else(|| format!("{p} resolved to no address"))?);
-    }
-    if (a.aggregate || a.migrate_at.is_some()) && paths.is_empty() {
-        return Err("--aggregate and --migrate-at need at least one --path".into());
-    }
-    let mut settings =
-        SessionConfig { failover: !a.no_failover, zero_copy: !a.no_zero_copy, ..SessionConfig::default() };
-    if let Some(r) = a.record_size {
-        if !(256..=16384).contains(&r) {
-            return Err(format!("--record-size {r} is out of range (256..=16384)"));
-        }
-        settings.record_size = r as usize;
-    }
-    let millis = a.time.map(|t| (t * 1000.0) as u64).unwrap_or(0);
-    let bytes = if millis > 0 { None } else { Some(a.bytes.unwrap_or(1 << 30)) };
-    let opts = perf::PerfOptions {
-        addrs,
-        paths,
-        aggregate: a.aggregate,
-        migrate_at: a.migrate_at.map(std::time::Duration::from_secs_f64),
-        server_name,
-        tls,
-        settings,
-        direction: if a.download { Direction::Download } else { Direction::Upload },
-        bytes,
-        millis,
-        streams: a.streams,
-        json: a.json,
-        quiet: false,
-        ext: probe::PerfExt {
-            rate_limit_bps: a.rate_limit,
-            peer_cc: a.peer_cc,
-            user_timeout: a.user_timeout.map(std::time::Duration::from_millis),
-        },
-        zero_rtt: a.zero_rtt,
-    };
-    let report = perf::run(opts).await?;
-    output(&report, a.json)?;
-    if !report.verified {
-        return Err("payload verification failed: bytes were lost, duplicated or corrupted".into());
-    }
-    Ok(())
-}
-
-fn output(report: &perf::PerfReport, json: bool) -> Result<(), String> {
-    if json {
-        println!("{}", serde_json::to_string_pretty(report).map_err(|e| e.to_string())?);
-    } else {
-        perf::print_human(report);
-    }
-    Ok(())
+/// Turns true at the first Ctrl-C (the command then winds down and reports); a second Ctrl-C
+/// ends the process at once, with the same exit status.
+pub(crate) fn interrupt_watch(command: &'static str, what: &'static str) -> tokio::sync::watch::Receiver<bool> {
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let mut ctrl_c = interrupt::listen();
+    tokio::spawn(async move {
+        ctrl_c.recv().await;
+        logging::info(command, &format!("interrupted: {what} (Ctrl-C again to quit at once)"));
+        let _ = tx.send(true);
+        ctrl_c.recv().await;
+        std::process::exit(i32::from(EXIT_INTERRUPTED));
+    });
+    rx
 }
 
 /// A loopback server and client in one process: the quickest way to see TCPLS work.
@@ -447,6 +387,7 @@ async fn demo(bytes: u64, json: bool) -> Result<(), String> {
             quiet: true,
             sessions_limit: None,
             metrics: None,
+            interrupt: None,
         },
     ));
     if !json {
@@ -458,29 +399,37 @@ async fn demo(bytes: u64, json: bool) -> Result<(), String> {
     for (direction, streams, bytes) in runs {
         let name = tcpls::server_name_for("localhost").map_err(|e| e.to_string())?;
         let tls = tlsconf::client_config(None, true, &[], None)?;
-        let report = perf::run(perf::PerfOptions {
-            addrs: vec![addr],
-            paths: Vec::new(),
-            aggregate: false,
-            migrate_at: None,
-            server_name: name,
-            tls,
-            settings: SessionConfig::default(),
-            direction,
-            bytes: Some(bytes),
-            millis: 0,
-            streams,
-            json,
-            quiet: json,
-            ext: probe::PerfExt::default(),
-            zero_rtt: false,
-        })
+        let report = perf::run(
+            perf::PerfOptions {
+                addrs: vec![addr],
+                paths: Vec::new(),
+                aggregate: false,
+                migrate_at: None,
+                server_name: name,
+                tls,
+                settings: SessionConfig::default(),
+                mode: match direction {
+                    Direction::Upload => perf::Mode::Upload,
+                    Direction::Download => perf::Mode::Download,
+                },
+                bytes: Some(bytes),
+                time: None,
+                omit: Duration::ZERO,
+                interval: None,
+                streams,
+                bind: None,
+                ext: probe::PerfExt::default(),
+                zero_rtt: false,
+                output: None,
+            },
+            tokio::sync::watch::channel(false).1,
+        )
         .await?;
         if !report.verified {
             return Err("demo transfer failed verification".into());
         }
         if !json {
-            perf::print_human(&report);
+            println!("{}", perf_report::one_line(&report));
         }
         reports.push(report);
     }

@@ -5,11 +5,18 @@
 //! (u64; `u64::MAX` = until time), milliseconds (u64; 0 = no time limit).
 //! Upload: the payload follows the request, then FIN; the server answers with a 16-byte report:
 //! bytes received (u64), verified (1 byte), 7 reserved bytes, then FIN.
-//! Download: the client sends FIN after the request; the server sends the payload, then FIN.
+//! Download: the server sends the payload, then FIN; the client keeps its side open while it
+//! reads and sends FIN at the end, or resets it to make the server stop early (Ctrl-C).
+//! A timed transfer (milliseconds > 0) ends with a Stream Reset of the sender's side, code
+//! `TIME_UP` (transfer.rs), which drops what is still queued: the run ends at its deadline.
+//! A stream that does not start with a request is reset with `NOT_A_PERF_REQUEST`.
 
 pub const MAGIC: &[u8; 8] = b"TCPLSPF1";
 pub const REQUEST_LEN: usize = 32;
 pub const REPORT_LEN: usize = 16;
+/// Stream Reset error code of a perf server for a stream that did not start with a request
+/// (e.g. `tcpls connect` to a perf server).
+pub const NOT_A_PERF_REQUEST: u32 = 0x7045_5251; // "pERQ"
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Direction {

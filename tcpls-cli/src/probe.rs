@@ -10,6 +10,8 @@ use rustls::pki_types::ServerName;
 use serde::Serialize;
 use tcpls::{ConnId, Event, Session, SessionConfig, TcpInfo, TcplsConnector};
 
+use crate::units::{Amount, Format, Rate};
+
 #[derive(Args)]
 pub struct ProbeArgs {
     /// Server address: HOST:PORT, [V6]:PORT or HOST (port 4443).
@@ -92,7 +94,7 @@ pub async fn run(
     let session = TcplsConnector::new(Arc::new(tls))
         .connect(addr, name)
         .await
-        .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
+        .map_err(|e| format!("cannot connect to {addr}: {}", crate::tlsconf::explain(&e)))?;
     if session.is_fallback() {
         return Err(format!("{addr} speaks plain TLS only: the probes need a TCPLS server (`tcpls serve`)"));
     }
@@ -153,21 +155,23 @@ fn print_human(r: &ProbeReport) {
             c.remote.as_deref().unwrap_or("?")
         );
         if let Some(rtt) = c.rtt_us {
-            println!("    rtt (TCPLS probe): {:.3} ms (samples: {:?} µs)", rtt as f64 / 1e3, c.rtt_samples_us);
+            let samples: Vec<String> = c.rtt_samples_us.iter().map(|us| format!("{:.3}", *us as f64 / 1e3)).collect();
+            println!("    rtt (TCPLS probe): {:.3} ms (samples: {} ms)", rtt as f64 / 1e3, samples.join(", "));
         }
         if let Some(i) = &c.peer_tcp_info {
             println!(
-                "    server's tcp_info: rtt {:.3} ms, rttvar {:.3} ms, cwnd {}, retrans {}, delivery {} B/s, acked {} B",
+                "    server's tcp_info: rtt {:.3} ms, rttvar {:.3} ms, cwnd {} segments, {} retransmits, delivery \
+                 rate {}, {} acknowledged",
                 i.rtt_us as f64 / 1e3,
                 i.rttvar_us as f64 / 1e3,
                 i.cwnd,
                 i.total_retrans,
-                i.delivery_rate,
-                i.bytes_acked
+                Rate(i.delivery_rate as f64 * 8.0, Format::Auto),
+                Amount(i.bytes_acked, Format::Auto)
             );
         }
         if let Some(i) = &c.local_tcp_info {
-            println!("    our tcp_info:      rtt {:.3} ms, cwnd {}", i.rtt_us as f64 / 1e3, i.cwnd);
+            println!("    our tcp_info:      rtt {:.3} ms, cwnd {} segments", i.rtt_us as f64 / 1e3, i.cwnd);
         }
         if let (Some(seen), Some(nat)) = (&c.seen_by_peer, c.nat_detected) {
             println!("    server sees us as {seen}: {}", if nat { "NAT detected" } else { "no NAT" });
@@ -187,15 +191,16 @@ pub struct PerfExt {
 }
 
 impl PerfExt {
-    /// Applies the options to the session's connections before the transfer starts. `upload`:
-    /// we are the sender, so the rate limit is ours; otherwise the server is asked to pace.
-    pub fn apply(&self, session: &Session, conns: &[ConnId], upload: bool) -> Result<(), String> {
+    /// Applies the options to the session's connections before the transfer starts. The rate
+    /// limit paces our own sending (`we_send`) and asks the server to pace its (`peer_sends`).
+    pub fn apply(&self, session: &Session, conns: &[ConnId], we_send: bool, peer_sends: bool) -> Result<(), String> {
         for &conn in conns {
             if let Some(bps) = self.rate_limit_bps {
                 let bytes = (bps / 8).max(1);
-                if upload {
+                if we_send {
                     session.set_send_rate_limit(conn, bytes);
-                } else {
+                }
+                if peer_sends {
                     session.set_peer_rate_limit(conn, bytes).map_err(|e| format!("--rate-limit: {e}"))?;
                 }
             }

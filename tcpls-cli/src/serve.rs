@@ -10,8 +10,8 @@ use tcpls::{RecvStream, SendStream, Session, SessionConfig, TcplsListener};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Semaphore;
 
-use crate::perf_proto::{encode_report, Direction, Request, REQUEST_LEN};
-use crate::transfer::{deadline, receive_pattern, send_pattern};
+use crate::perf_proto::{encode_report, Direction, Request, NOT_A_PERF_REQUEST, REQUEST_LEN};
+use crate::transfer::{deadline, receive_pattern, send_pattern, until};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Mode {
@@ -21,6 +21,16 @@ pub enum Mode {
     Echo,
     /// Read every stream and drop the bytes.
     Discard,
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Perf => "perf",
+            Self::Echo => "echo",
+            Self::Discard => "discard",
+        })
+    }
 }
 
 pub struct ServeOptions {
@@ -33,6 +43,8 @@ pub struct ServeOptions {
     pub sessions_limit: Option<u64>,
     /// `--metrics`: count sessions and refusals there.
     pub metrics: Option<crate::metrics::ServerMetrics>,
+    /// Stop on Ctrl-C (None: only by the session limit, as in the demo).
+    pub interrupt: Option<crate::interrupt::Interrupt>,
 }
 
 #[derive(Serialize)]
@@ -67,8 +79,16 @@ pub async fn bind(
     Ok(listeners)
 }
 
-/// Serves until interrupted (or `sessions_limit` sessions have ended).
-pub async fn run(listeners: Vec<TcplsListener>, opts: ServeOptions) -> Result<(), String> {
+/// Serves until interrupted (returns true) or `sessions_limit` sessions have ended.
+pub async fn run(listeners: Vec<TcplsListener>, mut opts: ServeOptions) -> Result<bool, String> {
+    let mut interrupt = opts.interrupt.take();
+    let ctrl_c = async move {
+        match &mut interrupt {
+            Some(i) => i.recv().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(ctrl_c);
     let limit = Arc::new(Semaphore::new(opts.max_sessions.max(1)));
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     let mut accepts = tokio::task::JoinSet::new();
@@ -98,6 +118,7 @@ pub async fn run(listeners: Vec<TcplsListener>, opts: ServeOptions) -> Result<()
     }
     drop(done_tx);
     let mut ended = 0u64;
+    let mut interrupted = false;
     loop {
         tokio::select! {
             r = done_rx.recv() => {
@@ -105,13 +126,14 @@ pub async fn run(listeners: Vec<TcplsListener>, opts: ServeOptions) -> Result<()
                 ended += 1;
                 if opts.sessions_limit.is_some_and(|n| ended >= n) { break; }
             }
-            _ = tokio::signal::ctrl_c() => {
-                eprintln!("tcpls serve: interrupted");
+            () = &mut ctrl_c => {
+                crate::logging::info("serve", "interrupted (Ctrl-C): stopping");
+                interrupted = true;
                 break;
             }
         }
     }
-    Ok(())
+    Ok(interrupted)
 }
 
 async fn serve_session(session: Session, peer: SocketAddr, mode: Mode, json: bool, quiet: bool) {
@@ -152,10 +174,11 @@ async fn serve_session(session: Session, peer: SocketAddr, mode: Mode, json: boo
         println!("{}", serde_json::to_string(&report).unwrap_or_default());
     } else if !quiet {
         eprintln!(
-            "tcpls serve: session from {} ended after {:.2}s: {} streams, {} bytes in, {} bytes out{}{}",
+            "tcpls serve: session from {} ended after {:.2} s: {} stream{}, {} bytes in, {} bytes out{}{}",
             report.peer,
             report.seconds,
             report.streams,
+            if report.streams == 1 { "" } else { "s" },
             report.bytes_received,
             report.bytes_sent,
             if report.fallback { ", plain TLS (fallback)" } else { "" },
@@ -166,18 +189,48 @@ async fn serve_session(session: Session, peer: SocketAddr, mode: Mode, json: boo
 
 async fn perf_stream(mut send: SendStream, mut recv: RecvStream) -> std::io::Result<()> {
     let mut header = [0u8; REQUEST_LEN];
-    recv.read_exact(&mut header).await?;
-    let request = Request::decode(&header).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+    let request = match recv.read_exact(&mut header).await {
+        Ok(_) => Request::decode(&header),
+        Err(e) => Err(format!("no perf request ({e})")),
+    };
+    let request = match request {
+        Ok(r) => r,
+        Err(e) => {
+            // Tell the client why (`tcpls connect` explains NOT_A_PERF_REQUEST).
+            let _ = send.reset(NOT_A_PERF_REQUEST);
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("{e}: this server runs in perf mode, for `tcpls perf`"),
+            ));
+        }
+    };
     let counter = AtomicU64::new(0);
     // The pattern position counts payload bytes only, so the client's header does not shift it.
     match request.direction {
         Direction::Download => {
-            let mut rest = Vec::new();
-            recv.read_to_end(&mut rest).await?;
-            send_pattern(&mut send, request.seed.into(), request.bytes, deadline(request.millis), &counter).await?;
+            // The client keeps its side open while it reads; it resets it to stop the transfer
+            // early (Ctrl-C), and FIN (or nothing) means "go on".
+            let cancelled = async {
+                let mut rest = [0u8; 64];
+                loop {
+                    match recv.read(&mut rest).await {
+                        Ok(0) => std::future::pending::<()>().await,
+                        Ok(_) => continue,
+                        Err(_) => return,
+                    }
+                }
+            };
+            let stop = async {
+                tokio::select! {
+                    () = until(deadline(request.millis)) => {}
+                    () = cancelled => {}
+                }
+            };
+            send_pattern(&mut send, request.seed.into(), request.bytes, stop, &counter).await?;
         }
         Direction::Upload => {
-            let (received, verified) = receive_pattern(&mut recv, request.seed.into(), &counter).await?;
+            let forever = std::future::pending();
+            let (received, verified, _) = receive_pattern(&mut recv, request.seed.into(), forever, &counter).await?;
             send.write_all(&encode_report(received, verified)).await?;
             send.shutdown().await?;
         }

@@ -28,6 +28,40 @@ pub fn provider(cipher: Option<&str>) -> Result<Arc<CryptoProvider>, String> {
     Ok(Arc::new(CryptoProvider { cipher_suites: suites, ..aws_lc_rs::default_provider() }))
 }
 
+/// The warm-up thread of [`warm_up_crypto`], until someone waits for it.
+static WARM_UP: std::sync::Mutex<Option<std::thread::JoinHandle<()>>> = std::sync::Mutex::new(None);
+
+/// Starts the crypto library's random generator on a thread of its own. aws-lc-rs seeds it on
+/// first use, once per process, from its CPU jitter entropy source, which takes tens of
+/// milliseconds (50-100 ms measured here, docs/PERFORMANCE.md "Cold start"); without this the
+/// first handshake pays for it, as its ClientHello needs a random. Called first thing in `main`,
+/// it runs while the arguments are parsed, the certificates loaded and the TCP connection made.
+pub fn warm_up_crypto() {
+    let started = std::thread::Builder::new().name("crypto-warm-up".into()).spawn(|| {
+        let mut seed = [0u8; 32];
+        let _ = aws_lc_rs::default_provider().secure_random.fill(&mut seed);
+    });
+    if let Ok(handle) = started {
+        *WARM_UP.lock().unwrap_or_else(|p| p.into_inner()) = Some(handle);
+    }
+}
+
+/// Waits until [`warm_up_crypto`] is done (at once if it was not started or is done), so that a
+/// handshake timer started after it measures the handshake, not the crypto library's start.
+pub async fn crypto_ready() {
+    let handle = WARM_UP.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(handle) = handle {
+        let _ = tokio::task::spawn_blocking(move || handle.join()).await;
+    }
+}
+
+/// The TLS secrets of every handshake, in the NSS key log format that Wireshark reads, go to
+/// the file named by SSLKEYLOGFILE (`--keylog FILE` sets it): rustls' own `KeyLogFile`, which
+/// does nothing when the variable is not set.
+fn key_log() -> Arc<dyn rustls::KeyLog> {
+    Arc::new(rustls::KeyLogFile::new())
+}
+
 pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     let data = std::fs::read(path).map_err(|e| format!("cannot read certificate {}: {e}", path.display()))?;
     let certs: Result<Vec<_>, _> = rustls_pemfile::certs(&mut &data[..]).collect();
@@ -85,6 +119,7 @@ pub fn server_config(
         builder.with_single_cert(certs, key).map_err(|e| format!("certificate and key do not match: {e}"))?;
     // Plain TLS clients may offer these (after tcpls/1, which the library puts first).
     config.alpn_protocols = alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
+    config.key_log = key_log();
     Ok(config)
 }
 
@@ -121,9 +156,8 @@ pub fn client_config_with_identity(
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?;
     let mut config = if insecure {
-        with_identity(
-            builder.dangerous().with_custom_certificate_verifier(Arc::new(NoVerification(provider(cipher)?))),
-        )?
+        let verifier = crate::session_info::Recording::wrap(Arc::new(NoVerification(provider(cipher)?)));
+        with_identity(builder.dangerous().with_custom_certificate_verifier(verifier))?
     } else {
         let mut roots = RootCertStore::empty();
         match ca {
@@ -138,9 +172,21 @@ pub fn client_config_with_identity(
                 }
             }
         }
-        with_identity(builder.with_root_certificates(roots))?
+        if roots.is_empty() {
+            // Nothing to verify against: every certificate fails with UnknownIssuer.
+            with_identity(builder.with_root_certificates(roots))?
+        } else {
+            let webpki =
+                rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider(cipher)?)
+                    .build()
+                    .map_err(|e| format!("cannot use the CA certificates: {e}"))?;
+            // Keeps the server's certificate for `connect --show-session`.
+            let verifier = crate::session_info::Recording::wrap(webpki);
+            with_identity(builder.dangerous().with_custom_certificate_verifier(verifier))?
+        }
     };
     config.alpn_protocols = alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
+    config.key_log = key_log();
     Ok(config)
 }
 
@@ -179,4 +225,38 @@ impl ServerCertVerifier for NoVerification {
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.0.signature_verification_algorithms.supported_schemes()
     }
+}
+
+/// A connection error as a user should read it: what failed and, for the usual TLS mistakes,
+/// what to do about it.
+pub fn explain(e: &std::io::Error) -> String {
+    use rustls::{CertificateError, Error as Tls};
+    use tcpls::proto::Error as Session;
+    let Some(session_error) = e.get_ref().and_then(|inner| inner.downcast_ref::<Session>()) else {
+        return e.to_string();
+    };
+    let advice = match session_error {
+        Session::Tls(Tls::InvalidCertificate(CertificateError::UnknownIssuer)) => {
+            "the server's certificate is not signed by a CA we trust (UnknownIssuer): pass the server's \
+             certificate or its CA with --ca FILE, or use --insecure for a test"
+        }
+        Session::Tls(Tls::InvalidCertificate(CertificateError::BadSignature)) => {
+            "the server's certificate does not verify against the --ca certificate (BadSignature): is --ca the \
+             right file for this server? (--insecure for a test)"
+        }
+        Session::Tls(Tls::InvalidCertificate(
+            CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+        )) => "the server's certificate does not name this host (NotValidForName): use --server-name NAME with a name it has",
+        Session::Tls(Tls::InvalidCertificate(CertificateError::Expired | CertificateError::ExpiredContext { .. })) => {
+            "the server's certificate has expired"
+        }
+        Session::Tls(Tls::InvalidMessage(_)) => {
+            "the server does not speak TLS (its first bytes are not a TLS record): check the address and port"
+        }
+        Session::PeerAlert(116) => {
+            "the server requires a client certificate (CertificateRequired): pass --cert FILE --key FILE"
+        }
+        _ => return e.to_string(),
+    };
+    format!("TLS handshake failed: {advice}")
 }

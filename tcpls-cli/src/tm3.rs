@@ -60,7 +60,7 @@ struct Mode {
 
 /// Runs `tcpls tm3 ...` until an error (the proxies otherwise run forever).
 pub async fn run(args: Tm3Args) -> Result<(), String> {
-    crate::logging::init(args.verbose);
+    crate::logging::init("tm3", args.verbose);
     match args.cmd {
         Tm3Command::Rp { n, port } => {
             check_pipes(n)?;

@@ -1,5 +1,13 @@
 //! Sending and verifying the perf payload on one stream (shared by client and server).
+//!
+//! A transfer ends in one of two ways. By its byte count: the sender sends FIN after the last
+//! byte and the receiver reads to the end. By time (the `--time` deadline, or Ctrl-C on the
+//! client): the sender resets the stream with [`TIME_UP`]. The reset drops what is still queued
+//! in the session (up to the stream's send buffer, 4 MiB by default), so a run ends at its
+//! deadline even when that queue drains slowly (a `--rate-limit` of a few Mbit/s would take
+//! many seconds); the receiver counts and has verified every byte it read before the reset.
 
+use std::future::Future;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -12,52 +20,115 @@ use crate::pattern;
 /// Writes in pieces of this size (the session's send buffer takes them without copying twice).
 const WRITE_CHUNK: usize = 256 * 1024;
 
-/// Sends the pattern of `seed` for `bytes` bytes or until `deadline`, then FIN.
+/// Stream Reset error code of a timed transfer's end (not an error: "time is up").
+pub const TIME_UP: u32 = 0x7045_5246; // "pERF"
+
+/// How a sender's transfer ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendEnd {
+    /// Every byte asked for was queued, then FIN.
+    Complete,
+    /// Stopped by time or interruption: the stream was reset with [`TIME_UP`].
+    Stopped,
+}
+
+/// Sends the pattern of `seed` for `bytes` bytes (FIN after them) or until `stop` completes
+/// (then the stream is reset with [`TIME_UP`]). Returns the bytes queued and how it ended.
 pub async fn send_pattern(
     send: &mut SendStream,
     seed: u64,
     bytes: u64,
-    deadline: Option<Instant>,
+    stop: impl Future<Output = ()>,
     progress: &AtomicU64,
-) -> io::Result<u64> {
+) -> io::Result<(u64, SendEnd)> {
+    tokio::pin!(stop);
     let mut offset = 0u64;
     while offset < bytes {
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            break;
-        }
         let want = (bytes - offset).min(WRITE_CHUNK as u64) as usize;
         let data = pattern::chunk(seed, offset, want);
-        send.write_all(data).await?;
-        offset += data.len() as u64;
-        progress.fetch_add(data.len() as u64, Ordering::Relaxed);
+        // `write` is cancel safe: either it took bytes (counted) or it took none.
+        let n = tokio::select! {
+            biased;
+            () = &mut stop => {
+                send.reset(TIME_UP)?;
+                return Ok((offset, SendEnd::Stopped));
+            }
+            n = send.write(data) => n?,
+        };
+        if n == 0 {
+            return Err(io::Error::new(io::ErrorKind::WriteZero, "the stream accepts no more bytes"));
+        }
+        offset += n as u64;
+        progress.fetch_add(n as u64, Ordering::Relaxed);
     }
     send.shutdown().await?;
-    Ok(offset)
+    Ok((offset, SendEnd::Complete))
+}
+
+/// How a receiver's transfer ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecvEnd {
+    /// FIN: the sender sent everything it meant to.
+    Finished,
+    /// The sender's time was up (Stream Reset with [`TIME_UP`]).
+    TimeUp,
+    /// We stopped reading (`stop` completed: Ctrl-C).
+    Stopped,
 }
 
 /// Reads a stream to its end, checking every byte against the pattern of `seed` in place (no
-/// copy out of the session). Returns (bytes, verified).
-pub async fn receive_pattern(recv: &mut RecvStream, seed: u64, progress: &AtomicU64) -> io::Result<(u64, bool)> {
+/// copy out of the session), until FIN, a [`TIME_UP`] reset, or `stop`. Returns (bytes,
+/// verified, how it ended).
+pub async fn receive_pattern(
+    recv: &mut RecvStream,
+    seed: u64,
+    stop: impl Future<Output = ()>,
+    progress: &AtomicU64,
+) -> io::Result<(u64, bool, RecvEnd)> {
+    tokio::pin!(stop);
     let mut offset = 0u64;
     let mut verified = true;
     loop {
-        let n = recv
-            .read_chunk_with(|chunk| {
-                if verified && !pattern::verify(seed, offset, chunk) {
-                    verified = false;
-                }
-                chunk.len()
-            })
-            .await?;
+        let read = recv.read_chunk_with(|chunk| {
+            if verified && !pattern::verify(seed, offset, chunk) {
+                verified = false;
+            }
+            chunk.len()
+        });
+        let n = tokio::select! {
+            biased;
+            () = &mut stop => return Ok((offset, verified, RecvEnd::Stopped)),
+            n = read => n,
+        };
+        let n = match n {
+            Ok(n) => n,
+            Err(e) if is_time_up(&e) => return Ok((offset, verified, RecvEnd::TimeUp)),
+            Err(e) => return Err(e),
+        };
         if n == 0 {
-            return Ok((offset, verified));
+            return Ok((offset, verified, RecvEnd::Finished));
         }
         offset += n as u64;
         progress.fetch_add(n as u64, Ordering::Relaxed);
     }
 }
 
-/// Deadline for `--time`.
+/// The peer reset the stream with [`TIME_UP`].
+fn is_time_up(e: &io::Error) -> bool {
+    e.get_ref()
+        .and_then(|inner| inner.downcast_ref::<tcpls::StreamError>())
+        .is_some_and(|s| matches!(s, tcpls::StreamError::Reset(TIME_UP)))
+}
+
+/// Completes at `deadline` (never without one).
+pub async fn until(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Deadline for a request's milliseconds (0: none).
 pub fn deadline(millis: u64) -> Option<Instant> {
     (millis > 0).then(|| Instant::now() + Duration::from_millis(millis))
 }

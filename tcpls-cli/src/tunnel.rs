@@ -108,7 +108,7 @@ struct Mode {
 
 /// Runs `tcpls tunnel ...` until an error (both ends otherwise run forever).
 pub async fn run(args: TunnelArgs) -> Result<(), String> {
-    crate::logging::init(args.verbose);
+    crate::logging::init("tunnel", args.verbose);
     match args.cmd {
         TunnelCommand::Server { listen, cert, key, client_ca, json, metrics } => {
             server(&listen, cert, key, client_ca, json, metrics.as_deref())
@@ -127,7 +127,7 @@ async fn server(
     json: bool,
     metrics: Option<&str>,
 ) -> Result<(), String> {
-    let tls = crate::server_tls(cert.as_deref(), key.as_deref(), &[], client_ca.as_deref())?;
+    let tls = crate::server_tls("tunnel server", cert.as_deref(), key.as_deref(), &[], client_ca.as_deref())?;
     let mut addrs = Vec::new();
     for l in listen {
         addrs.extend(resolve(l)?.into_iter().take(1));
@@ -137,16 +137,22 @@ async fn server(
     if let (Some(addr), Some(registry)) = (metrics, conc.registry()) {
         crate::metrics::attach_to_concentrator(&mut conc, addr, registry).await?;
     }
+    let mut ctrl_c = crate::interrupt::listen();
     for a in conc.local_addrs() {
         eprintln!("tcpls tunnel server: listening on {a}");
     }
-    conc.run(move |s| {
+    let served = conc.run(move |s| {
         if json {
             println!("{}", summary_json(&s));
         }
-    })
-    .await
-    .map_err(|e| e.to_string())
+    });
+    tokio::select! {
+        r = served => r.map_err(|e| e.to_string()),
+        () = ctrl_c.recv() => {
+            crate::logging::info("tunnel server", "interrupted (Ctrl-C): stopping");
+            std::process::exit(crate::EXIT_INTERRUPTED.into());
+        }
+    }
 }
 
 /// The `--json` line of one ended session.
@@ -193,11 +199,23 @@ async fn client(a: ClientArgs) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?;
     let conns = client.session().usable_connections().len();
+    let mut ctrl_c = crate::interrupt::listen();
     eprintln!(
         "tcpls tunnel client: session to {concentrator} ({conns} connection(s)), accepting on {listen} ({})",
         describe(&frontend)
     );
-    client.serve(listener, frontend).await.map_err(|e| e.to_string())
+    tokio::select! {
+        r = client.serve(listener, frontend) => r.map_err(|e| e.to_string()),
+        () = ctrl_c.recv() => {
+            // Close the session properly (close_notify), so the concentrator ends it at once.
+            crate::logging::info("tunnel client", "interrupted (Ctrl-C): closing the session");
+            let session = client.session();
+            if tokio::time::timeout(std::time::Duration::from_secs(2), session.close()).await.is_err() {
+                session.abort();
+            }
+            std::process::exit(crate::EXIT_INTERRUPTED.into());
+        }
+    }
 }
 
 fn describe(f: &Frontend) -> String {

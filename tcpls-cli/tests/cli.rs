@@ -1,4 +1,4 @@
-//! End-to-end tests of the `tcpls` command line (docs: /work/shared/design/CLI.md): real
+//! End-to-end tests of the `tcpls` command line (docs/CLI.md): real
 //! `tcpls serve` and `tcpls perf` / `tcpls connect` processes talking over loopback.
 
 #![allow(clippy::unwrap_used)]
@@ -282,9 +282,11 @@ fn perf_error_wrong_ca_is_a_tls_verification_error() {
 }
 
 #[test]
-fn perf_error_session_cache_not_supported() {
-    // --session-cache is accepted by the parser but refused with its reason (rustls cannot
-    // serialize client tickets; --zero-rtt resumes within one run instead).
+fn perf_help_does_not_advertise_session_cache() {
+    // --session-cache could never work (rustls cannot serialize client tickets): hidden from
+    // --help, and refused with its reason for scripts that pass it.
+    let done = run(tcpls().args(["perf", "--help"]), None, SHORT).success();
+    assert!(!done.stdout_text().contains("--session-cache"), "{}", done.describe());
     let target = format!("127.0.0.1:{}", free_port(LOCALHOST_V4));
     let done = run(tcpls().args(["perf", &target, "--insecure", "--session-cache", "/tmp/tickets"]), None, SHORT);
     done.one_line_error("not supported");

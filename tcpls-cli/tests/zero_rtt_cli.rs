@@ -1,12 +1,12 @@
 //! `tcpls perf --zero-rtt` against `tcpls serve --mode perf`, as processes over loopback: the
 //! measured session resumes a ticket fetched by a warm-up session and its request goes as early
-//! data; the transfer is verified byte for byte. `--session-cache` is refused with its reason.
+//! data; the transfer is verified byte for byte.
 #![allow(clippy::unwrap_used)]
 
 mod support;
 
 use serde_json::Value;
-use support::{make_cert, run, serve, tcpls, TempDir, LOCALHOST_V4, SHORT, TIMEOUT};
+use support::{make_cert, run, serve, tcpls, TempDir, LOCALHOST_V4, TIMEOUT};
 
 fn perf(server: &support::Server, ca: &std::path::Path, args: &[&str]) -> Value {
     let mut cmd = tcpls();
@@ -32,10 +32,4 @@ fn perf_zero_rtt_resumes_and_its_early_data_is_accepted() {
     // Without --zero-rtt: a fresh process has no ticket.
     let v = perf(&server, &cert, &["--bytes", "1M"]);
     assert_eq!((&v["resumed"], &v["early_data_accepted"]), (&Value::Bool(false), &Value::Bool(false)), "{v:#}");
-}
-
-#[test]
-fn perf_session_cache_is_refused_with_its_reason() {
-    let done = run(tcpls().args(["perf", "127.0.0.1:9", "--insecure", "--session-cache", "/tmp/tickets"]), None, SHORT);
-    done.one_line_error("not supported");
 }

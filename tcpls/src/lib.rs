@@ -10,6 +10,46 @@
 //! handles reach it through a mutex and wakers.
 //!
 //! See `examples/echo.rs` for a complete client and server.
+//!
+//! # Example
+//!
+//! A client for `tcpls serve --mode echo`, trusting the certificate of `tcpls cert` (the same
+//! code as in the README):
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//!
+//! use rustls::pki_types::{pem::PemObject, CertificateDer};
+//! use tokio::io::{AsyncReadExt, AsyncWriteExt};
+//!
+//! /// A client config that trusts the certificate written by `tcpls cert --out tcpls-cert`.
+//! fn client_config() -> Result<rustls::ClientConfig, Box<dyn std::error::Error>> {
+//!     let mut roots = rustls::RootCertStore::empty();
+//!     for cert in CertificateDer::pem_file_iter("tcpls-cert/cert.pem")? {
+//!         roots.add(cert?)?;
+//!     }
+//!     let config = rustls::ClientConfig::builder_with_provider(Arc::new(tcpls::crypto_provider()))
+//!         .with_safe_default_protocol_versions()?
+//!         .with_root_certificates(roots)
+//!         .with_no_client_auth();
+//!     Ok(config)
+//! }
+//!
+//! /// Sends "hello" on a new stream to `tcpls serve --mode echo` and reads the answer.
+//! async fn hello() -> Result<Vec<u8>, Box<dyn std::error::Error>> {
+//!     let connector = tcpls::TcplsConnector::new(Arc::new(client_config()?));
+//!     let name = tcpls::server_name_for("localhost")?;
+//!     let session = connector.connect("127.0.0.1:4444".parse()?, name).await?;
+//!     let (mut send, mut recv) = session.open_stream()?; // as many streams as you like
+//!     send.write_all(b"hello").await?;
+//!     send.shutdown().await?; // FIN
+//!     let mut reply = Vec::new();
+//!     recv.read_to_end(&mut reply).await?;
+//!     session.close().await;
+//!     Ok(reply)
+//! }
+//! # fn main() {}
+//! ```
 
 mod connector;
 mod driver;

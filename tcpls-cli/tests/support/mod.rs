@@ -273,6 +273,12 @@ impl Proc {
         self.started.elapsed()
     }
 
+    /// Sends SIGINT, as Ctrl-C in a terminal does.
+    pub fn interrupt(&self) {
+        let status = Command::new("kill").args(["-INT", &self.child.id().to_string()]).status();
+        assert!(status.is_ok_and(|s| s.success()), "cannot send SIGINT to {}", self.name);
+    }
+
     /// What the child printed so far (for failure messages).
     pub fn diagnostics(&mut self) -> String {
         let (out, err) = (tail(self.stdout.bytes()), tail(self.stderr.bytes()));

@@ -158,7 +158,7 @@ pub async fn serve_session(
         error,
     };
     info!(
-        "tunnel: session from {peer} ended after {:.1} s: {:?}{}",
+        "tunnel: session from {peer} ended after {:.1} s: {}{}",
         summary.duration.as_secs_f64(),
         summary.stats,
         summary.error.as_ref().map(|e| format!(", error: {e}")).unwrap_or_default()

@@ -44,6 +44,27 @@ pub struct StatsSnapshot {
     pub bytes_down: u64,
 }
 
+/// For log lines: `3 connections (2 connected, 1 failed, 0 rejected), 1.2 MB up, 5.0 MB down`.
+impl std::fmt::Display for StatsSnapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} connection{} ({} connected, {} failed, {} rejected, {} closed, {} reset here, {} reset by the peer), \
+             {} bytes up, {} bytes down",
+            self.streams,
+            if self.streams == 1 { "" } else { "s" },
+            self.connected,
+            self.connect_failed,
+            self.rejected,
+            self.closed,
+            self.local_resets,
+            self.peer_resets,
+            self.bytes_up,
+            self.bytes_down
+        )
+    }
+}
+
 impl Stats {
     pub fn snapshot(&self) -> StatsSnapshot {
         StatsSnapshot {

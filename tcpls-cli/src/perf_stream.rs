@@ -1,0 +1,93 @@
+//! One stream of `tcpls perf`: its request, then the payload sent (upload) or received and
+//! verified (download) until the byte count, the deadline or Ctrl-C.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tcpls::{RecvStream, SendStream};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::watch;
+
+use crate::perf_interval::Counters;
+use crate::perf_proto::{decode_report, Direction, Request, REPORT_LEN};
+use crate::transfer::{receive_pattern, send_pattern, until, RecvEnd, SendEnd, TIME_UP};
+
+/// What one stream did.
+pub struct StreamOutcome {
+    pub direction: Direction,
+    /// Bytes the sender queued (only known for our own uploads).
+    pub sent: Option<u64>,
+    /// Bytes the receiver read and verified.
+    pub received: u64,
+    pub verified: bool,
+}
+
+/// One stream's transfer, in its own task.
+pub struct StreamTask {
+    pub request: Request,
+    /// The request already went as early data.
+    pub early: bool,
+    pub deadline: Option<Instant>,
+    pub interrupted: watch::Receiver<bool>,
+    pub counters: Arc<Counters>,
+    /// This stream's counter in `counters`.
+    pub index: usize,
+}
+
+impl StreamTask {
+    pub async fn run(self, mut send: SendStream, mut recv: RecvStream) -> Result<StreamOutcome, String> {
+        let r = self.request;
+        if !self.early {
+            send.write_all(&r.encode())
+                .await
+                .map_err(|e| format!("stream {}: cannot send the request: {e}", r.seed))?;
+        }
+        let mut interrupted = self.interrupted.clone();
+        let ctrl_c = async move {
+            let _ = interrupted.wait_for(|&stop| stop).await;
+        };
+        match r.direction {
+            Direction::Upload => {
+                let stop = async {
+                    tokio::select! {
+                        () = until(self.deadline) => {}
+                        () = ctrl_c => {}
+                    }
+                };
+                let progress = &self.counters.streams[self.index].bytes;
+                let (sent, end) = send_pattern(&mut send, r.seed.into(), r.bytes, stop, progress)
+                    .await
+                    .map_err(|e| format!("stream {}: sending failed: {e}", r.seed))?;
+                let mut report = [0u8; REPORT_LEN];
+                recv.read_exact(&mut report)
+                    .await
+                    .map_err(|e| format!("stream {}: no report from the server: {e}", r.seed))?;
+                let (received, verified) = decode_report(&report);
+                // A byte count must arrive whole; a stopped stream delivers what it could.
+                let complete = match end {
+                    SendEnd::Complete => received == sent,
+                    SendEnd::Stopped => received <= sent,
+                };
+                Ok(StreamOutcome { direction: r.direction, sent: Some(sent), received, verified: verified && complete })
+            }
+            Direction::Download => {
+                // Our side stays open: resetting it (Ctrl-C) tells the server to stop sending.
+                let progress = &self.counters.streams[self.index].bytes;
+                let (received, verified, end) = receive_pattern(&mut recv, r.seed.into(), ctrl_c, progress)
+                    .await
+                    .map_err(|e| format!("stream {}: receiving failed: {e}", r.seed))?;
+                let complete = match end {
+                    RecvEnd::Finished => r.millis > 0 || received == r.bytes,
+                    RecvEnd::TimeUp => r.millis > 0,
+                    RecvEnd::Stopped => true,
+                };
+                if end == RecvEnd::Stopped {
+                    let _ = send.reset(TIME_UP);
+                } else {
+                    let _ = send.shutdown().await;
+                }
+                Ok(StreamOutcome { direction: r.direction, sent: None, received, verified: verified && complete })
+            }
+        }
+    }
+}

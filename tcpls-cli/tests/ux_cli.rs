@@ -1,0 +1,162 @@
+//! What a user sees when something is not right: errors that say what to do, Ctrl-C on the
+//! servers and the tunnel client, `connect` to a perf server, `cert` over existing files.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::time::Duration;
+
+use support::{make_cert, run, serve, tcpls, Proc, TempDir, LOCALHOST_V4, SHORT};
+
+#[test]
+fn cert_refuses_to_overwrite_without_force() {
+    let dir = TempDir::new("cert-force");
+    let (cert, key) = make_cert(dir.path(), "c");
+    let before = std::fs::read(&key).unwrap();
+    let out = cert.parent().unwrap();
+    let done = run(tcpls().arg("cert").arg("--out").arg(out), None, SHORT);
+    done.one_line_error("--force");
+    assert_eq!(std::fs::read(&key).unwrap(), before, "the key was overwritten");
+    run(tcpls().arg("cert").arg("--out").arg(out).arg("--force"), None, SHORT).success();
+    assert_ne!(std::fs::read(&key).unwrap(), before, "--force writes a new key");
+}
+
+#[test]
+fn connect_to_a_perf_server_says_what_is_wrong() {
+    let mut server = serve(LOCALHOST_V4, &["--mode", "perf", "--sessions", "1"]);
+    let done = run(tcpls().args(["connect", &server.target(), "--insecure"]), Some(b"hello\n".to_vec()), SHORT);
+    done.one_line_error("tcpls perf");
+    assert!(done.stderr.contains("--mode echo"), "{}", done.describe());
+    server.expect_exit();
+}
+
+#[test]
+fn unknown_issuer_says_to_pass_ca_or_insecure() {
+    let mut server = serve(LOCALHOST_V4, &["--mode", "echo", "--sessions", "1"]);
+    // An ephemeral self-signed certificate, checked against the system's roots.
+    let done = run(tcpls().args(["connect", &server.target()]), Some(b"x".to_vec()), SHORT);
+    done.one_line_error("--ca FILE");
+    assert!(done.stderr.contains("--insecure"), "{}", done.describe());
+    server.expect_running();
+    let done = run(tcpls().args(["connect", &server.target(), "--insecure"]), Some(b"x".to_vec()), SHORT).success();
+    assert_eq!(done.stdout, b"x");
+}
+
+#[test]
+fn a_server_that_does_not_speak_tls_is_named_as_such() {
+    // A plain HTTP server: it answers the ClientHello with an HTTP error.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        if let Ok((mut s, _)) = listener.accept() {
+            let mut buf = [0u8; 512];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        }
+    });
+    let done = run(tcpls().args(["connect", &addr.to_string(), "--insecure"]), Some(Vec::new()), SHORT);
+    done.one_line_error("does not speak TLS");
+}
+
+/// `serve` and `tunnel server` end with status 130 on Ctrl-C, like `perf`.
+#[test]
+fn servers_exit_130_on_ctrl_c() {
+    let mut server = serve(LOCALHOST_V4, &["--mode", "perf"]);
+    server.proc.interrupt();
+    assert_eq!(server.proc.wait(SHORT).code(), Some(130), "{}", server.proc.diagnostics());
+
+    let port = support::free_port(LOCALHOST_V4);
+    let mut conc = Proc::spawn(tcpls().args(["tunnel", "server", "--listen", &format!("127.0.0.1:{port}")]), false);
+    conc.stderr.wait_for(b"listening on", SHORT).unwrap_or_else(|e| panic!("{e}\n{}", conc.diagnostics()));
+    conc.interrupt();
+    assert_eq!(conc.wait(SHORT).code(), Some(130), "{}", conc.diagnostics());
+}
+
+/// Ctrl-C on `tunnel client` closes the session with close_notify: the concentrator ends it
+/// at once instead of timing out a connection closed without close_notify.
+#[test]
+fn tunnel_client_ctrl_c_closes_the_session() {
+    let port = support::free_port(LOCALHOST_V4);
+    let mut conc =
+        Proc::spawn(tcpls().args(["tunnel", "server", "--json", "--listen", &format!("127.0.0.1:{port}")]), false);
+    conc.stderr.wait_for(b"listening on", SHORT).unwrap_or_else(|e| panic!("{e}\n{}", conc.diagnostics()));
+    let forward = format!("127.0.0.1:{}=127.0.0.1:9", support::free_port(LOCALHOST_V4));
+    let mut client = Proc::spawn(
+        tcpls()
+            .args(["tunnel", "client", "--insecure", "--concentrator", &format!("127.0.0.1:{port}")])
+            .args(["--forward", &forward]),
+        false,
+    );
+    client.stderr.wait_for(b"accepting on", SHORT).unwrap_or_else(|e| panic!("{e}\n{}", client.diagnostics()));
+    client.interrupt();
+    assert_eq!(client.wait(SHORT).code(), Some(130), "{}", client.diagnostics());
+    // The session report comes within a few seconds, without an error.
+    conc.stdout.wait_for(b"\n", Duration::from_secs(5)).unwrap_or_else(|e| panic!("{e}\n{}", conc.diagnostics()));
+    let line = conc.stdout.text();
+    let v: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
+    assert!(v["error"].is_null(), "the session ended with an error: {v:#}\n{}", conc.diagnostics());
+}
+
+/// `connect -v` shows the session as `openssl s_client` does; `--keylog FILE` (client and
+/// server) and SSLKEYLOGFILE (the perf client) write the NSS key log of the same handshakes.
+#[test]
+fn show_session_and_keylog() {
+    let dir = TempDir::new("keylog");
+    let (cert, key) = make_cert(dir.path(), "c");
+    let (client_keys, server_keys) = (dir.path().join("client.keys"), dir.path().join("server.keys"));
+    let mut server = serve(
+        LOCALHOST_V4,
+        &["--mode", "echo", "--sessions", "2", "--cert", cert.to_str().unwrap(), "--key", key.to_str().unwrap()]
+            .into_iter()
+            .chain(["--keylog", server_keys.to_str().unwrap()])
+            .collect::<Vec<_>>(),
+    );
+    let mut connect = tcpls();
+    connect.args(["connect", &server.target(), "-v", "--ca"]).arg(&cert).arg("--keylog").arg(&client_keys);
+    let done = run(&mut connect, Some(b"hi".to_vec()), SHORT).success();
+    assert_eq!(done.stdout, b"hi");
+    for needle in [
+        "Protocol    : TCPLS (tcpls/1) over TLS 1.3",
+        "Cipher      : TLS13_AES_128_GCM_SHA256",
+        "ALPN        : tcpls/1",
+        "no (full handshake)",
+        "names     : localhost, 127.0.0.1, ::1",
+        "expires in",
+        "verified against --ca",
+        "Connections : 1",
+    ] {
+        assert!(done.stderr.contains(needle), "{needle:?} missing: {}", done.describe());
+    }
+    assert!(!done.stderr.contains("Some("), "Debug text in the output: {}", done.describe());
+
+    let lines = |path: &std::path::Path| -> Vec<(String, String)> {
+        let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        text.lines()
+            .map(|l| {
+                let parts: Vec<&str> = l.split(' ').collect();
+                assert_eq!(parts.len(), 3, "not an NSS key log line: {l}");
+                assert_eq!(parts[1].len(), 64, "client random of 32 bytes: {l}");
+                assert!(parts[1..].iter().all(|p| p.chars().all(|c| c.is_ascii_hexdigit())), "{l}");
+                (parts[0].to_string(), parts[1].to_string())
+            })
+            .collect()
+    };
+    let client = lines(&client_keys);
+    assert!(client.iter().any(|(label, _)| label == "CLIENT_TRAFFIC_SECRET_0"), "{client:?}");
+    // A perf run with SSLKEYLOGFILE appends to the same file: a second client random.
+    let mut perf = tcpls();
+    perf.env("SSLKEYLOGFILE", &client_keys).args(["perf", &server.target(), "--insecure", "--bytes", "1M"]);
+    let done = run(&mut perf, None, SHORT);
+    // The server is in echo mode: perf fails, but its handshake was logged.
+    assert!(!done.status.success());
+    server.expect_exit();
+    let client = lines(&client_keys);
+    let randoms: std::collections::BTreeSet<&String> = client.iter().map(|(_, r)| r).collect();
+    assert_eq!(randoms.len(), 2, "two handshakes logged: {client:?}");
+    let server_side = lines(&server_keys);
+    for r in randoms {
+        assert!(server_side.iter().any(|(_, s)| s == r), "the server logged the same handshake {r}");
+    }
+}
