@@ -19,6 +19,8 @@ pub use tcpls_pattern as pattern;
 pub mod pki;
 pub mod plot;
 pub mod sswatch;
+pub mod streams;
+pub mod streams_records;
 pub mod tcpls_run;
 pub mod tls_run;
 pub mod trace;

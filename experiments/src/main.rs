@@ -39,6 +39,8 @@ enum Experiment {
     HolBlocking,
     /// TCPLS through real middleboxes (firewall, NAT, TCP proxy, TLS-terminating proxy).
     Middleboxes,
+    /// Thesis Figs 3.2-3.3: goodput, CPU per GiB and decryptions per record vs number of streams (loopback: CPU, not a network).
+    Streams,
 }
 
 fn main() -> ExitCode {
@@ -51,6 +53,7 @@ fn main() -> ExitCode {
         Experiment::Aggregation => experiments::aggregation::run(&opts),
         Experiment::HolBlocking => experiments::hol_blocking::run(&opts),
         Experiment::Middleboxes => experiments::middleboxes::run(&opts),
+        Experiment::Streams => experiments::streams::run(&opts),
     };
     match result {
         Ok(summary) => {

@@ -34,6 +34,39 @@ pub struct Panel {
     pub markers: Vec<Marker>,
     /// Legend in the upper right corner instead of the lower right one.
     pub legend_top: bool,
+    /// What the x values are (time by default).
+    pub x_axis: XAxis,
+    /// Horizontal dashed lines `(series index, y)`, in that series' colour (e.g. a rate limit).
+    pub dashed: Vec<(usize, f64)>,
+}
+
+/// The x axis of a panel.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum XAxis {
+    /// Seconds since the start.
+    #[default]
+    Time,
+    /// A quantity on a linear scale, with this axis label.
+    Linear(String),
+    /// A quantity from 1 up on a base-2 logarithmic scale (e.g. a number of streams), with this
+    /// axis label; ticks show the quantity.
+    Log2(String),
+}
+
+impl XAxis {
+    fn position(&self, x: f64) -> f64 {
+        match self {
+            XAxis::Log2(_) => x.max(1.0).log2(),
+            _ => x,
+        }
+    }
+
+    fn label(&self) -> &str {
+        match self {
+            XAxis::Time => "time (s)",
+            XAxis::Linear(l) | XAxis::Log2(l) => l,
+        }
+    }
 }
 
 const FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
@@ -75,13 +108,19 @@ pub fn render(path: &Path, title: &str, panels: &[Panel]) -> Result<(), String> 
     let areas = root.split_evenly((panels.len().max(1), 1));
     let x_max = panels
         .iter()
-        .flat_map(|p| p.series.iter().flat_map(|s| s.points.iter().map(|(t, _)| *t)))
+        .flat_map(|p| p.series.iter().flat_map(|s| s.points.iter().map(|(t, _)| p.x_axis.position(*t))))
         .fold(1.0f64, f64::max);
     for (panel, area) in panels.iter().zip(areas.iter()) {
+        let axis = &panel.x_axis;
         // Headroom above the highest point: for the marker labels, and for a legend on top.
         let headroom = if panel.legend_top { 1.5 } else { 1.15 };
-        let y_max =
-            panel.series.iter().flat_map(|s| s.points.iter().map(|(_, v)| *v)).fold(1.0f64, f64::max) * headroom;
+        let y_max = panel
+            .series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|(_, v)| *v))
+            .chain(panel.dashed.iter().map(|(_, v)| *v))
+            .fold(1.0f64, f64::max)
+            * headroom;
         let mut chart = ChartBuilder::on(area)
             .caption(&panel.title, (FAMILY, 19))
             .margin(12)
@@ -91,9 +130,13 @@ pub fn render(path: &Path, title: &str, panels: &[Panel]) -> Result<(), String> 
             .map_err(|x| e(&x))?;
         chart
             .configure_mesh()
-            .x_desc("time (s)")
+            .x_desc(axis.label())
             // Short runs get ticks every half second: whole numbers would repeat ("0 1 1 2").
-            .x_label_formatter(&|v| if x_max >= 10.0 { format!("{v:.0}") } else { format!("{v:.1}") })
+            .x_label_formatter(&|v| match axis {
+                XAxis::Log2(_) => format!("{:.0}", 2f64.powf(*v)),
+                _ if x_max >= 10.0 => format!("{v:.0}"),
+                _ => format!("{v:.1}"),
+            })
             .y_label_formatter(&|v| if y_max >= 20.0 { format!("{v:.0}") } else { format!("{v:.1}") })
             .y_desc(panel.y_label.as_str())
             .label_style((FAMILY, 15))
@@ -113,10 +156,16 @@ pub fn render(path: &Path, title: &str, panels: &[Panel]) -> Result<(), String> 
                 )))
                 .map_err(|x| e(&x))?;
         }
+        for (i, y) in &panel.dashed {
+            let c = panel.series.get(*i).map_or(BLACK, |s| colour(&s.label, *i));
+            let style = ShapeStyle::from(&c).stroke_width(2);
+            chart.draw_series(DashedLineSeries::new([(0.0, *y), (x_max, *y)], 10, 6, style)).map_err(|x| e(&x))?;
+        }
         for (i, s) in panel.series.iter().enumerate() {
             let c = colour(&s.label, i);
+            let points = s.points.iter().map(|(x, y)| (axis.position(*x), *y));
             chart
-                .draw_series(LineSeries::new(s.points.iter().copied(), ShapeStyle::from(&c).stroke_width(2)))
+                .draw_series(LineSeries::new(points, ShapeStyle::from(&c).stroke_width(2)))
                 .map_err(|x| e(&x))?
                 .label(s.label.clone())
                 .legend(move |(x, y)| PathElement::new([(x, y), (x + 22, y)], ShapeStyle::from(&c).stroke_width(3)));
