@@ -18,6 +18,7 @@ pub mod output;
 pub use tcpls_pattern as pattern;
 pub mod pki;
 pub mod plot;
+pub mod rtt_probe;
 pub mod sswatch;
 pub mod streams;
 pub mod streams_records;

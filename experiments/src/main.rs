@@ -41,6 +41,8 @@ enum Experiment {
     Middleboxes,
     /// Thesis Figs 3.2-3.3: goodput, CPU per GiB and decryptions per record vs number of streams (loopback: CPU, not a network).
     Streams,
+    /// Thesis Fig. 4.3: 10 RTT probes on a delayed and on a lossy path, next to TCP_INFO and the configured delay.
+    RttProbe,
 }
 
 fn main() -> ExitCode {
@@ -54,6 +56,7 @@ fn main() -> ExitCode {
         Experiment::HolBlocking => experiments::hol_blocking::run(&opts),
         Experiment::Middleboxes => experiments::middleboxes::run(&opts),
         Experiment::Streams => experiments::streams::run(&opts),
+        Experiment::RttProbe => experiments::rtt_probe::run(&opts),
     };
     match result {
         Ok(summary) => {
