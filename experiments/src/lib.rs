@@ -9,7 +9,9 @@
 pub mod aggregation;
 pub mod failover_outage;
 pub mod failover_periodic;
+pub mod flow_limit;
 pub mod hol_blocking;
+pub mod loopback;
 pub mod middleboxes;
 pub mod migration;
 pub mod mptcp_run;

@@ -43,6 +43,8 @@ enum Experiment {
     Streams,
     /// Thesis Fig. 4.3: 10 RTT probes on a delayed and on a lossy path, next to TCP_INFO and the configured delay.
     RttProbe,
+    /// Thesis Fig. 4.9: goodput of 4 flows, rate limits on three of them after 0.3 s (loopback: CPU, not a network).
+    FlowLimit,
 }
 
 fn main() -> ExitCode {
@@ -57,6 +59,7 @@ fn main() -> ExitCode {
         Experiment::Middleboxes => experiments::middleboxes::run(&opts),
         Experiment::Streams => experiments::streams::run(&opts),
         Experiment::RttProbe => experiments::rtt_probe::run(&opts),
+        Experiment::FlowLimit => experiments::flow_limit::run(&opts),
     };
     match result {
         Ok(summary) => {
