@@ -27,6 +27,8 @@ pub mod streams_records;
 pub mod tcpls_run;
 pub mod tls_run;
 pub mod trace;
+pub mod tunnel;
+pub mod tunnel_bed;
 
 use std::path::PathBuf;
 use std::sync::mpsc;

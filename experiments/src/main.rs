@@ -45,6 +45,8 @@ enum Experiment {
     RttProbe,
     /// Thesis Fig. 4.9: goodput of 4 flows, rate limits on three of them after 0.3 s (loopback: CPU, not a network).
     FlowLimit,
+    /// Thesis Figs 5.6-5.8: goodput, time to first byte and requests/s of TCP, TCPLS and the TCPLS tunnel (one host: CPU, not a network).
+    Tunnel,
 }
 
 fn main() -> ExitCode {
@@ -60,6 +62,7 @@ fn main() -> ExitCode {
         Experiment::Streams => experiments::streams::run(&opts),
         Experiment::RttProbe => experiments::rtt_probe::run(&opts),
         Experiment::FlowLimit => experiments::flow_limit::run(&opts),
+        Experiment::Tunnel => experiments::tunnel::run(&opts),
     };
     match result {
         Ok(summary) => {
