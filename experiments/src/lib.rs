@@ -1,5 +1,6 @@
-//! The seed papers' experiments, reproduced in the `tcpls-netem` namespace test bed, and the
-//! middlebox traversal report. Each experiment writes `DIR/NAME.csv` (time series),
+//! The seed papers' experiments, reproduced in the `tcpls-netem` namespace test bed, the master
+//! thesis's (`streams`, `rtt_probe`, `flow_limit`, `tunnel`; the CPU-bound ones on loopback or
+//! on one host), and the middlebox traversal report. Each experiment writes `DIR/NAME.csv` (time series),
 //! `DIR/NAME.png` (plot) and `DIR/NAME.json` (summary); see docs/EXPERIMENTS.md.
 //!
 //! Building blocks: [`tcpls_run`] and [`mptcp_run`] (download servers and clients inside the

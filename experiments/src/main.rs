@@ -7,11 +7,12 @@ use experiments::Opts;
 
 #[derive(Parser)]
 #[command(
-    about = "Reproduce the TCPLS papers' experiments in network namespaces (root)",
+    about = "Reproduce the TCPLS papers' and the thesis's experiments (the namespace ones need root)",
     after_help = "Each experiment writes DIR/NAME.csv (goodput time series), DIR/NAME.png (plot) and \
 DIR/NAME.json (summary, also printed). Examples:\n  \
 sudo target/release/experiments aggregation --quick --out /tmp/exp\n  \
-sudo target/release/experiments failover-outage --out docs/experiments\n\
+sudo target/release/experiments failover-outage --out docs/experiments\n  \
+target/release/experiments streams --quick --out /tmp/exp\n\
 See docs/EXPERIMENTS.md."
 )]
 struct Cli {

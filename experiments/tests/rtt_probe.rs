@@ -36,10 +36,10 @@ fn rtt_probes_match_the_configured_delay_on_both_paths() {
         // The typical probe: host scheduling on a loaded 2-core machine adds milliseconds, a
         // retransmission on the lossy path hundreds; the median stays well below that.
         let median = p["probe_median_ms"].as_f64().unwrap();
-        assert!(median <= 1.5 * configured + 10.0, "{key}: median {median} ms vs {configured} ms");
+        assert!(median <= 2.0 * configured + 20.0, "{key}: median {median} ms vs {configured} ms");
         // The kernel's smoothed RTT of the same sockets sees the same path.
         let kernel = p["kernel_median_ms"].as_f64().unwrap();
-        assert!(kernel >= 0.95 * configured && kernel <= 1.5 * configured + 10.0, "{key}: kernel {kernel} ms");
+        assert!(kernel >= 0.95 * configured && kernel <= 2.0 * configured + 20.0, "{key}: kernel {kernel} ms");
     }
     assert_eq!(s["delayed"]["probes_delayed_by_retransmission"], 0, "no loss on the delayed path");
 }
