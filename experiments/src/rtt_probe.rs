@@ -140,7 +140,8 @@ fn path_json(
         "probe_median_over_configured_plus_late": round(med / (configured_ms + late_ms), 3),
         "probe_min_over_configured_plus_late": round(min / (configured_ms + late_ms), 3),
         // Probes that took 100 ms more than the configured RTT: with an idle path and Linux's
-        // 200 ms minimum RTO, a loss and a retransmission.
+        // 200 ms minimum RTO, most likely a loss and a retransmission (or, rarely, a thread kept
+        // off the CPU that long on a loaded machine; `tcp_retransmits` tells).
         "probes_delayed_by_retransmission": ours.iter().filter(|x| **x > configured_ms + 100.0).count(),
         "tcp_retransmits": retransmits,
     })
