@@ -7,8 +7,8 @@
 //!
 //! The paths are idle apart from the probes, so there is no queueing: a probe should take the
 //! configured RTT plus the two TCPLS stacks' processing. On the lossy path, a probe (or its echo)
-//! that is lost waits for TCP's retransmission: one RTO (≥ 200 ms on Linux) more, which the
-//! kernel's estimate leaves out (Karn's rule: retransmitted segments are not timed).
+//! that is lost waits for TCP's retransmission: one RTO (≥ 200 ms on Linux) more; the kernel's
+//! smoothed estimate usually absorbs that, though not always.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

@@ -37,9 +37,13 @@ fn rtt_probes_match_the_configured_delay_on_both_paths() {
         // retransmission on the lossy path hundreds; the median stays well below that.
         let median = p["probe_median_ms"].as_f64().unwrap();
         assert!(median <= 2.0 * configured + 20.0, "{key}: median {median} ms vs {configured} ms");
-        // The kernel's smoothed RTT of the same sockets sees the same path.
+        // The kernel's smoothed RTT of the same sockets sees the same path (after a loss it can
+        // jump to hundreds of ms: bounded only on the lossless path).
         let kernel = p["kernel_median_ms"].as_f64().unwrap();
-        assert!(kernel >= 0.95 * configured && kernel <= 2.0 * configured + 20.0, "{key}: kernel {kernel} ms");
+        assert!(kernel >= 0.95 * configured, "{key}: kernel {kernel} ms");
+        if key == "delayed" {
+            assert!(kernel <= 2.0 * configured + 20.0, "{key}: kernel {kernel} ms");
+        }
     }
     // (No assertion that every probe on the delayed path is fast: on a loaded machine a thread
     // was once kept off the CPU for over 100 ms, which looks like a retransmission.)
