@@ -15,7 +15,7 @@ use tcpls_netem::{Side, Topology};
 
 use crate::output::{round, write_all};
 use crate::pki::Pki;
-use crate::plot::{Marker, Panel, Series};
+use crate::plot::{Marker, Panel, Series, XAxis};
 use crate::tcpls_run::{self, TcplsServer};
 use crate::trace::{goodput_series, last_read, mean_mbps, secs_between, Meter};
 use crate::{mptcp_run, note, path, sleep_until, topology, wait_started, Opts, Summary, BIN};
@@ -212,6 +212,8 @@ pub fn run(opts: &Opts) -> Result<Summary, String> {
             }],
             markers: vec![Marker { label: "second path".into(), t: r.second_t }],
             legend_top: false,
+            x_axis: XAxis::Time,
+            dashed: Vec::new(),
         })
         .collect();
     write_all(opts, NAME, "Bandwidth aggregation: 2 x 25 Mbit/s, second path after a few seconds", &panels, &summary)?;

@@ -15,7 +15,7 @@ use tcpls_netem::{Side, Topology};
 
 use crate::output::{round, write_all};
 use crate::pki::Pki;
-use crate::plot::{Marker, Panel, Series};
+use crate::plot::{Marker, Panel, Series, XAxis};
 use crate::sswatch::{self, SocketWatch};
 use crate::tcpls_run::{self, TcplsServer};
 use crate::trace::{goodput_series, last_read, recovery_after, secs_between, Meter};
@@ -290,6 +290,8 @@ pub fn run(opts: &Opts) -> Result<Summary, String> {
             series,
             markers: vec![Marker { label: what.to_string(), t: t.outage_t }],
             legend_top: false,
+            x_axis: XAxis::Time,
+            dashed: Vec::new(),
         });
     }
     summary["verified"] = json!(all_verified);

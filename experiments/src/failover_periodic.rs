@@ -19,7 +19,7 @@ use tcpls_netem::{Side, Topology};
 
 use crate::output::{round, write_all};
 use crate::pki::Pki;
-use crate::plot::{Marker, Panel, Series};
+use crate::plot::{Marker, Panel, Series, XAxis};
 use crate::tcpls_run::{self, TcplsServer};
 use crate::trace::{goodput_series, last_read, recovery_between, secs_between, Meter};
 use crate::{mptcp_run, note, path, topology, wait_started, Opts, Summary, BIN};
@@ -324,6 +324,8 @@ pub fn run(opts: &Opts) -> Result<Summary, String> {
             series: vec![Series { label: "TCPLS".into(), points: goodput_series(&t.reads, BIN, until) }],
             markers: marks(&t),
             legend_top: false,
+            x_axis: XAxis::Time,
+            dashed: Vec::new(),
         },
         Panel {
             title: if m.verified {
@@ -335,6 +337,8 @@ pub fn run(opts: &Opts) -> Result<Summary, String> {
             series: vec![Series { label: "MPTCP".into(), points: goodput_series(&m.reads, BIN, until) }],
             markers: marks(&m),
             legend_top: false,
+            x_axis: XAxis::Time,
+            dashed: Vec::new(),
         },
     ];
     let title = format!("Periodic outages: 4 x 25 Mbit/s, one working path rotating every {} s", p.period);

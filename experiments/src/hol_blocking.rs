@@ -25,7 +25,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::output::{round, write_all};
 use crate::pattern::{self, Verifier};
 use crate::pki::Pki;
-use crate::plot::{Panel, Series};
+use crate::plot::{Panel, Series, XAxis};
 use crate::tcpls_run::{self, encode_request, TcplsServer};
 use crate::trace::{goodput_series, mean_mbps, secs_between, Meter};
 use crate::{note, path, tls_run, topology, wait_started, Opts, Summary};
@@ -306,6 +306,8 @@ pub fn run(opts: &Opts) -> Result<Summary, String> {
             series: load_series,
             markers: vec![],
             legend_top: true,
+            x_axis: XAxis::Time,
+            dashed: Vec::new(),
         },
         Panel {
             title: "bulk download goodput (0.5 s bins)".into(),
@@ -313,6 +315,8 @@ pub fn run(opts: &Opts) -> Result<Summary, String> {
             series: bulk_series,
             markers: vec![],
             legend_top: false,
+            x_axis: XAxis::Time,
+            dashed: Vec::new(),
         },
     ];
     write_all(opts, NAME, "Head-of-line blocking (Type-S): 10 Mbit/s, 50 ms RTT", &panels, &summary)?;

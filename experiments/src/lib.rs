@@ -1,5 +1,6 @@
-//! The seed papers' experiments, reproduced in the `tcpls-netem` namespace test bed, and the
-//! middlebox traversal report. Each experiment writes `DIR/NAME.csv` (time series),
+//! The seed papers' experiments, reproduced in the `tcpls-netem` namespace test bed, the master
+//! thesis's (`streams`, `rtt_probe`, `flow_limit`, `tunnel`; the CPU-bound ones on loopback or
+//! on one host), and the middlebox traversal report. Each experiment writes `DIR/NAME.csv` (time series),
 //! `DIR/NAME.png` (plot) and `DIR/NAME.json` (summary); see docs/EXPERIMENTS.md.
 //!
 //! Building blocks: [`tcpls_run`] and [`mptcp_run`] (download servers and clients inside the
@@ -9,7 +10,9 @@
 pub mod aggregation;
 pub mod failover_outage;
 pub mod failover_periodic;
+pub mod flow_limit;
 pub mod hol_blocking;
+pub mod loopback;
 pub mod middleboxes;
 pub mod migration;
 pub mod mptcp_run;
@@ -18,10 +21,15 @@ pub mod output;
 pub use tcpls_pattern as pattern;
 pub mod pki;
 pub mod plot;
+pub mod rtt_probe;
 pub mod sswatch;
+pub mod streams;
+pub mod streams_records;
 pub mod tcpls_run;
 pub mod tls_run;
 pub mod trace;
+pub mod tunnel;
+pub mod tunnel_bed;
 
 use std::path::PathBuf;
 use std::sync::mpsc;

@@ -7,11 +7,12 @@ use experiments::Opts;
 
 #[derive(Parser)]
 #[command(
-    about = "Reproduce the TCPLS papers' experiments in network namespaces (root)",
+    about = "Reproduce the TCPLS papers' and the thesis's experiments (the namespace ones need root)",
     after_help = "Each experiment writes DIR/NAME.csv (goodput time series), DIR/NAME.png (plot) and \
 DIR/NAME.json (summary, also printed). Examples:\n  \
 sudo target/release/experiments aggregation --quick --out /tmp/exp\n  \
-sudo target/release/experiments failover-outage --out docs/experiments\n\
+sudo target/release/experiments failover-outage --out docs/experiments\n  \
+target/release/experiments streams --quick --out /tmp/exp\n\
 See docs/EXPERIMENTS.md."
 )]
 struct Cli {
@@ -39,6 +40,14 @@ enum Experiment {
     HolBlocking,
     /// TCPLS through real middleboxes (firewall, NAT, TCP proxy, TLS-terminating proxy).
     Middleboxes,
+    /// Thesis Figs 3.2-3.3: goodput, CPU per GiB and decryptions per record vs number of streams (loopback: CPU, not a network).
+    Streams,
+    /// Thesis Fig. 4.3: 10 RTT probes on a delayed and on a lossy path, next to TCP_INFO and the configured delay.
+    RttProbe,
+    /// Thesis Fig. 4.9: goodput of 4 flows, rate limits on three of them after 0.3 s (loopback: CPU, not a network).
+    FlowLimit,
+    /// Thesis Figs 5.6-5.8: goodput, time to first byte and requests/s of TCP, TCPLS and the TCPLS tunnel (one host: CPU, not a network).
+    Tunnel,
 }
 
 fn main() -> ExitCode {
@@ -51,6 +60,10 @@ fn main() -> ExitCode {
         Experiment::Aggregation => experiments::aggregation::run(&opts),
         Experiment::HolBlocking => experiments::hol_blocking::run(&opts),
         Experiment::Middleboxes => experiments::middleboxes::run(&opts),
+        Experiment::Streams => experiments::streams::run(&opts),
+        Experiment::RttProbe => experiments::rtt_probe::run(&opts),
+        Experiment::FlowLimit => experiments::flow_limit::run(&opts),
+        Experiment::Tunnel => experiments::tunnel::run(&opts),
     };
     match result {
         Ok(summary) => {

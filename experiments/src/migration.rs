@@ -17,7 +17,7 @@ use tokio::io::AsyncReadExt;
 use crate::output::{round, write_all};
 use crate::pattern::Verifier;
 use crate::pki::Pki;
-use crate::plot::{Marker, Panel, Series};
+use crate::plot::{Marker, Panel, Series, XAxis};
 use crate::tcpls_run::{self, TcplsServer};
 use crate::trace::{goodput_series, last_read, mean_mbps, secs_between, Meter};
 use crate::{note, path, topology, wait_started, Opts, Summary, BIN};
@@ -185,6 +185,8 @@ pub fn run(opts: &Opts) -> Result<Summary, String> {
         series: vec![Series { label: "TCPLS".into(), points: series }],
         markers,
         legend_top: false,
+        x_axis: XAxis::Time,
+        dashed: Vec::new(),
     }];
     write_all(
         opts,

@@ -34,6 +34,39 @@ pub struct Panel {
     pub markers: Vec<Marker>,
     /// Legend in the upper right corner instead of the lower right one.
     pub legend_top: bool,
+    /// What the x values are (time by default).
+    pub x_axis: XAxis,
+    /// Horizontal dashed lines `(series index, y)`, in that series' colour (e.g. a rate limit).
+    pub dashed: Vec<(usize, f64)>,
+}
+
+/// The x axis of a panel.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum XAxis {
+    /// Seconds since the start.
+    #[default]
+    Time,
+    /// A quantity on a linear scale, with this axis label.
+    Linear(String),
+    /// A quantity from 1 up on a base-2 logarithmic scale (e.g. a number of streams), with this
+    /// axis label; ticks show the quantity.
+    Log2(String),
+}
+
+impl XAxis {
+    fn position(&self, x: f64) -> f64 {
+        match self {
+            XAxis::Log2(_) => x.max(1.0).log2(),
+            _ => x,
+        }
+    }
+
+    fn label(&self) -> &str {
+        match self {
+            XAxis::Time => "time (s)",
+            XAxis::Linear(l) | XAxis::Log2(l) => l,
+        }
+    }
 }
 
 const FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
@@ -64,6 +97,17 @@ pub fn colour(label: &str, i: usize) -> RGBColor {
     }
 }
 
+/// `x` with a binary prefix when it is large (1K = 1024), for base-2 axes.
+fn binary_quantity(x: f64) -> String {
+    if x >= f64::from(1u32 << 20) {
+        format!("{:.0}M", x / f64::from(1u32 << 20))
+    } else if x >= 1024.0 {
+        format!("{:.0}K", x / 1024.0)
+    } else {
+        format!("{x:.0}")
+    }
+}
+
 /// Renders `panels` stacked vertically under a common title into a PNG.
 pub fn render(path: &Path, title: &str, panels: &[Panel]) -> Result<(), String> {
     register();
@@ -73,27 +117,51 @@ pub fn render(path: &Path, title: &str, panels: &[Panel]) -> Result<(), String> 
     root.fill(&WHITE).map_err(|x| e(&x))?;
     let root = root.titled(title, (FAMILY, 26)).map_err(|x| e(&x))?;
     let areas = root.split_evenly((panels.len().max(1), 1));
-    let x_max = panels
+    // Time axes are shared by all panels (events line up); other axes fit their own points.
+    let time_max = panels
         .iter()
+        .filter(|p| p.x_axis == XAxis::Time)
         .flat_map(|p| p.series.iter().flat_map(|s| s.points.iter().map(|(t, _)| *t)))
         .fold(1.0f64, f64::max);
     for (panel, area) in panels.iter().zip(areas.iter()) {
+        let axis = &panel.x_axis;
+        let (x_min, x_max) = if *axis == XAxis::Time {
+            (0.0, time_max)
+        } else {
+            let xs = || panel.series.iter().flat_map(|s| s.points.iter().map(|(x, _)| axis.position(*x)));
+            let (lo, hi) = (xs().fold(f64::INFINITY, f64::min), xs().fold(f64::NEG_INFINITY, f64::max));
+            let pad = if hi > lo { (hi - lo) * 0.05 } else { 1.0 };
+            if lo.is_finite() {
+                (lo - pad, hi + pad)
+            } else {
+                (0.0, 1.0)
+            }
+        };
         // Headroom above the highest point: for the marker labels, and for a legend on top.
         let headroom = if panel.legend_top { 1.5 } else { 1.15 };
-        let y_max =
-            panel.series.iter().flat_map(|s| s.points.iter().map(|(_, v)| *v)).fold(1.0f64, f64::max) * headroom;
+        let y_max = panel
+            .series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|(_, v)| *v))
+            .chain(panel.dashed.iter().map(|(_, v)| *v))
+            .fold(1.0f64, f64::max)
+            * headroom;
         let mut chart = ChartBuilder::on(area)
             .caption(&panel.title, (FAMILY, 19))
             .margin(12)
             .x_label_area_size(42)
             .y_label_area_size(70)
-            .build_cartesian_2d(0.0..x_max, 0.0..y_max)
+            .build_cartesian_2d(x_min..x_max, 0.0..y_max)
             .map_err(|x| e(&x))?;
         chart
             .configure_mesh()
-            .x_desc("time (s)")
+            .x_desc(axis.label())
             // Short runs get ticks every half second: whole numbers would repeat ("0 1 1 2").
-            .x_label_formatter(&|v| if x_max >= 10.0 { format!("{v:.0}") } else { format!("{v:.1}") })
+            .x_label_formatter(&|v| match axis {
+                XAxis::Log2(_) => binary_quantity(2f64.powf(*v)),
+                _ if x_max - x_min >= 10.0 => format!("{v:.0}"),
+                _ => format!("{v:.1}"),
+            })
             .y_label_formatter(&|v| if y_max >= 20.0 { format!("{v:.0}") } else { format!("{v:.1}") })
             .y_desc(panel.y_label.as_str())
             .label_style((FAMILY, 15))
@@ -113,10 +181,22 @@ pub fn render(path: &Path, title: &str, panels: &[Panel]) -> Result<(), String> 
                 )))
                 .map_err(|x| e(&x))?;
         }
+        for (i, y) in &panel.dashed {
+            let c = panel.series.get(*i).map_or(BLACK, |s| colour(&s.label, *i));
+            let style = ShapeStyle::from(&c).stroke_width(2);
+            chart.draw_series(DashedLineSeries::new([(x_min, *y), (x_max, *y)], 10, 6, style)).map_err(|x| e(&x))?;
+        }
         for (i, s) in panel.series.iter().enumerate() {
             let c = colour(&s.label, i);
+            let points = s.points.iter().map(|(x, y)| (axis.position(*x), *y));
+            // Few points of a measured quantity (not a time series): mark each one, so that a
+            // single point is visible too.
+            if *axis != XAxis::Time && s.points.len() <= 50 {
+                let dots = points.clone().map(|p| Circle::new(p, 4, ShapeStyle::from(&c).filled()));
+                chart.draw_series(dots).map_err(|x| e(&x))?;
+            }
             chart
-                .draw_series(LineSeries::new(s.points.iter().copied(), ShapeStyle::from(&c).stroke_width(2)))
+                .draw_series(LineSeries::new(points, ShapeStyle::from(&c).stroke_width(2)))
                 .map_err(|x| e(&x))?
                 .label(s.label.clone())
                 .legend(move |(x, y)| PathElement::new([(x, y), (x + 22, y)], ShapeStyle::from(&c).stroke_width(3)));

@@ -132,7 +132,8 @@ async fn serve(
     let _ = stop.await;
 }
 
-async fn serve_session(session: Session) {
+/// Serves download requests on every stream the peer opens, until the session ends.
+pub async fn serve_session(session: Session) {
     let s = session.clone();
     let streams = tokio::spawn(async move {
         while let Some((send, recv)) = s.accept_stream().await {
