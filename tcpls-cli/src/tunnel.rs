@@ -7,7 +7,10 @@ use std::sync::Arc;
 
 use clap::{Args, Subcommand};
 use tcpls_tunnel::frontend::{split_forward, Target};
-use tcpls_tunnel::tunnel::{Concentrator, Frontend, SessionSummary, TunnelClient, TunnelConfig};
+use tcpls_tunnel::tunnel::{
+    Concentrator, DestPolicy, Frontend, SessionSummary, TunnelClient, TunnelConfig, MAX_LOOKUPS, MAX_SESSIONS,
+    MAX_STREAMS_PER_SESSION,
+};
 
 use crate::args::{host_of, resolve};
 
@@ -26,28 +29,15 @@ enum TunnelCommand {
     #[command(after_help = "Examples:\n  \
         tcpls tunnel server --listen 0.0.0.0:4443 --cert tcpls-cert/cert.pem --key tcpls-cert/key.pem\n  \
         tcpls tunnel server --listen 203.0.113.5:4443 --listen 198.51.100.5:4443 --json\n  \
-        tcpls tunnel server --cert cert.pem --key key.pem --client-ca clients.pem   (mutual TLS)\n\
+        tcpls tunnel server --cert cert.pem --key key.pem --client-ca clients.pem   (mutual TLS)\n  \
+        tcpls tunnel server --listen 127.0.0.1:4443 --allow-dest 127.0.0.0/8 --deny-dest 10.0.0.0/8\n\
         With several specific --listen addresses, clients learn all of them and may add paths to any.\n\
+        Destinations: loopback (127.0.0.0/8, ::1), link-local (169.254.0.0/16, fe80::/10), unspecified\n\
+        (0.0.0.0/8, ::), multicast and broadcast are refused unless --allow-dest names them; every\n\
+        address a name resolves to is checked, IPv4-mapped IPv6 addresses as IPv4. --deny-dest wins.\n\
+        Without --client-ca anyone who reaches the listening address can use the concentrator.\n\
         --json prints one JSON object per ended session on stdout.")]
-    Server {
-        /// Address to listen on; repeat for several (each can carry a path of a session).
-        #[arg(long, default_value = "0.0.0.0:4443")]
-        listen: Vec<String>,
-        /// Certificate chain (PEM). Without --cert/--key an ephemeral self-signed one is used.
-        #[arg(long, requires = "key")]
-        cert: Option<PathBuf>,
-        /// Private key (PEM).
-        #[arg(long, requires = "cert")]
-        key: Option<PathBuf>,
-        /// Accept only clients with a certificate that chains to (or is) one in FILE (PEM):
-        /// mutual TLS, checked on every connection of a session. Without it the concentrator
-        /// connects for anyone who completes the handshake.
-        #[arg(long, value_name = "FILE")]
-        client_ca: Option<PathBuf>,
-        /// One JSON object per ended session on stdout.
-        #[arg(long)]
-        json: bool,
-    },
+    Server(ServerArgs),
     /// The local proxy: one TCPLS session to the concentrator, one stream per connection.
     #[command(after_help = "Examples:\n  \
         tcpls tunnel client --concentrator 203.0.113.5 --ca cert.pem --socks 127.0.0.1:1080\n  \
@@ -59,6 +49,44 @@ enum TunnelCommand {
         iptables -t nat -A OUTPUT -p tcp -d 198.51.100.7 --dport 80 -j REDIRECT --to-ports 7000\n\
         (keep the session's own traffic to the concentrator out of the rule)")]
     Client(ClientArgs),
+}
+
+#[derive(Args)]
+struct ServerArgs {
+    /// Address to listen on; repeat for several (each can carry a path of a session).
+    #[arg(long, default_value = "0.0.0.0:4443")]
+    listen: Vec<String>,
+    /// Certificate chain (PEM). Without --cert/--key an ephemeral self-signed one is used.
+    #[arg(long, requires = "key")]
+    cert: Option<PathBuf>,
+    /// Private key (PEM).
+    #[arg(long, requires = "cert")]
+    key: Option<PathBuf>,
+    /// Accept only clients with a certificate that chains to (or is) one in FILE (PEM):
+    /// mutual TLS, checked on every connection of a session. Without it the concentrator
+    /// connects for anyone who completes the handshake (an open proxy).
+    #[arg(long, value_name = "FILE")]
+    client_ca: Option<PathBuf>,
+    /// Allow destinations in CIDR (e.g. 127.0.0.0/8, or one address), lifting the default
+    /// refusal of loopback, link-local, unspecified, multicast and broadcast; repeatable.
+    #[arg(long, value_name = "CIDR")]
+    allow_dest: Vec<String>,
+    /// Refuse destinations in CIDR (wins over --allow-dest); repeatable.
+    #[arg(long, value_name = "CIDR")]
+    deny_dest: Vec<String>,
+    /// Sessions served at once; more are closed right after their handshake.
+    #[arg(long, value_name = "N", default_value_t = MAX_SESSIONS, value_parser = positive)]
+    max_sessions: usize,
+    /// Tunneled connections (streams) per session at once; more are refused.
+    #[arg(long, value_name = "N", default_value_t = MAX_STREAMS_PER_SESSION, value_parser = positive)]
+    max_streams: usize,
+    /// Name lookups in progress at once over all sessions; more wait (within the 10 s connect
+    /// timeout).
+    #[arg(long, value_name = "N", default_value_t = MAX_LOOKUPS, value_parser = positive)]
+    max_lookups: usize,
+    /// One JSON object per ended session on stdout.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -107,29 +135,44 @@ struct Mode {
 pub async fn run(args: TunnelArgs) -> Result<(), String> {
     crate::logging::init(args.verbose);
     match args.cmd {
-        TunnelCommand::Server { listen, cert, key, client_ca, json } => {
-            server(&listen, cert, key, client_ca, json).await.map_err(|e| format!("tunnel server: {e}"))
-        }
+        TunnelCommand::Server(a) => server(a).await.map_err(|e| format!("tunnel server: {e}")),
         TunnelCommand::Client(a) => client(a).await.map_err(|e| format!("tunnel client: {e}")),
     }
 }
 
-async fn server(
-    listen: &[String],
-    cert: Option<PathBuf>,
-    key: Option<PathBuf>,
-    client_ca: Option<PathBuf>,
-    json: bool,
-) -> Result<(), String> {
-    let tls = crate::server_tls(cert.as_deref(), key.as_deref(), &[], client_ca.as_deref())?;
+async fn server(a: ServerArgs) -> Result<(), String> {
+    let dest_policy = DestPolicy::with_rules(DestPolicy::safe(), &a.allow_dest, &a.deny_dest)?;
+    let tls = crate::server_tls(a.cert.as_deref(), a.key.as_deref(), &[], a.client_ca.as_deref())?;
     let mut addrs = Vec::new();
-    for l in listen {
+    for l in &a.listen {
         addrs.extend(resolve(l)?.into_iter().take(1));
     }
-    let conc = Concentrator::bind(&addrs, Arc::new(tls), TunnelConfig::default()).await.map_err(|e| e.to_string())?;
-    for a in conc.local_addrs() {
-        eprintln!("tcpls tunnel server: listening on {a}");
+    let cfg = TunnelConfig {
+        dest_policy: dest_policy.clone(),
+        max_sessions: a.max_sessions,
+        max_streams_per_session: a.max_streams,
+        max_lookups: a.max_lookups,
+        ..TunnelConfig::default()
+    };
+    let conc = Concentrator::bind(&addrs, Arc::new(tls), cfg).await.map_err(|e| e.to_string())?;
+    let bound = conc.local_addrs();
+    if a.client_ca.is_none() {
+        if let Some(open) = bound.iter().find(|b| !b.ip().is_loopback()) {
+            eprintln!(
+                "tcpls tunnel server: WARNING: listening on {open} without --client-ca: anyone who can reach \
+                 it can make this host open TCP connections (an open proxy); use --client-ca, or --listen on \
+                 loopback"
+            );
+        }
     }
+    eprintln!(
+        "tcpls tunnel server: destinations: {dest_policy}; at most {} session(s), {} stream(s) per session, {} name lookup(s) at once",
+        a.max_sessions, a.max_streams, a.max_lookups
+    );
+    for b in bound {
+        eprintln!("tcpls tunnel server: listening on {b}");
+    }
+    let json = a.json;
     conc.run(move |s| {
         if json {
             println!("{}", summary_json(&s));
@@ -137,6 +180,14 @@ async fn server(
     })
     .await
     .map_err(|e| e.to_string())
+}
+
+/// A count of at least 1.
+fn positive(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("'{s}' is not a whole number of at least 1")),
+    }
 }
 
 /// The `--json` line of one ended session.
@@ -150,6 +201,7 @@ fn summary_json(s: &SessionSummary) -> serde_json::Value {
         "connected": st.connected,
         "connect_failed": st.connect_failed,
         "rejected": st.rejected,
+        "refused_dest": st.refused_dest,
         "closed": st.closed,
         "local_resets": st.local_resets,
         "peer_resets": st.peer_resets,

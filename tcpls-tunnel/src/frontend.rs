@@ -77,6 +77,7 @@ pub fn listen(addr: SocketAddr) -> io::Result<tokio::net::TcpListener> {
 pub mod reply {
     pub const SUCCEEDED: u8 = 0x00;
     pub const GENERAL_FAILURE: u8 = 0x01;
+    pub const NOT_ALLOWED: u8 = 0x02;
     pub const HOST_UNREACHABLE: u8 = 0x04;
     pub const CONNECTION_REFUSED: u8 = 0x05;
     pub const COMMAND_NOT_SUPPORTED: u8 = 0x07;

@@ -23,6 +23,7 @@ pub mod codec;
 pub mod frontend;
 mod lp;
 mod mux;
+pub mod policy;
 pub mod reorder;
 pub mod rp;
 pub mod tunnel;

@@ -17,7 +17,7 @@ use tracing::{debug, info, warn};
 
 use super::relay::{self, Outcome, Report};
 use super::server::steer_round_robin;
-use super::tlv::{self, ReadError, Tlv, ERR_CONNECTION_FAILURE};
+use super::tlv::{self, ReadError, Tlv, ERR_CONNECTION_FAILURE, ERR_DESTINATION_REFUSED};
 use super::{Stats, Target, TunnelConfig};
 use crate::frontend::{original_dst, reply, socks5_reply, socks5_request};
 
@@ -25,8 +25,9 @@ use crate::frontend::{original_dst, reply, socks5_reply, socks5_request};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Frontend {
     /// SOCKS5 CONNECT to IPv4, IPv6 or a domain name (resolved by the concentrator). The reply
-    /// is sent once the concentrator answered: success, or 0x05 when the destination refused or
-    /// could not be reached, 0x01 for any other failure.
+    /// is sent once the concentrator answered: success, 0x05 when the destination refused or
+    /// could not be reached, 0x02 when the concentrator's policy refuses the destination, 0x01
+    /// for any other failure.
     Socks,
     /// Every connection goes to this target. Pipelined: the application's bytes follow the
     /// request without waiting for the answer; an Error answer resets the connection.
@@ -49,6 +50,9 @@ impl fmt::Display for OpenError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             OpenError::Refused(ERR_CONNECTION_FAILURE) => f.write_str("the concentrator could not connect"),
+            OpenError::Refused(ERR_DESTINATION_REFUSED) => {
+                f.write_str("the concentrator's destination policy refuses this destination")
+            }
             OpenError::Refused(c) => write!(f, "the concentrator refused the request (error {c:#06x})"),
             OpenError::Failed(m) => f.write_str(m),
         }
@@ -198,6 +202,7 @@ impl TunnelClient {
     fn count_failure(&self, e: &OpenError) {
         match e {
             OpenError::Refused(ERR_CONNECTION_FAILURE) => self.inner.stats.connect_failed(),
+            OpenError::Refused(ERR_DESTINATION_REFUSED) => self.inner.stats.refused_dest(),
             _ => self.inner.stats.rejected(),
         }
     }
@@ -281,6 +286,7 @@ impl TunnelClient {
                 self.count_failure(&e);
                 let code = match e {
                     OpenError::Refused(ERR_CONNECTION_FAILURE) => reply::CONNECTION_REFUSED,
+                    OpenError::Refused(ERR_DESTINATION_REFUSED) => reply::NOT_ALLOWED,
                     _ => reply::GENERAL_FAILURE,
                 };
                 let _ = socks5_reply(&mut tcp, code).await;

@@ -27,6 +27,7 @@
 //! ```
 
 mod client;
+mod dial;
 pub mod relay;
 mod server;
 mod stats;
@@ -35,6 +36,7 @@ pub mod tlv;
 use std::time::Duration;
 
 pub use crate::frontend::Target;
+pub use crate::policy::DestPolicy;
 pub use client::{Frontend, OpenError, TunnelClient};
 pub use server::{Concentrator, SessionSummary};
 pub use stats::{Stats, StatsSnapshot};
@@ -51,7 +53,27 @@ pub struct TunnelConfig {
     /// Time allowed for a stream's TLVs (concentrator) or the answer to them (client) and for
     /// a SOCKS5 request.
     pub handshake_timeout: Duration,
+    /// Concentrator: which destinations it connects to, checked on every address a name
+    /// resolves to (default: [`DestPolicy::safe`], no loopback, link-local, unspecified,
+    /// multicast or broadcast destination).
+    pub dest_policy: DestPolicy,
+    /// Concentrator: sessions served at once; a session beyond it is closed right after its
+    /// handshake (counted in [`StatsSnapshot::sessions_refused`]).
+    pub max_sessions: usize,
+    /// Concentrator: tunneled connections (peer-opened streams) per session at once; the
+    /// session refuses more with Stream Reset 0x1 (`SessionConfig::max_concurrent_streams`).
+    pub max_streams_per_session: usize,
+    /// Concentrator: name lookups in progress at once over all sessions (each holds a thread
+    /// of the blocking pool until the resolver answers); more wait, within `connect_timeout`.
+    pub max_lookups: usize,
 }
+
+/// Default of [`TunnelConfig::max_sessions`].
+pub const MAX_SESSIONS: usize = 256;
+/// Default of [`TunnelConfig::max_streams_per_session`].
+pub const MAX_STREAMS_PER_SESSION: usize = 1024;
+/// Default of [`TunnelConfig::max_lookups`].
+pub const MAX_LOOKUPS: usize = 32;
 
 /// Sealed bytes kept ready per TCP connection by the tunnel's sessions.
 pub const TRANSMIT_HIGH_WATER: usize = 64 << 10;
@@ -72,6 +94,10 @@ impl Default for TunnelConfig {
             },
             connect_timeout: Duration::from_secs(10),
             handshake_timeout: Duration::from_secs(10),
+            dest_policy: DestPolicy::safe(),
+            max_sessions: MAX_SESSIONS,
+            max_streams_per_session: MAX_STREAMS_PER_SESSION,
+            max_lookups: MAX_LOOKUPS,
         }
     }
 }

@@ -10,19 +10,36 @@ use std::time::{Duration, Instant};
 use rustls::ServerConfig;
 use tcpls::{JoinRegistry, RecvStream, SendStream, Session, TcplsListener};
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 use tracing::{debug, info, warn};
 
+use super::dial::{DialError, Dialer};
 use super::relay::{self, Outcome};
-use super::tlv::{self, ReadError, Tlv, ERR_CONNECTION_FAILURE};
-use super::{Stats, StatsSnapshot, Target, TunnelConfig};
+use super::tlv::{self, ReadError, Tlv, ERR_CONNECTION_FAILURE, ERR_DESTINATION_REFUSED};
+use super::{Stats, StatsSnapshot, TunnelConfig};
 
 /// Listens on one or more addresses (one TCPLS listener each, sharing a join registry, so a
 /// client can add paths to any of them).
 pub struct Concentrator {
     listeners: Vec<TcplsListener>,
-    cfg: Arc<TunnelConfig>,
+    ctx: Arc<Ctx>,
+}
+
+/// What every session of a concentrator shares.
+struct Ctx {
+    cfg: TunnelConfig,
     stats: Arc<Stats>,
+    dialer: Dialer,
+    /// Sessions being served (bounded by `cfg.max_sessions`).
+    sessions: AtomicUsize,
+}
+
+/// Releases a session's place when its task ends, however it ends.
+struct SessionSlot(Arc<Ctx>);
+
+impl Drop for SessionSlot {
+    fn drop(&mut self) {
+        self.0.sessions.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// One ended session (the concentrator's `--json` line).
@@ -51,6 +68,7 @@ impl Concentrator {
             sockets.push(l);
         }
         let mut settings = cfg.session.clone();
+        settings.max_concurrent_streams = cfg.max_streams_per_session.max(1);
         let bound: Vec<SocketAddr> = sockets.iter().filter_map(|l| l.local_addr().ok()).collect();
         let specific: Vec<SocketAddr> = bound.iter().copied().filter(|a| !a.ip().is_unspecified()).collect();
         if specific.len() >= 2 {
@@ -61,7 +79,9 @@ impl Concentrator {
             .into_iter()
             .map(|l| TcplsListener::from_listener(l, tls.clone(), settings.clone(), registry.clone()))
             .collect();
-        Ok(Concentrator { listeners, cfg: Arc::new(cfg), stats: Arc::new(Stats::default()) })
+        let dialer = Dialer::new(cfg.dest_policy.clone(), cfg.max_lookups, cfg.connect_timeout);
+        let ctx = Ctx { cfg, stats: Arc::new(Stats::default()), dialer, sessions: AtomicUsize::new(0) };
+        Ok(Concentrator { listeners, ctx: Arc::new(ctx) })
     }
 
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
@@ -70,7 +90,7 @@ impl Concentrator {
 
     /// Counters over all sessions.
     pub fn stats(&self) -> Arc<Stats> {
-        self.stats.clone()
+        self.ctx.stats.clone()
     }
 
     /// Serves sessions until every listener failed; `on_session_end` sees each ended session.
@@ -81,12 +101,22 @@ impl Concentrator {
         let on_end = Arc::new(on_session_end);
         let mut loops = tokio::task::JoinSet::new();
         for l in self.listeners {
-            let (cfg, stats, on_end) = (self.cfg.clone(), self.stats.clone(), on_end.clone());
+            let (ctx, on_end) = (self.ctx.clone(), on_end.clone());
             loops.spawn(async move {
                 while let Some((session, peer)) = l.accept().await {
-                    let (cfg, stats, on_end) = (cfg.clone(), stats.clone(), on_end.clone());
+                    let Some(slot) = take_session_slot(&ctx) else {
+                        warn!(
+                            "tunnel: session from {peer} refused: {} sessions are being served (--max-sessions)",
+                            ctx.cfg.max_sessions
+                        );
+                        ctx.stats.session_refused();
+                        session.abort();
+                        continue;
+                    };
+                    let on_end = on_end.clone();
                     tokio::spawn(async move {
-                        let summary = serve_session(session, peer, cfg, stats).await;
+                        let summary = serve_session(session, peer, &slot.0).await;
+                        drop(slot);
                         on_end(summary);
                     });
                 }
@@ -102,13 +132,15 @@ impl Concentrator {
     }
 }
 
+/// A place among the `max_sessions`, or None when all are taken.
+fn take_session_slot(ctx: &Arc<Ctx>) -> Option<SessionSlot> {
+    let max = ctx.cfg.max_sessions.max(1);
+    ctx.sessions.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < max).then_some(n + 1)).ok()?;
+    Some(SessionSlot(ctx.clone()))
+}
+
 /// Serves one session's streams until the session is over.
-pub async fn serve_session(
-    session: Session,
-    peer: SocketAddr,
-    cfg: Arc<TunnelConfig>,
-    all: Arc<Stats>,
-) -> SessionSummary {
+async fn serve_session(session: Session, peer: SocketAddr, ctx: &Arc<Ctx>) -> SessionSummary {
     let started = Instant::now();
     info!("tunnel: session from {peer}");
     let mine = Arc::new(Stats::default());
@@ -119,8 +151,8 @@ pub async fn serve_session(
             accepted = session.accept_stream() => {
                 let Some((send, recv)) = accepted else { break };
                 steer_round_robin(&session, &send, &next_path);
-                let (cfg, all, mine) = (cfg.clone(), all.clone(), mine.clone());
-                tasks.spawn(async move { serve_stream(send, recv, &cfg, &[&all, &mine], peer).await });
+                let (ctx, mine) = (ctx.clone(), mine.clone());
+                tasks.spawn(async move { serve_stream(send, recv, &ctx, &[&ctx.stats, &mine], peer).await });
             }
             // Reap finished stream tasks so a long session does not accumulate them.
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
@@ -160,13 +192,8 @@ fn each(stats: &[&Arc<Stats>], f: impl Fn(&Stats)) {
     }
 }
 
-async fn serve_stream(
-    mut send: SendStream,
-    mut recv: RecvStream,
-    cfg: &TunnelConfig,
-    stats: &[&Arc<Stats>],
-    peer: SocketAddr,
-) {
+async fn serve_stream(mut send: SendStream, mut recv: RecvStream, ctx: &Ctx, stats: &[&Arc<Stats>], peer: SocketAddr) {
+    let cfg = &ctx.cfg;
     each(stats, Stats::stream);
     let id = send.id();
     let target = match tokio::time::timeout(cfg.handshake_timeout, tlv::read_request(&mut recv)).await {
@@ -191,9 +218,16 @@ async fn serve_stream(
             return;
         }
     };
-    let tcp = match connect(&target, cfg.connect_timeout).await {
+    let tcp = match ctx.dialer.dial(&target).await {
         Ok(s) => s,
-        Err(e) => {
+        Err(DialError::Refused(r)) => {
+            // Worth a line without -v: someone tried to reach what this host protects.
+            info!("tunnel: {peer} stream {id} -> {target}: {r}");
+            each(stats, Stats::refused_dest);
+            answer_and_finish(&mut send, ERR_DESTINATION_REFUSED).await;
+            return;
+        }
+        Err(DialError::Failed(e)) => {
             debug!("tunnel: {peer} stream {id} -> {target}: {e}");
             each(stats, Stats::connect_failed);
             answer_and_finish(&mut send, ERR_CONNECTION_FAILURE).await;
@@ -229,26 +263,4 @@ async fn serve_stream(
 async fn answer_and_finish(send: &mut SendStream, code: u16) {
     let _ = send.write_all(&tlv::encode_all(&[Tlv::Error(code), Tlv::End])).await;
     let _ = send.finish();
-}
-
-/// Connects to the target (a name: each of its addresses in turn), within `timeout` overall.
-async fn connect(target: &Target, timeout: Duration) -> io::Result<TcpStream> {
-    let attempt = async {
-        match target {
-            Target::Addr(a) => TcpStream::connect(a).await,
-            Target::Name(host, port) => {
-                let mut last = io::Error::new(io::ErrorKind::NotFound, format!("{host} has no address"));
-                for a in tokio::net::lookup_host((host.as_str(), *port)).await? {
-                    match TcpStream::connect(a).await {
-                        Ok(s) => return Ok(s),
-                        Err(e) => last = e,
-                    }
-                }
-                Err(last)
-            }
-        }
-    };
-    tokio::time::timeout(timeout, attempt)
-        .await
-        .unwrap_or_else(|_| Err(io::Error::new(io::ErrorKind::TimedOut, "connection timed out")))
 }

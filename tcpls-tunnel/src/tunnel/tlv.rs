@@ -19,6 +19,9 @@ pub const TYPE_END: u8 = 0xFF;
 pub const ERR_PROTOCOL_VIOLATION: u16 = 0x0000;
 pub const ERR_MALFORMED_TLV: u16 = 0x0001;
 pub const ERR_CONNECTION_FAILURE: u16 = 0x0002;
+/// This project's addition: the concentrator's destination policy refuses the destination
+/// (every address it resolves to); nothing was connected.
+pub const ERR_DESTINATION_REFUSED: u16 = 0x0003;
 
 /// Stream Reset error code for a TCP RST on either side (§8.1, §4.4).
 pub const RESET_CODE: u32 = 0x2;
