@@ -77,12 +77,20 @@ fn start(what: &str, ready: &[u8], make: impl Fn(u16) -> Command) -> (Proc, u16)
     unreachable!()
 }
 
+/// The destinations of these tests are on loopback, which the concentrator refuses by default.
+const ALLOW_LOOPBACK: &[&str] = &["--allow-dest", "127.0.0.0/8", "--allow-dest", "::1"];
+
 /// `tcpls tunnel server --json` on 127.0.0.1 with `n` listening ports; returns them.
 fn start_server(n: usize) -> (Proc, Vec<u16>) {
+    start_server_with(n, ALLOW_LOOPBACK)
+}
+
+/// [`start_server`] with these arguments instead of [`ALLOW_LOOPBACK`].
+fn start_server_with(n: usize, extra: &[&str]) -> (Proc, Vec<u16>) {
     for attempt in 0.. {
         let ports: Vec<u16> = (0..n).map(|_| free_port(LOCALHOST_V4)).collect();
         let mut cmd = tcpls();
-        cmd.args(["tunnel", "server", "--json"]);
+        cmd.args(["tunnel", "server", "--json"]).args(extra);
         for p in &ports {
             cmd.args(["--listen", &format!("127.0.0.1:{p}")]);
         }
@@ -309,7 +317,7 @@ fn mutual_tls_keeps_clients_without_a_certificate_out() {
     let (mut server, port) = start("tcpls tunnel server", b"tcpls tunnel server: listening on", |p| {
         let mut cmd = tcpls();
         cmd.args(["tunnel", "server", "--listen", &format!("127.0.0.1:{p}"), "--cert"]).arg(&srv_cert);
-        cmd.arg("--key").arg(&srv_key).arg("--client-ca").arg(&cli_cert);
+        cmd.arg("--key").arg(&srv_key).arg("--client-ca").arg(&cli_cert).args(ALLOW_LOOPBACK);
         cmd
     });
     // Without a certificate: TLS 1.3 lets the client finish its handshake before the server
@@ -337,4 +345,93 @@ fn mutual_tls_keeps_clients_without_a_certificate_out() {
     let done = curl(member_port, true, &url, &dst, &[]);
     assert!(done.status.success(), "curl: {}\n{}\n{}", done.describe(), member.diagnostics(), server.diagnostics());
     assert_eq!(sha256(&dst), web.sha256("file.bin"));
+}
+
+/// Issue 14: the concentrator must not be a way into its own host. By default it refuses its
+/// loopback (by address, by a name resolving to it, IPv4-mapped), link-local and cloud
+/// metadata destinations: curl through SOCKS5 gets reply 2 ("not allowed by ruleset"), a
+/// `--forward` connection is reset; with `--allow-dest 127.0.0.0/8` the same page is served.
+#[test]
+fn concentrator_refuses_its_own_loopback_unless_allowed() {
+    require_curl();
+    let web = Web::start(&[("page.html", 20_000)]);
+    let (mut server, ports) = start_server_with(1, &[]);
+    let (mut client, socks_port) = start_client(&ports, socks);
+    let out = TempDir::new("tunnel-policy");
+    let refused = [
+        (true, format!("http://localhost:{}/page.html", web.port)),
+        (true, format!("http://127.0.0.1:{}/page.html", web.port)),
+        (false, format!("http://[::ffff:127.0.0.1]:{}/page.html", web.port)),
+        (true, "http://169.254.169.254/latest/meta-data/".to_string()),
+    ];
+    for (remote, url) in &refused {
+        let done = curl(socks_port, *remote, url, &out.path().join("x"), &[]);
+        assert_eq!(done.status.code(), Some(97), "SOCKS refusal expected for {url}: {}", done.describe());
+        assert!(done.stderr.contains("(2)"), "reply 2 (not allowed) for {url}: {}", done.stderr);
+    }
+    // --forward to the concentrator's loopback: the local connection is reset.
+    let (_fwd, fwd_port) =
+        start_client(&ports, |p| vec!["--forward".into(), format!("127.0.0.1:{p}=127.0.0.1:{}", web.port)]);
+    let r = TcpStream::connect((LOCALHOST_V4, fwd_port)).and_then(|mut s| {
+        s.set_read_timeout(Some(SHORT))?;
+        std::io::Write::write_all(&mut s, b"GET /page.html HTTP/1.0\r\n\r\n")?;
+        s.read(&mut [0u8; 1])
+    });
+    assert_eq!(r.unwrap_err().kind(), std::io::ErrorKind::ConnectionReset, "{}", client.diagnostics());
+    // Each refusal has a reason in the concentrator's log.
+    server
+        .stderr
+        .wait_for(b"169.254.169.254 is link-local", SHORT)
+        .unwrap_or_else(|e| panic!("{e}\n{}", server.diagnostics()));
+    let log = server.stderr.text();
+    assert!(log.matches("is loopback").count() >= 4, "one log line per loopback refusal:\n{log}");
+    assert!(!log.contains("WARNING"), "no open-proxy warning on loopback:\n{log}");
+
+    // Allowed: the same page, byte-exact.
+    let (_allowed, ports) = start_server_with(1, &["--allow-dest", "127.0.0.0/8"]);
+    let (mut client, socks_port) = start_client(&ports, socks);
+    let dst = out.path().join("page.html");
+    let done = curl(socks_port, true, &format!("http://localhost:{}/page.html", web.port), &dst, &[]);
+    assert!(done.status.success(), "curl: {}\n{}", done.describe(), client.diagnostics());
+    assert_eq!(sha256(&dst), web.sha256("page.html"));
+}
+
+/// `--max-sessions 1`: a second client's session is closed after its handshake (the client
+/// exits with the error) while the first one keeps working; bad flags are one-line errors;
+/// listening beyond loopback without `--client-ca` warns of an open proxy.
+#[test]
+fn concentrator_limits_and_open_proxy_warning() {
+    require_curl();
+    let web = Web::start(&[("a.bin", 100_000)]);
+    let mut extra = ALLOW_LOOPBACK.to_vec();
+    extra.extend(["--max-sessions", "1"]);
+    let (mut server, ports) = start_server_with(1, &extra);
+    let (mut first, socks_port) = start_client(&ports, socks);
+    let mut cmd = tcpls();
+    cmd.args(["tunnel", "client", "--insecure", "--concentrator", &format!("127.0.0.1:{}", ports[0])]);
+    cmd.args(socks(free_port(LOCALHOST_V4)));
+    let mut second = Proc::spawn(&mut cmd, false);
+    let status = second.wait(TIMEOUT);
+    assert!(!status.success(), "the session beyond --max-sessions must end: {}", second.diagnostics());
+    server.stderr.wait_for(b"--max-sessions", SHORT).unwrap_or_else(|e| panic!("{e}\n{}", server.diagnostics()));
+    let out = TempDir::new("tunnel-limits");
+    let dst = out.path().join("a.bin");
+    let done = curl(socks_port, true, &format!("http://127.0.0.1:{}/a.bin", web.port), &dst, &[]);
+    assert!(done.status.success(), "the first session still works: {}\n{}", done.describe(), first.diagnostics());
+    assert_eq!(sha256(&dst), web.sha256("a.bin"));
+
+    let mut bad = tcpls();
+    bad.args(["tunnel", "server", "--listen", "127.0.0.1:0", "--allow-dest", "127.0.0.0/99"]);
+    run(&mut bad, None, SHORT).one_line_error("--allow-dest");
+    let mut bad = tcpls();
+    bad.args(["tunnel", "server", "--listen", "127.0.0.1:0", "--deny-dest", "example.org"]);
+    run(&mut bad, None, SHORT).one_line_error("--deny-dest");
+
+    let (mut open, _) = start("tcpls tunnel server", b"listening on", |p| {
+        let mut cmd = tcpls();
+        cmd.args(["tunnel", "server", "--listen", &format!("0.0.0.0:{p}")]);
+        cmd
+    });
+    open.stderr.wait_for(b"(an open proxy)", SHORT).unwrap_or_else(|e| panic!("{e}\n{}", open.diagnostics()));
+    assert!(open.stderr.text().contains("WARNING: listening on 0.0.0.0:"), "{}", open.diagnostics());
 }
