@@ -31,8 +31,9 @@ enum Tm3Command {
         /// Listening port (all addresses).
         #[arg(long, default_value_t = DEFAULT_PORT)]
         port: u16,
-        /// Refuse loopback, link-local, unspecified, multicast and broadcast destinations, as
-        /// `tcpls tunnel server` does by default (the connection is reset).
+        /// Refuse loopback, link-local, unspecified, multicast, broadcast destinations and this
+        /// host's own addresses, as `tcpls tunnel server` does by default (the connection is
+        /// reset).
         #[arg(long)]
         safe_dest: bool,
         /// With --safe-dest: allow destinations in CIDR all the same; repeatable.

@@ -33,8 +33,9 @@ enum TunnelCommand {
         tcpls tunnel server --listen 127.0.0.1:4443 --allow-dest 127.0.0.0/8 --deny-dest 10.0.0.0/8\n\
         With several specific --listen addresses, clients learn all of them and may add paths to any.\n\
         Destinations: loopback (127.0.0.0/8, ::1), link-local (169.254.0.0/16, fe80::/10), unspecified\n\
-        (0.0.0.0/8, ::), multicast and broadcast are refused unless --allow-dest names them; every\n\
-        address a name resolves to is checked, IPv4-mapped IPv6 addresses as IPv4. --deny-dest wins.\n\
+        (0.0.0.0/8, ::), multicast, broadcast and this host's own addresses are refused unless\n\
+        --allow-dest names them; every address a name resolves to is checked, IPv4-mapped IPv6\n\
+        addresses as IPv4. --deny-dest wins.\n\
         Without --client-ca anyone who reaches the listening address can use the concentrator.\n\
         --json prints one JSON object per ended session on stdout.")]
     Server(ServerArgs),
@@ -68,7 +69,8 @@ struct ServerArgs {
     #[arg(long, value_name = "FILE")]
     client_ca: Option<PathBuf>,
     /// Allow destinations in CIDR (e.g. 127.0.0.0/8, or one address), lifting the default
-    /// refusal of loopback, link-local, unspecified, multicast and broadcast; repeatable.
+    /// refusal of loopback, link-local, unspecified, multicast, broadcast and this host's own
+    /// addresses; repeatable.
     #[arg(long, value_name = "CIDR")]
     allow_dest: Vec<String>,
     /// Refuse destinations in CIDR (wins over --allow-dest); repeatable.

@@ -459,7 +459,7 @@ impl Mux {
 
     fn spawn_connect(self: &Arc<Self>, conn: Arc<Conn>, dst: SocketAddrV4) {
         let mux = self.clone();
-        if let Err(r) = self.cfg.dest_policy.check(IpAddr::V4(*dst.ip())) {
+        if let Err(r) = self.cfg.dest_policy.check_on_this_host(IpAddr::V4(*dst.ip())) {
             info!("{}: connection {}: {r}; sending FIN 0x99", self.label, conn.id);
             self.stats.conns_refused_dest.fetch_add(1, Ordering::Relaxed);
             self.reset_conn(&conn);

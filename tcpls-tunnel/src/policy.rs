@@ -6,6 +6,10 @@
 //! 169.254.169.254). So the *safe* policy refuses a few built-in ranges — loopback,
 //! link-local, unspecified ("this network"), multicast and broadcast — and allows the rest.
 //!
+//! The safe policy also refuses the host's *own* addresses (and the broadcast addresses of its
+//! networks) as its routing table sees them at connect time: a service bound to 0.0.0.0 answers
+//! on the host's public address as on loopback ([`DestPolicy::check_on_this_host`]).
+//!
 //! Precedence, simple on purpose: a `--deny-dest` match refuses; otherwise an `--allow-dest`
 //! match allows (it lifts the built-in refusals); otherwise a built-in range refuses (safe
 //! policy only); otherwise the destination is allowed. Rules are checked against the address
@@ -25,6 +29,8 @@ pub enum Category {
     Unspecified,
     Multicast,
     Broadcast,
+    /// One of this host's own addresses (its route is local).
+    HostAddress,
 }
 
 impl fmt::Display for Category {
@@ -35,6 +41,7 @@ impl fmt::Display for Category {
             Category::Unspecified => "unspecified (this host)",
             Category::Multicast => "multicast",
             Category::Broadcast => "broadcast",
+            Category::HostAddress => "one of this host's own addresses",
         })
     }
 }
@@ -63,6 +70,8 @@ pub struct Refusal {
 pub enum Why {
     /// In a built-in range of the safe policy.
     BuiltIn(Category, IpNet),
+    /// The host's routing table says the address is local (or a broadcast address).
+    Route(Category),
     /// In a `--deny-dest` range.
     Denied(IpNet),
 }
@@ -74,6 +83,7 @@ impl fmt::Display for Refusal {
                 write!(f, "destination {} is {c} ({net}, refused unless --allow-dest permits it)", self.addr)
             }
             Why::Denied(net) => write!(f, "destination {} is in --deny-dest {net}", self.addr),
+            Why::Route(c) => write!(f, "destination {} is {c} (refused unless --allow-dest permits it)", self.addr),
         }
     }
 }
@@ -165,6 +175,22 @@ impl DestPolicy {
         Ok(())
     }
 
+    /// [`DestPolicy::check`], and for the safe policy also what this host's routing table says
+    /// of an address not explicitly allowed: one of its own addresses, or a broadcast address
+    /// of one of its networks, is refused like loopback. Costs a few system calls (no packet).
+    pub fn check_on_this_host(&self, addr: IpAddr) -> Result<(), Refusal> {
+        self.check(addr)?;
+        let canonical = addr.to_canonical();
+        let explicit = self.allow.iter().any(|n| n.contains(&addr) || n.contains(&canonical));
+        if self.built_in.is_empty() || explicit {
+            return Ok(());
+        }
+        match local_route(canonical) {
+            Some(c) => Err(Refusal { addr, why: Why::Route(c) }),
+            None => Ok(()),
+        }
+    }
+
     /// Refuses nothing (no built-in ranges, no `--deny-dest`).
     pub fn is_open(&self) -> bool {
         self.deny.is_empty() && (self.built_in.is_empty() || self.allows_everything())
@@ -176,6 +202,23 @@ impl DestPolicy {
     }
 }
 
+/// What the routing table says of `ip`, found without sending anything: a UDP socket
+/// "connected" to an address takes the route's source address, which for a local route is the
+/// address itself; the route to a broadcast address refuses the connect (EACCES without
+/// SO_BROADCAST). None: a route elsewhere, or none at all (the TCP connect will fail anyway).
+pub fn local_route(ip: IpAddr) -> Option<Category> {
+    let bind: std::net::SocketAddr = match ip {
+        IpAddr::V4(_) => (std::net::Ipv4Addr::UNSPECIFIED, 0).into(),
+        IpAddr::V6(_) => (std::net::Ipv6Addr::UNSPECIFIED, 0).into(),
+    };
+    let udp = std::net::UdpSocket::bind(bind).ok()?;
+    match udp.connect((ip, 9)) {
+        Ok(()) => udp.local_addr().ok().filter(|l| l.ip() == ip).map(|_| Category::HostAddress),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Some(Category::Broadcast),
+        Err(_) => None,
+    }
+}
+
 impl fmt::Display for DestPolicy {
     /// One line for the start-up banner.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -183,7 +226,9 @@ impl fmt::Display for DestPolicy {
         if self.built_in.is_empty() {
             f.write_str("any destination")?;
         } else {
-            f.write_str("refusing loopback, link-local, unspecified, multicast and broadcast destinations")?;
+            f.write_str(
+                "refusing loopback, link-local, unspecified, multicast, broadcast and this host's own addresses",
+            )?;
         }
         if !self.allow.is_empty() {
             write!(f, "; allowed: {}", list(&self.allow))?;
@@ -297,6 +342,38 @@ mod tests {
             let n: IpNet = net.parse().unwrap();
             assert!(p.check(n.network()).is_ok(), "{net}");
         }
+    }
+
+    /// This host's address on its default route (no packet is sent), if it has one.
+    fn own_address() -> Option<IpAddr> {
+        let udp = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+        udp.connect("192.0.2.200:9").or_else(|_| udp.connect("198.51.100.1:9")).ok()?;
+        Some(udp.local_addr().ok()?.ip()).filter(|ip| !ip.is_loopback() && !ip.is_unspecified())
+    }
+
+    #[test]
+    fn the_hosts_own_addresses_are_refused_unless_allowed() {
+        let Some(me) = own_address() else {
+            eprintln!("SKIPPED: the_hosts_own_addresses_are_refused_unless_allowed: no non-loopback address");
+            return;
+        };
+        assert_eq!(local_route(me), Some(Category::HostAddress), "{me}");
+        let safe = DestPolicy::safe();
+        assert!(safe.check(me).is_ok(), "not in a built-in range");
+        let r = safe.check_on_this_host(me).unwrap_err();
+        assert_eq!(r.why, Why::Route(Category::HostAddress));
+        assert!(r.to_string().contains("this host's own addresses"), "{r}");
+        if let IpAddr::V4(v4) = me {
+            assert!(safe.check_on_this_host(IpAddr::V6(v4.to_ipv6_mapped())).is_err());
+        }
+        assert!(DestPolicy::with_rules(DestPolicy::safe(), &[me.to_string()], &[])
+            .unwrap()
+            .check_on_this_host(me)
+            .is_ok());
+        assert!(DestPolicy::open().check_on_this_host(me).is_ok());
+        // Not local: documentation addresses are routed elsewhere (or nowhere).
+        assert_eq!(local_route(ip("203.0.113.77")), None);
+        assert!(safe.check_on_this_host(ip("203.0.113.77")).is_ok());
     }
 
     #[test]

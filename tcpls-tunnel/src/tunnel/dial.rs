@@ -60,7 +60,7 @@ impl Dialer {
             };
             let (mut refused, mut failed) = (None, None);
             for a in addrs {
-                if let Err(r) = self.policy.check(a.ip()) {
+                if let Err(r) = self.policy.check_on_this_host(a.ip()) {
                     refused.get_or_insert(r);
                     continue;
                 }

@@ -244,6 +244,8 @@ mod tests {
         round_trip(Tlv::ConnectByName("example.org".into(), 8080));
         round_trip(Tlv::ConnectOk);
         round_trip(Tlv::Error(ERR_CONNECTION_FAILURE));
+        round_trip(Tlv::Error(ERR_DESTINATION_REFUSED));
+        assert_eq!(encode_all(&[Tlv::Error(ERR_DESTINATION_REFUSED)]), [0x02, 2, 0x00, 0x03]);
         round_trip(Tlv::End);
     }
 
