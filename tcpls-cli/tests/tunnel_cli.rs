@@ -253,6 +253,9 @@ fn transparent_mode_with_iptables_redirect() {
             "server",
             "--listen",
             &format!("{server_ip}:4443"),
+            // The web server is on the concentrator's own address (same namespace).
+            "--allow-dest",
+            &server_ip,
         ]),
         false,
     );
