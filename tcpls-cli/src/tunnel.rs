@@ -45,7 +45,9 @@ enum TunnelCommand {
         curl --socks5-hostname 127.0.0.1:1080 http://example.org/\n  \
         tcpls tunnel client --concentrator 203.0.113.5:4443 --path 198.51.100.5:4443 --insecure \\\n      \
         --forward 127.0.0.1:8080=example.org:80\n  \
-        tcpls tunnel client --concentrator 203.0.113.5 --ca cert.pem --transparent 7000\n\
+        tcpls tunnel client --concentrator 203.0.113.5 --ca cert.pem --transparent 7000\n  \
+        tcpls tunnel client --concentrator 203.0.113.5 --ca cert.pem --http 127.0.0.1:3128 --socks 127.0.0.1:1080\n  \
+        https_proxy=http://127.0.0.1:3128 curl https://example.org/\n\
         Transparent mode takes connections redirected by iptables, e.g.:\n  \
         iptables -t nat -A OUTPUT -p tcp -d 198.51.100.7 --dport 80 -j REDIRECT --to-ports 7000\n\
         (keep the session's own traffic to the concentrator out of the rule)")]
@@ -119,15 +121,19 @@ struct ClientArgs {
 }
 
 #[derive(Args)]
-#[group(required = true, multiple = false)]
+#[group(required = true, multiple = true)]
 struct Mode {
     /// SOCKS5 server on ADDR (CONNECT to IPv4, IPv6 and domain names; no authentication).
     #[arg(long, value_name = "ADDR")]
     socks: Option<String>,
+    /// HTTP proxy on ADDR: CONNECT (https_proxy=, curl --proxy) and absolute-form http://
+    /// requests; no proxy authentication.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<String>,
     /// Fixed forward: listen on LISTEN (HOST:PORT or PORT), tunnel to TARGET (HOST:PORT; a name
-    /// is resolved by the concentrator).
+    /// is resolved by the concentrator); repeatable.
     #[arg(long, value_name = "LISTEN=TARGET")]
-    forward: Option<String>,
+    forward: Vec<String>,
     /// Transparent mode: listen on 0.0.0.0:PORT for connections redirected with iptables REDIRECT.
     #[arg(long, value_name = "PORT")]
     transparent: Option<u16>,
@@ -219,34 +225,54 @@ async fn client(a: ClientArgs) -> Result<(), String> {
     for p in &a.path {
         paths.push(*resolve(p)?.first().ok_or_else(|| format!("{p} resolved to no address"))?);
     }
-    let (listen, frontend) = match (a.mode.socks, a.mode.forward, a.mode.transparent) {
-        (Some(s), None, None) => (tcpls_tunnel::cli::resolve(&s, None).await?, Frontend::Socks),
-        (None, Some(f), None) => {
-            let (l, t) = split_forward(&f)?;
-            (tcpls_tunnel::cli::resolve(l, None).await?, Frontend::Forward(Target::parse(t)?))
-        }
-        (None, None, Some(p)) => (SocketAddr::from((Ipv4Addr::UNSPECIFIED, p)), Frontend::Transparent),
-        _ => return Err("exactly one of --socks, --forward, --transparent is required".into()),
-    };
+    let mut frontends = Vec::new();
+    if let Some(s) = &a.mode.socks {
+        frontends.push((tcpls_tunnel::cli::resolve(s, None).await?, Frontend::Socks));
+    }
+    if let Some(h) = &a.mode.http {
+        frontends.push((tcpls_tunnel::cli::resolve(h, None).await?, Frontend::Http));
+    }
+    for f in &a.mode.forward {
+        let (l, t) = split_forward(f)?;
+        frontends.push((tcpls_tunnel::cli::resolve(l, None).await?, Frontend::Forward(Target::parse(t)?)));
+    }
+    if let Some(p) = a.mode.transparent {
+        frontends.push((SocketAddr::from((Ipv4Addr::UNSPECIFIED, p)), Frontend::Transparent));
+    }
     let name = a.server_name.clone().unwrap_or_else(|| host_of(&a.concentrator));
     let name = tcpls::server_name_for(&name).map_err(|e| e.to_string())?;
     let identity = a.cert.as_deref().zip(a.key.as_deref());
     let tls = crate::tlsconf::client_config_with_identity(a.ca.as_deref(), a.insecure, &[], None, identity)?;
-    let listener = tcpls_tunnel::frontend::listen(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+    let mut listeners = Vec::new();
+    for (listen, frontend) in frontends {
+        let l = tcpls_tunnel::frontend::listen(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+        listeners.push((l, listen, frontend));
+    }
     let client = TunnelClient::connect(concentrator, name, Arc::new(tls), &paths, TunnelConfig::default())
         .await
         .map_err(|e| e.to_string())?;
     let conns = client.session().usable_connections().len();
+    let what: Vec<String> = listeners.iter().map(|(_, l, f)| format!("{l} ({})", describe(f))).collect();
     eprintln!(
-        "tcpls tunnel client: session to {concentrator} ({conns} connection(s)), accepting on {listen} ({})",
-        describe(&frontend)
+        "tcpls tunnel client: session to {concentrator} ({conns} connection(s)), accepting on {}",
+        what.join(", ")
     );
-    client.serve(listener, frontend).await.map_err(|e| e.to_string())
+    let mut serving = tokio::task::JoinSet::new();
+    for (l, _, frontend) in listeners {
+        let client = client.clone();
+        serving.spawn(async move { client.serve(l, frontend).await });
+    }
+    match serving.join_next().await {
+        Some(Ok(Err(e))) => Err(e.to_string()),
+        Some(Err(e)) => Err(e.to_string()),
+        _ => Err("stopped".into()),
+    }
 }
 
 fn describe(f: &Frontend) -> String {
     match f {
         Frontend::Socks => "SOCKS5".into(),
+        Frontend::Http => "HTTP proxy".into(),
         Frontend::Forward(t) => format!("forward to {t}"),
         Frontend::Transparent => "transparent".into(),
     }

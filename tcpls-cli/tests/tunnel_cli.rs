@@ -438,3 +438,96 @@ fn concentrator_limits_and_open_proxy_warning() {
     open.stderr.wait_for(b"(an open proxy)", SHORT).unwrap_or_else(|e| panic!("{e}\n{}", open.diagnostics()));
     assert!(open.stderr.text().contains("WARNING: listening on 0.0.0.0:"), "{}", open.diagnostics());
 }
+
+/// `openssl s_server -www` on 127.0.0.1 (a TLS destination: its page describes the session).
+fn tls_destination(dir: &Path) -> (Proc, u16) {
+    let (cert, key) = support::make_cert(dir, "dest");
+    for _ in 0..5 {
+        let port = free_port(LOCALHOST_V4);
+        let mut cmd = support::openssl();
+        cmd.args(["s_server", "-www", "-accept", &format!("127.0.0.1:{port}"), "-cert"])
+            .arg(&cert)
+            .arg("-key")
+            .arg(&key);
+        let mut proc = Proc::spawn(&mut cmd, true);
+        let deadline = Instant::now() + SHORT;
+        while proc.try_status().is_none() && Instant::now() < deadline {
+            if TcpStream::connect((LOCALHOST_V4, port)).is_ok() {
+                return (proc, port);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    panic!("openssl s_server did not start");
+}
+
+/// Sends `request` to the HTTP proxy and returns its status line.
+fn proxy_status(port: u16, request: &[u8]) -> String {
+    let mut s = TcpStream::connect((LOCALHOST_V4, port)).unwrap();
+    s.set_read_timeout(Some(TIMEOUT)).unwrap();
+    std::io::Write::write_all(&mut s, request).unwrap();
+    let mut answer = Vec::new();
+    let _ = s.read_to_end(&mut answer);
+    String::from_utf8_lossy(&answer).lines().next().unwrap_or_default().to_string()
+}
+
+/// `--http`: curl through the HTTP proxy, absolute-form (`--proxy`) and CONNECT
+/// (`--proxytunnel`, and `https_proxy=` to a TLS server), byte-exact; a closed port is 502, a
+/// destination the concentrator's policy refuses is 403, a malformed request 400, an oversized
+/// head 431. The same client also serves SOCKS5 (front ends combine).
+#[test]
+fn curl_through_http_connect_proxy() {
+    require_curl();
+    let web = Web::start(&[("big.bin", 3_000_000)]);
+    let dir = TempDir::new("tunnel-http");
+    let (_tls, tls_port) = tls_destination(dir.path());
+    let mut extra = ALLOW_LOOPBACK.to_vec();
+    extra.extend(["--deny-dest", "127.0.0.2/32"]);
+    let (_server, ports) = start_server_with(1, &extra);
+    let socks_port = free_port(LOCALHOST_V4);
+    let (mut client, http_port) = start_client(&ports, |p| {
+        vec!["--http".into(), format!("127.0.0.1:{p}"), "--socks".into(), format!("127.0.0.1:{socks_port}")]
+    });
+    let proxy = format!("http://127.0.0.1:{http_port}");
+    let url = format!("http://127.0.0.1:{}/big.bin", web.port);
+    for (i, flags) in [&["--proxy", &proxy][..], &["--proxy", &proxy, "--proxytunnel"][..]].iter().enumerate() {
+        let dst = dir.path().join(format!("{i}.bin"));
+        let mut cmd = Command::new("curl");
+        cmd.args(["-sS", "--fail", "--max-time", "60"]).args(*flags).arg("-o").arg(&dst).arg(&url);
+        let done = run(&mut cmd, None, TIMEOUT + TIMEOUT);
+        assert!(done.status.success(), "curl {flags:?}: {}\n{}", done.describe(), client.diagnostics());
+        assert_eq!(sha256(&dst), web.sha256("big.bin"), "{flags:?} is byte-exact");
+    }
+    // https_proxy= with a TLS destination: CONNECT, then TLS end to end.
+    let mut cmd = Command::new("curl");
+    cmd.args(["-sS", "--fail", "-k", "--max-time", "60", &format!("https://127.0.0.1:{tls_port}/")])
+        .env("https_proxy", &proxy)
+        .env_remove("no_proxy")
+        .env_remove("NO_PROXY");
+    let done = run(&mut cmd, None, TIMEOUT + TIMEOUT);
+    assert!(done.status.success(), "curl via https_proxy: {}\n{}", done.describe(), client.diagnostics());
+    assert!(done.stdout_text().contains("s_server"), "the TLS server's page: {}", done.stdout_text());
+    // SOCKS5 on the same client.
+    let dst = dir.path().join("socks.bin");
+    let done = curl(socks_port, true, &url, &dst, &[]);
+    assert!(done.status.success(), "curl via SOCKS5: {}", done.describe());
+    assert_eq!(sha256(&dst), web.sha256("big.bin"));
+
+    let closed = free_port(LOCALHOST_V4);
+    let cases: [(Vec<u8>, &str); 5] = [
+        (format!("CONNECT 127.0.0.1:{closed} HTTP/1.1\r\n\r\n").into_bytes(), "HTTP/1.1 502"),
+        (format!("GET http://127.0.0.1:{closed}/ HTTP/1.1\r\n\r\n").into_bytes(), "HTTP/1.1 502"),
+        (format!("CONNECT 127.0.0.2:{} HTTP/1.1\r\n\r\n", web.port).into_bytes(), "HTTP/1.1 403"),
+        (b"HELLO\r\n\r\n".to_vec(), "HTTP/1.1 400"),
+        // Exactly the 16 KiB limit without the end of the head: all read (no RST), then 431.
+        ([b"CONNECT a:1 HTTP/1.1\r\nX: ".to_vec(), vec![b'y'; 16_384 - 25]].concat(), "HTTP/1.1 431"),
+    ];
+    for (request, want) in cases {
+        let got = proxy_status(http_port, &request);
+        assert!(
+            got.starts_with(want),
+            "{}: {got}, expected {want}",
+            String::from_utf8_lossy(&request[..request.len().min(30)])
+        );
+    }
+}

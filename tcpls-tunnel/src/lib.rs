@@ -21,6 +21,7 @@
 pub mod cli;
 pub mod codec;
 pub mod frontend;
+pub mod http_proxy;
 mod lp;
 mod mux;
 pub mod policy;

@@ -20,6 +20,7 @@ use super::server::steer_round_robin;
 use super::tlv::{self, ReadError, Tlv, ERR_CONNECTION_FAILURE, ERR_DESTINATION_REFUSED};
 use super::{Stats, Target, TunnelConfig};
 use crate::frontend::{original_dst, reply, socks5_reply, socks5_request};
+use crate::http_proxy;
 
 /// How the client learns where an accepted connection goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,6 +36,12 @@ pub enum Frontend {
     /// Connections redirected by iptables REDIRECT: the destination from SO_ORIGINAL_DST.
     /// Pipelined like `Forward`.
     Transparent,
+    /// HTTP proxy ([`crate::http_proxy`]): CONNECT to any port, and absolute-form `http://`
+    /// requests (one per connection). Answered once the concentrator answered: 200 (CONNECT) or
+    /// the server's response; 502 when the destination could not be reached, 403 when the
+    /// concentrator's policy refuses it, 400/431 for a bad request, 408 when the head does not
+    /// arrive within the handshake timeout. No proxy authentication (never 407).
+    Http,
 }
 
 /// Opening a tunneled connection failed.
@@ -258,10 +265,58 @@ impl TunnelClient {
                 }
             },
             Frontend::Socks => return self.handle_socks(tcp).await,
+            Frontend::Http => return self.handle_http(tcp).await,
         };
         debug!("tunnel: -> {target}");
         let r = self.tunnel(tcp, &target).await.map_err(|e| format!("{target}: {e}"))?;
         Ok((target, r))
+    }
+
+    async fn handle_http(&self, mut tcp: TcpStream) -> Result<(Target, Report), String> {
+        let timeout = self.inner.cfg.handshake_timeout;
+        let req = match tokio::time::timeout(timeout, http_proxy::read_request(&mut tcp)).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                let _ = http_proxy::respond(&mut tcp, e.status).await;
+                return Err(format!("HTTP proxy: {e}"));
+            }
+            Err(_) => {
+                let _ = http_proxy::respond(&mut tcp, 408).await;
+                return Err(format!("HTTP proxy: no complete request head within {timeout:?}"));
+            }
+        };
+        let target = req.target.clone();
+        self.inner.stats.stream();
+        debug!("tunnel: HTTP {} {target}", if req.connect { "CONNECT" } else { "request to" });
+        let (mut send, recv) = match self.open(&target).await {
+            Ok(x) => x,
+            Err(e) => {
+                self.count_failure(&e);
+                let status = match e {
+                    OpenError::Refused(ERR_DESTINATION_REFUSED) => 403,
+                    OpenError::Refused(_) => 502,
+                    OpenError::Failed(_) => 503,
+                };
+                let _ = http_proxy::respond(&mut tcp, status).await;
+                return Err(format!("{target}: {e} (HTTP {status})"));
+            }
+        };
+        let first = if req.connect {
+            if let Err(e) = http_proxy::respond(&mut tcp, 200).await {
+                let _ = send.reset(tlv::RESET_CODE);
+                return Err(format!("HTTP reply: {e}"));
+            }
+            req.rest
+        } else {
+            let mut head = req.head;
+            head.extend_from_slice(&req.rest);
+            head
+        };
+        if !first.is_empty() && send.write_all(&first).await.is_err() {
+            relay::reset_tcp(tcp);
+            return Err(format!("{target}: the stream failed"));
+        }
+        Ok((target, self.relay(tcp, send, recv).await))
     }
 
     async fn handle_socks(&self, mut tcp: TcpStream) -> Result<(Target, Report), String> {
