@@ -4,11 +4,12 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use tcpls_tunnel::frontend::{split_forward, Target};
 use tcpls_tunnel::tunnel::{
-    Concentrator, DestPolicy, Frontend, SessionSummary, TunnelClient, TunnelConfig, MAX_LOOKUPS, MAX_SESSIONS,
+    Backoff, Concentrator, DestPolicy, Frontend, SessionSummary, TunnelClient, TunnelConfig, MAX_LOOKUPS, MAX_SESSIONS,
     MAX_STREAMS_PER_SESSION,
 };
 
@@ -116,6 +117,16 @@ struct ClientArgs {
     /// Private key (PEM) of --cert.
     #[arg(long, requires = "cert")]
     key: Option<PathBuf>,
+    /// Exit when the session to the concentrator ends, rather than re-establishing it.
+    #[arg(long)]
+    no_reconnect: bool,
+    /// While the session is being re-established, new connections wait up to SECS for it, then
+    /// are refused.
+    #[arg(long, value_name = "SECS", default_value_t = 10.0, value_parser = seconds)]
+    reconnect_wait: f64,
+    /// Longest delay between reconnection attempts (exponential backoff from 0.2 s, with jitter).
+    #[arg(long, value_name = "SECS", default_value_t = 30.0, value_parser = seconds)]
+    reconnect_max: f64,
     #[command(flatten)]
     mode: Mode,
 }
@@ -190,6 +201,14 @@ async fn server(a: ServerArgs) -> Result<(), String> {
     .map_err(|e| e.to_string())
 }
 
+/// A positive number of seconds (fractions allowed), at most a day.
+fn seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x > 0.0 && x <= 86_400.0 => Ok(x),
+        _ => Err(format!("'{s}' is not a number of seconds in (0, 86400]")),
+    }
+}
+
 /// A count of at least 1.
 fn positive(s: &str) -> Result<usize, String> {
     match s.parse::<usize>() {
@@ -248,9 +267,12 @@ async fn client(a: ClientArgs) -> Result<(), String> {
         let l = tcpls_tunnel::frontend::listen(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
         listeners.push((l, listen, frontend));
     }
-    let client = TunnelClient::connect(concentrator, name, Arc::new(tls), &paths, TunnelConfig::default())
-        .await
-        .map_err(|e| e.to_string())?;
+    let cfg = TunnelConfig { reconnect_wait: Duration::from_secs_f64(a.reconnect_wait), ..TunnelConfig::default() };
+    let client =
+        TunnelClient::connect(concentrator, name, Arc::new(tls), &paths, cfg).await.map_err(|e| e.to_string())?;
+    let _reconnect = (!a.no_reconnect).then(|| {
+        client.keep_connected(Backoff { max: Duration::from_secs_f64(a.reconnect_max), ..Backoff::default() })
+    });
     let conns = client.session().usable_connections().len();
     let what: Vec<String> = listeners.iter().map(|(_, l, f)| format!("{l} ({})", describe(f))).collect();
     eprintln!(

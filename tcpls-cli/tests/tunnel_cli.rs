@@ -411,7 +411,14 @@ fn concentrator_limits_and_open_proxy_warning() {
     let (mut server, ports) = start_server_with(1, &extra);
     let (mut first, socks_port) = start_client(&ports, socks);
     let mut cmd = tcpls();
-    cmd.args(["tunnel", "client", "--insecure", "--concentrator", &format!("127.0.0.1:{}", ports[0])]);
+    cmd.args([
+        "tunnel",
+        "client",
+        "--insecure",
+        "--no-reconnect",
+        "--concentrator",
+        &format!("127.0.0.1:{}", ports[0]),
+    ]);
     cmd.args(socks(free_port(LOCALHOST_V4)));
     let mut second = Proc::spawn(&mut cmd, false);
     let status = second.wait(TIMEOUT);
@@ -530,4 +537,91 @@ fn curl_through_http_connect_proxy() {
             String::from_utf8_lossy(&request[..request.len().min(30)])
         );
     }
+}
+
+/// `tcpls tunnel server` on 127.0.0.1:`port` (a restart on the same port), loopback allowed.
+fn server_on(port: u16) -> Proc {
+    let mut cmd = tcpls();
+    cmd.args(["tunnel", "server", "--listen", &format!("127.0.0.1:{port}")]).args(ALLOW_LOOPBACK);
+    let mut proc = Proc::spawn(&mut cmd, false);
+    proc.stderr.wait_for(b"listening on", SHORT).unwrap_or_else(|e| panic!("{e}\n{}", proc.diagnostics()));
+    proc
+}
+
+/// How soon after the concentrator is back new connections must work: the client's backoff is
+/// capped at 1 s (`--reconnect-max 1`), a new connection waits up to 10 s for the session
+/// (`--reconnect-wait`), so it is served within ~1.5 s; 8 s leaves room for a loaded machine.
+const RECONNECT_BOUND: Duration = Duration::from_secs(8);
+
+/// Reconnection: the concentrator is killed and restarted on the same port, once during a
+/// download (that connection ends with an error at once, not a hang; the client keeps its
+/// SOCKS5 listener) and once while idle; each time a new download through the same client
+/// succeeds, byte-exact, within [`RECONNECT_BOUND`] of the restart, and the client logs the
+/// outage once with its duration.
+#[test]
+fn client_reconnects_after_concentrator_restart() {
+    require_curl();
+    let web = Web::start(&[("big.bin", 20_000_000), ("small.bin", 200_000)]);
+    let (server, ports) = start_server(1);
+    let (mut client, socks_port) = start_client(&ports, |p| {
+        let mut m = socks(p);
+        m.extend(["--reconnect-max".into(), "1".into()]);
+        m
+    });
+    let out = TempDir::new("tunnel-reconnect");
+    let url = |f: &str| format!("http://127.0.0.1:{}/{f}", web.port);
+
+    // During traffic: a rate-limited download is under way when the concentrator dies.
+    let big = out.path().join("big.bin");
+    let mut cmd = Command::new("curl");
+    cmd.args(["-sS", "--fail", "--max-time", "60", "--limit-rate", "2M", "--socks5-hostname"])
+        .arg(format!("127.0.0.1:{socks_port}"))
+        .arg("-o")
+        .arg(&big)
+        .arg(url("big.bin"));
+    let mut download = Proc::spawn(&mut cmd, false);
+    let deadline = Instant::now() + SHORT;
+    while std::fs::metadata(&big).map(|m| m.len()).unwrap_or(0) < 1_000_000 {
+        assert!(Instant::now() < deadline, "the download did not start\n{}", client.diagnostics());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(server);
+    let server = server_on(ports[0]);
+    let restarted = Instant::now();
+    let deadline = Instant::now() + RECONNECT_BOUND;
+    let status = loop {
+        if let Some(s) = download.try_status() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the download did not end\n{}", client.diagnostics());
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(!status.success(), "the connection in flight must end with an error: {}", download.diagnostics());
+    let small = out.path().join("small.bin");
+    let done = curl(socks_port, true, &url("small.bin"), &small, &[]);
+    assert!(done.status.success(), "after the restart: {}\n{}", done.describe(), client.diagnostics());
+    assert!(restarted.elapsed() < RECONNECT_BOUND, "served {:?} after the restart", restarted.elapsed());
+    assert_eq!(sha256(&small), web.sha256("small.bin"));
+    client
+        .stderr
+        .wait_for(b"re-established after an outage of", SHORT)
+        .unwrap_or_else(|e| panic!("{e}\n{}", client.diagnostics()));
+
+    // Idle: killed and restarted with no connection open; the next one waits for the session.
+    drop(server);
+    std::thread::sleep(Duration::from_millis(500));
+    let _server = server_on(ports[0]);
+    let restarted = Instant::now();
+    std::fs::remove_file(&small).unwrap();
+    let done = curl(socks_port, true, &url("small.bin"), &small, &[]);
+    assert!(done.status.success(), "after the idle restart: {}\n{}", done.describe(), client.diagnostics());
+    assert!(restarted.elapsed() < RECONNECT_BOUND, "served {:?} after the restart", restarted.elapsed());
+    assert_eq!(sha256(&small), web.sha256("small.bin"));
+    let deadline = Instant::now() + SHORT;
+    while client.stderr.text().matches("re-established after an outage of").count() < 2 {
+        assert!(Instant::now() < deadline, "second outage not logged\n{}", client.diagnostics());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = client.stderr.text();
+    assert_eq!(log.matches("lost (").count(), 2, "each outage logged once when it starts:\n{log}");
 }

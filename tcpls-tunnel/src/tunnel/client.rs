@@ -4,7 +4,7 @@
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,8 +13,10 @@ use rustls::ClientConfig;
 use tcpls::{RecvStream, SendStream, Session, TcplsConnector};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
+use super::reconnect::{self, Backoff};
 use super::relay::{self, Outcome, Report};
 use super::server::steer_round_robin;
 use super::tlv::{self, ReadError, Tlv, ERR_CONNECTION_FAILURE, ERR_DESTINATION_REFUSED};
@@ -77,10 +79,87 @@ impl Drop for AbortOnDrop {
 }
 
 struct Inner {
-    session: Session,
+    /// The latest session and whether it is usable (false while reconnecting).
+    current: watch::Sender<Current>,
+    /// How to open a new session (reconnection).
+    dial: Dial,
+    /// Whether a reconnection task keeps the session ([`TunnelClient::keep_connected`]): the
+    /// front ends then keep serving when a session ends.
+    reconnecting: AtomicBool,
     cfg: TunnelConfig,
     stats: Arc<Stats>,
     next_path: AtomicUsize,
+}
+
+#[derive(Clone)]
+struct Current {
+    session: Session,
+    up: bool,
+}
+
+struct Dial {
+    connector: TcplsConnector,
+    concentrator: SocketAddr,
+    server_name: ServerName<'static>,
+    paths: Vec<SocketAddr>,
+}
+
+impl Dial {
+    /// Opens the session and joins one more TCP connection per path.
+    async fn session(&self) -> io::Result<Session> {
+        let concentrator = self.concentrator;
+        let session = self
+            .connector
+            .connect(concentrator, self.server_name.clone())
+            .await
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot open a TCPLS session to {concentrator}: {e}")))?;
+        if session.is_fallback() {
+            session.abort();
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("{concentrator} speaks plain TLS, not TCPLS: is it a `tcpls tunnel server`?"),
+            ));
+        }
+        for p in &self.paths {
+            match session.join(*p).await {
+                Ok(id) => debug!("tunnel: path {p} joined as connection {id}"),
+                Err(e) => {
+                    session.abort();
+                    return Err(io::Error::new(e.kind(), format!("path to {p}: {e}")));
+                }
+            }
+        }
+        Ok(session)
+    }
+}
+
+/// How long a session may be without any usable connection (rejoining by itself) before the
+/// client opens a new one alongside ([`TunnelClient::keep_connected`]).
+pub const ORPHAN_GRACE: Duration = Duration::from_secs(1);
+
+/// Whether `session` is open and has a usable connection.
+fn is_usable(session: &Session) -> bool {
+    !session.usable_connections().is_empty()
+}
+
+/// Waits until `session` is closed (returns why) or has had no usable connection for
+/// [`ORPHAN_GRACE`]. Polled: the session has no event for "orphaned" that can be awaited.
+async fn trouble(session: &Session) -> String {
+    let orphaned = async {
+        let mut since = None;
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if is_usable(session) {
+                since = None;
+            } else if since.get_or_insert_with(tokio::time::Instant::now).elapsed() >= ORPHAN_GRACE {
+                return format!("no usable connection for {ORPHAN_GRACE:?}");
+            }
+        }
+    };
+    tokio::select! {
+        e = session.closed() => e.map(|e| e.to_string()).unwrap_or_else(|| "closed".into()),
+        why = orphaned => why,
+    }
 }
 
 /// The tunnel's local proxy. Cheap to clone.
@@ -91,7 +170,8 @@ pub struct TunnelClient {
 
 impl TunnelClient {
     /// Opens the session to the concentrator and joins one more TCP connection per `paths`
-    /// address (any address of the concentrator).
+    /// address (any address of the concentrator). Without [`TunnelClient::keep_connected`] the
+    /// client is over when this session is.
     pub async fn connect(
         concentrator: SocketAddr,
         server_name: ServerName<'static>,
@@ -99,28 +179,102 @@ impl TunnelClient {
         paths: &[SocketAddr],
         cfg: TunnelConfig,
     ) -> io::Result<TunnelClient> {
+        // The connector keeps the TLS configuration and with it rustls' ticket store: a new
+        // session to the same concentrator process resumes (PSK) rather than a full handshake.
         let connector = TcplsConnector::new(tls).with_settings(cfg.session.clone());
-        let session = connector
-            .connect(concentrator, server_name)
-            .await
-            .map_err(|e| io::Error::new(e.kind(), format!("cannot open a TCPLS session to {concentrator}: {e}")))?;
-        if session.is_fallback() {
-            session.abort();
-            return Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                format!("{concentrator} speaks plain TLS, not TCPLS: is it a `tcpls tunnel server`?"),
-            ));
-        }
-        for p in paths {
-            let id = session.join(*p).await.map_err(|e| io::Error::new(e.kind(), format!("path to {p}: {e}")))?;
-            debug!("tunnel: path {p} joined as connection {id}");
-        }
-        let inner = Inner { session, cfg, stats: Arc::new(Stats::default()), next_path: AtomicUsize::new(0) };
+        let dial = Dial { connector, concentrator, server_name, paths: paths.to_vec() };
+        let session = dial.session().await?;
+        let (current, _) = watch::channel(Current { session, up: true });
+        let inner = Inner {
+            current,
+            dial,
+            reconnecting: AtomicBool::new(false),
+            cfg,
+            stats: Arc::new(Stats::default()),
+            next_path: AtomicUsize::new(0),
+        };
         Ok(TunnelClient { inner: Arc::new(inner) })
     }
 
-    pub fn session(&self) -> &Session {
-        &self.inner.session
+    /// The current session (or the last one, while reconnecting).
+    pub fn session(&self) -> Session {
+        self.inner.current.borrow().session.clone()
+    }
+
+    /// Whether the session is up (false while reconnecting).
+    pub fn is_up(&self) -> bool {
+        self.inner.current.borrow().up
+    }
+
+    /// Re-establishes the session whenever it ends, with `backoff` between attempts, for as
+    /// long as the returned task runs (it stops when the last clone of the client is dropped).
+    /// Meanwhile new connections wait up to `cfg.reconnect_wait` for the new session.
+    ///
+    /// A session that lost every connection first tries to rejoin by itself (its streams then
+    /// survive, PROTOCOL.md §5); but a restarted concentrator no longer knows it, and would
+    /// refuse its joins until the rejoin timeout. So once a session has been without a usable
+    /// connection for [`ORPHAN_GRACE`], a new session is opened alongside: if it succeeds while
+    /// the old one still has no connection, the old one is aborted (its tunneled connections
+    /// are reset) and the new one takes over.
+    pub fn keep_connected(&self, backoff: Backoff) -> tokio::task::JoinHandle<()> {
+        self.inner.reconnecting.store(true, Ordering::SeqCst);
+        let weak = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            loop {
+                let Some(old) = weak.upgrade().map(|i| i.current.borrow().session.clone()) else { return };
+                let why = trouble(&old).await;
+                let Some(inner) = weak.upgrade() else { return };
+                inner.current.send_modify(|c| c.up = false);
+                let what = format!("session to {}", inner.dial.concentrator);
+                let timeout = inner.cfg.handshake_timeout;
+                let new = reconnect::retry(backoff, &what, &why, || async {
+                    if is_usable(&old) {
+                        return Ok(None);
+                    }
+                    let new = tokio::time::timeout(timeout, inner.dial.session())
+                        .await
+                        .unwrap_or_else(|_| Err(io::Error::new(io::ErrorKind::TimedOut, "handshake timed out")))?;
+                    if is_usable(&old) {
+                        // The old session rejoined meanwhile: keep it, and its connections.
+                        new.abort();
+                        return Ok(None);
+                    }
+                    Ok::<_, io::Error>(Some(new))
+                })
+                .await;
+                match new {
+                    Some(session) => {
+                        inner.current.send_replace(Current { session, up: true });
+                        // `abort` leaves an orphaned session waiting for a rejoin until its
+                        // deadline (its streams with it); `close` ends an orphaned one at once.
+                        old.abort();
+                        tokio::spawn(async move { old.close().await });
+                    }
+                    None => inner.current.send_modify(|c| c.up = true),
+                }
+            }
+        })
+    }
+
+    /// The session to open streams on: the current one if it has a usable connection, or,
+    /// while it rejoins or is being replaced, the next usable one within `cfg.reconnect_wait`
+    /// (a stream opened on a session about to be replaced would be reset with it).
+    async fn live_session(&self) -> Result<Session, OpenError> {
+        let wait = self.inner.cfg.reconnect_wait;
+        let mut rx = self.inner.current.subscribe();
+        let usable = async {
+            loop {
+                let current = rx.borrow_and_update().clone();
+                if current.up && is_usable(&current.session) {
+                    return current.session;
+                }
+                // Woken by a new session, or polled for a rejoin of this one.
+                let _ = tokio::time::timeout(Duration::from_millis(50), rx.changed()).await;
+            }
+        };
+        tokio::time::timeout(wait, usable)
+            .await
+            .map_err(|_| OpenError::Failed(format!("no session to the concentrator within {wait:?} (reconnecting)")))
     }
 
     pub fn stats(&self) -> Arc<Stats> {
@@ -158,9 +312,9 @@ impl TunnelClient {
                 return Err(OpenError::Failed(format!("'{h}' is not a host name")));
             }
         }
-        let session = &self.inner.session;
+        let session = self.live_session().await?;
         let (mut send, recv) = session.open_stream().map_err(|e| OpenError::Failed(e.to_string()))?;
-        steer_round_robin(session, &send, &self.inner.next_path);
+        steer_round_robin(&session, &send, &self.inner.next_path);
         let request = tlv::encode_all(&[Tlv::connect_to(target), Tlv::End]);
         if let Err(e) = send.write_all(&request).await {
             return Err(OpenError::Failed(format!("stream: {e}")));
@@ -215,13 +369,17 @@ impl TunnelClient {
     }
 
     /// Accepts connections on `listener` and tunnels them until the session is over (then
-    /// returns an error).
+    /// returns an error); with [`TunnelClient::keep_connected`], until the listener fails.
     pub async fn serve(&self, listener: TcpListener, frontend: Frontend) -> io::Result<()> {
         // Watched by a task of its own: polling `closed()` again at every accepted connection
         // would leave a waker behind each time.
         let (ended_tx, mut ended) = tokio::sync::oneshot::channel();
-        let session = self.inner.session.clone();
+        let session = self.session();
+        let reconnecting = self.inner.reconnecting.load(Ordering::SeqCst);
         let watcher = tokio::spawn(async move {
+            if reconnecting {
+                std::future::pending::<()>().await;
+            }
             let _ = ended_tx.send(session.closed().await);
         });
         let _stop_watcher = AbortOnDrop(watcher);

@@ -28,6 +28,7 @@
 
 mod client;
 mod dial;
+pub mod reconnect;
 pub mod relay;
 mod server;
 mod stats;
@@ -38,6 +39,7 @@ use std::time::Duration;
 pub use crate::frontend::Target;
 pub use crate::policy::DestPolicy;
 pub use client::{Frontend, OpenError, TunnelClient};
+pub use reconnect::Backoff;
 pub use server::{Concentrator, SessionSummary};
 pub use stats::{Stats, StatsSnapshot};
 
@@ -66,6 +68,10 @@ pub struct TunnelConfig {
     /// Concentrator: name lookups in progress at once over all sessions (each holds a thread
     /// of the blocking pool until the resolver answers); more wait, within `connect_timeout`.
     pub max_lookups: usize,
+    /// Client: how long a new connection waits for the session while it is being re-established
+    /// ([`TunnelClient::keep_connected`]); then it is refused (SOCKS5 reply 0x01, HTTP 503, a
+    /// forwarded connection reset).
+    pub reconnect_wait: Duration,
 }
 
 /// Default of [`TunnelConfig::max_sessions`].
@@ -98,6 +104,7 @@ impl Default for TunnelConfig {
             max_sessions: MAX_SESSIONS,
             max_streams_per_session: MAX_STREAMS_PER_SESSION,
             max_lookups: MAX_LOOKUPS,
+            reconnect_wait: Duration::from_secs(10),
         }
     }
 }
