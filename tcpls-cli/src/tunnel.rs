@@ -145,6 +145,10 @@ struct Mode {
     /// is resolved by the concentrator); repeatable.
     #[arg(long, value_name = "LISTEN=TARGET")]
     forward: Vec<String>,
+    /// UDP forward: datagrams received on LISTEN (HOST:PORT or PORT) go to TARGET (HOST:PORT),
+    /// one flow per source address, answers come back to it; repeatable.
+    #[arg(long, value_name = "LISTEN=TARGET")]
+    forward_udp: Vec<String>,
     /// Transparent mode: listen on 0.0.0.0:PORT for connections redirected with iptables REDIRECT.
     #[arg(long, value_name = "PORT")]
     transparent: Option<u16>,
@@ -262,6 +266,14 @@ async fn client(a: ClientArgs) -> Result<(), String> {
     let name = tcpls::server_name_for(&name).map_err(|e| e.to_string())?;
     let identity = a.cert.as_deref().zip(a.key.as_deref());
     let tls = crate::tlsconf::client_config_with_identity(a.ca.as_deref(), a.insecure, &[], None, identity)?;
+    let mut udp = Vec::new();
+    for f in &a.mode.forward_udp {
+        let (l, t) = split_forward(f)?;
+        let listen = tcpls_tunnel::cli::resolve(l, None).await?;
+        let socket =
+            tokio::net::UdpSocket::bind(listen).await.map_err(|e| format!("cannot listen on {listen}/udp: {e}"))?;
+        udp.push((socket, listen, Target::parse(t)?));
+    }
     let mut listeners = Vec::new();
     for (listen, frontend) in frontends {
         let l = tcpls_tunnel::frontend::listen(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
@@ -274,7 +286,8 @@ async fn client(a: ClientArgs) -> Result<(), String> {
         client.keep_connected(Backoff { max: Duration::from_secs_f64(a.reconnect_max), ..Backoff::default() })
     });
     let conns = client.session().usable_connections().len();
-    let what: Vec<String> = listeners.iter().map(|(_, l, f)| format!("{l} ({})", describe(f))).collect();
+    let mut what: Vec<String> = listeners.iter().map(|(_, l, f)| format!("{l} ({})", describe(f))).collect();
+    what.extend(udp.iter().map(|(_, l, t)| format!("{l}/udp (forward to {t})")));
     eprintln!(
         "tcpls tunnel client: session to {concentrator} ({conns} connection(s)), accepting on {}",
         what.join(", ")
@@ -283,6 +296,10 @@ async fn client(a: ClientArgs) -> Result<(), String> {
     for (l, _, frontend) in listeners {
         let client = client.clone();
         serving.spawn(async move { client.serve(l, frontend).await });
+    }
+    for (socket, _, target) in udp {
+        let client = client.clone();
+        serving.spawn(async move { client.serve_udp(socket, target).await });
     }
     match serving.join_next().await {
         Some(Ok(Err(e))) => Err(e.to_string()),

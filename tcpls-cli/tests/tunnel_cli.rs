@@ -625,3 +625,124 @@ fn client_reconnects_after_concentrator_restart() {
     let log = client.stderr.text();
     assert_eq!(log.matches("lost (").count(), 2, "each outage logged once when it starts:\n{log}");
 }
+
+/// dnsmasq on 127.0.0.1 answering `tunnel.test` with 192.0.2.7 (no upstream, no config file).
+fn dnsmasq() -> Option<(Proc, u16)> {
+    if Command::new("dnsmasq").arg("--version").output().is_err() {
+        return None;
+    }
+    for _ in 0..5 {
+        let port = support::free_port(LOCALHOST_V4);
+        let mut cmd = Command::new("dnsmasq");
+        cmd.args(["--keep-in-foreground", "--conf-file=/dev/null", "--no-resolv", "--no-hosts", "--bind-interfaces"])
+            .args(["--listen-address=127.0.0.1", "--pid-file=", "--log-facility=-", "--address=/tunnel.test/192.0.2.7"])
+            .arg(format!("--port={port}"));
+        let mut proc = Proc::spawn(&mut cmd, false);
+        std::thread::sleep(Duration::from_millis(300));
+        if proc.try_status().is_none() {
+            return Some((proc, port));
+        }
+    }
+    panic!("dnsmasq did not start");
+}
+
+/// A UDP echo server on 127.0.0.1 (a thread; ends with the test process).
+fn udp_echo() -> u16 {
+    let sock = std::net::UdpSocket::bind((LOCALHOST_V4, 0)).unwrap();
+    let port = sock.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 65536];
+        while let Ok((n, from)) = sock.recv_from(&mut buf) {
+            let _ = sock.send_to(&buf[..n], from);
+        }
+    });
+    port
+}
+
+/// UDP: a real DNS query (`dig` against dnsmasq) through `--forward-udp`; SOCKS5 UDP ASSOCIATE
+/// to a UDP echo server, 200 numbered datagrams, each answer checked and the losses counted
+/// (loopback: at most a few); a destination the concentrator's policy refuses gets nothing.
+#[test]
+fn udp_dns_and_echo_through_the_tunnel() {
+    let Some((_dns, dns_port)) = dnsmasq() else {
+        eprintln!("SKIPPED: udp_dns_and_echo_through_the_tunnel: dnsmasq is not installed");
+        return;
+    };
+    if Command::new("dig").arg("-v").output().is_err() {
+        eprintln!("SKIPPED: udp_dns_and_echo_through_the_tunnel: dig (dnsutils) is not installed");
+        return;
+    }
+    let mut extra = ALLOW_LOOPBACK.to_vec();
+    extra.extend(["--deny-dest", "127.0.0.2/32"]);
+    let (mut server, ports) = start_server_with(1, &extra);
+    let dns_local = free_port(LOCALHOST_V4);
+    let (mut client, socks_port) = start_client(&ports, |p| {
+        let mut m = socks(p);
+        m.extend(["--forward-udp".into(), format!("127.0.0.1:{dns_local}=127.0.0.1:{dns_port}")]);
+        m
+    });
+    let mut dig = Command::new("dig");
+    dig.args(["@127.0.0.1", "-p", &dns_local.to_string(), "tunnel.test", "A", "+short", "+tries=3", "+time=3"]);
+    let done = run(&mut dig, None, TIMEOUT);
+    assert_eq!(done.stdout_text().trim(), "192.0.2.7", "dig: {}\n{}", done.describe(), client.diagnostics());
+
+    // SOCKS5 UDP ASSOCIATE.
+    let echo = udp_echo();
+    let mut control = TcpStream::connect((LOCALHOST_V4, socks_port)).unwrap();
+    control.set_read_timeout(Some(SHORT)).unwrap();
+    std::io::Write::write_all(&mut control, &[5, 1, 0, 5, 3, 0, 1, 0, 0, 0, 0, 0, 0]).unwrap();
+    let mut answer = [0u8; 12];
+    control.read_exact(&mut answer).unwrap();
+    assert_eq!(&answer[..6], &[5, 0, 5, 0, 0, 1], "greeting accepted, UDP ASSOCIATE succeeded, IPv4 bound address");
+    let relay = std::net::SocketAddr::from((
+        [answer[6], answer[7], answer[8], answer[9]],
+        u16::from_be_bytes([answer[10], answer[11]]),
+    ));
+    let udp = std::net::UdpSocket::bind((LOCALHOST_V4, 0)).unwrap();
+    udp.set_read_timeout(Some(Duration::from_millis(1500))).unwrap();
+    let header = |ip: [u8; 4], port: u16| [&[0u8, 0, 0, 1][..], &ip, &port.to_be_bytes()].concat();
+    // The flow's first datagram waits for its stream to open (a round trip to the concentrator);
+    // a burst behind it would overflow the flow's bounded queue (64, dropped): warm up first.
+    let mut buf = [0u8; 65536];
+    udp.send_to(&[header([127, 0, 0, 1], echo), b"warm-up".to_vec()].concat(), relay).unwrap();
+    let (n, _) = udp.recv_from(&mut buf).unwrap_or_else(|e| panic!("no echo: {e}\n{}", client.diagnostics()));
+    assert_eq!(&buf[10..n], b"warm-up");
+    const N: u32 = 200;
+    let expected = |i: u32| format!("datagram {i} {}", "x".repeat((i as usize * 37) % 1200));
+    // Read while sending: our own socket's receive buffer must not be what drops.
+    let reader = udp.try_clone().unwrap();
+    let want = header([127, 0, 0, 1], echo);
+    let receiving = std::thread::spawn(move || {
+        let mut received = std::collections::HashSet::new();
+        let mut buf = [0u8; 65536];
+        while let Ok((n, _)) = reader.recv_from(&mut buf) {
+            let d = &buf[..n];
+            assert_eq!(&d[..10], &want[..], "the answer names the echo server");
+            let text = String::from_utf8_lossy(&d[10..]).to_string();
+            let i: u32 = text.split(' ').nth(1).and_then(|x| x.parse().ok()).unwrap_or_else(|| panic!("{text}"));
+            assert_eq!(text, expected(i), "content intact");
+            assert!(received.insert(i), "datagram {i} duplicated");
+            if received.len() == N as usize {
+                break;
+            }
+        }
+        received
+    });
+    for i in 0..N {
+        udp.send_to(&[header([127, 0, 0, 1], echo), expected(i).into_bytes()].concat(), relay).unwrap();
+        if i % 20 == 19 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    let received = receiving.join().unwrap();
+    let lost = N as usize - received.len();
+    eprintln!("UDP echo through SOCKS5 UDP ASSOCIATE: {N} sent, {} back, {lost} lost", received.len());
+    let missing: Vec<u32> = (0..N).filter(|i| !received.contains(i)).collect();
+    assert!(lost <= (N / 10) as usize, "{lost} of {N} lost on loopback: {missing:?}\n{}", client.diagnostics());
+
+    // Refused by the concentrator's policy: no answer, a log line with the reason.
+    udp.send_to(&[header([127, 0, 0, 2], echo), b"refused?".to_vec()].concat(), relay).unwrap();
+    assert!(udp.recv_from(&mut buf).is_err(), "no answer from a refused destination");
+    server.stderr.wait_for(b"udp 127.0.0.2", SHORT).unwrap_or_else(|e| panic!("{e}\n{}", server.diagnostics()));
+    drop(control);
+}

@@ -11,17 +11,22 @@ use std::time::Duration;
 use rustls::pki_types::ServerName;
 use rustls::ClientConfig;
 use tcpls::{RecvStream, SendStream, Session, TcplsConnector};
+use tokio::io::AsyncReadExt;
 use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::watch;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use super::reconnect::{self, Backoff};
 use super::relay::{self, Outcome, Report};
 use super::server::steer_round_robin;
-use super::tlv::{self, ReadError, Tlv, ERR_CONNECTION_FAILURE, ERR_DESTINATION_REFUSED};
+use super::tlv::{self, ReadError, Tlv, Transport, ERR_CONNECTION_FAILURE, ERR_DESTINATION_REFUSED};
+use super::udp::{Flows, Opener, Wrap};
 use super::{Stats, Target, TunnelConfig};
-use crate::frontend::{original_dst, reply, socks5_reply, socks5_request};
+use crate::frontend::{
+    command, original_dst, reply, socks5_address, socks5_reply, socks5_reply_bound, socks5_request_for,
+    socks5_udp_header,
+};
 use crate::http_proxy;
 
 /// How the client learns where an accepted connection goes.
@@ -95,6 +100,8 @@ struct Inner {
 struct Current {
     session: Session,
     up: bool,
+    /// Why the client gave up (the concentrator refused it): the front ends stop.
+    fatal: Option<String>,
 }
 
 struct Dial {
@@ -142,9 +149,10 @@ fn is_usable(session: &Session) -> bool {
     !session.usable_connections().is_empty()
 }
 
-/// Waits until `session` is closed (returns why) or has had no usable connection for
-/// [`ORPHAN_GRACE`]. Polled: the session has no event for "orphaned" that can be awaited.
-async fn trouble(session: &Session) -> String {
+/// Waits until `session` is closed or has had no usable connection for [`ORPHAN_GRACE`];
+/// returns why, and whether the concentrator refused this client ([`reconnect::is_refusal`]).
+/// Polled: the session has no event for "orphaned" that can be awaited.
+async fn trouble(session: &Session) -> (String, bool) {
     let orphaned = async {
         let mut since = None;
         loop {
@@ -152,12 +160,15 @@ async fn trouble(session: &Session) -> String {
             if is_usable(session) {
                 since = None;
             } else if since.get_or_insert_with(tokio::time::Instant::now).elapsed() >= ORPHAN_GRACE {
-                return format!("no usable connection for {ORPHAN_GRACE:?}");
+                return (format!("no usable connection for {ORPHAN_GRACE:?}"), false);
             }
         }
     };
     tokio::select! {
-        e = session.closed() => e.map(|e| e.to_string()).unwrap_or_else(|| "closed".into()),
+        e = session.closed() => match e {
+            Some(e) => (e.to_string(), reconnect::is_refusal(&e)),
+            None => ("closed".into(), false),
+        },
         why = orphaned => why,
     }
 }
@@ -184,7 +195,7 @@ impl TunnelClient {
         let connector = TcplsConnector::new(tls).with_settings(cfg.session.clone());
         let dial = Dial { connector, concentrator, server_name, paths: paths.to_vec() };
         let session = dial.session().await?;
-        let (current, _) = watch::channel(Current { session, up: true });
+        let (current, _) = watch::channel(Current { session, up: true, fatal: None });
         let inner = Inner {
             current,
             dial,
@@ -220,14 +231,25 @@ impl TunnelClient {
         self.inner.reconnecting.store(true, Ordering::SeqCst);
         let weak = Arc::downgrade(&self.inner);
         tokio::spawn(async move {
+            let mut failures = 0u32;
             loop {
                 let Some(old) = weak.upgrade().map(|i| i.current.borrow().session.clone()) else { return };
-                let why = trouble(&old).await;
+                let since = tokio::time::Instant::now();
+                let (why, refused) = trouble(&old).await;
                 let Some(inner) = weak.upgrade() else { return };
+                if refused {
+                    error!("tunnel client: the concentrator refused this client ({why}): not reconnecting");
+                    inner.current.send_modify(|c| {
+                        c.up = false;
+                        c.fatal = Some(why);
+                    });
+                    return;
+                }
                 inner.current.send_modify(|c| c.up = false);
+                let carried = if since.elapsed() < reconnect::STABLE { failures + 1 } else { 0 };
                 let what = format!("session to {}", inner.dial.concentrator);
                 let timeout = inner.cfg.handshake_timeout;
-                let new = reconnect::retry(backoff, &what, &why, || async {
+                let (new, counted) = reconnect::retry(backoff, carried, &what, &why, || async {
                     if is_usable(&old) {
                         return Ok(None);
                     }
@@ -242,9 +264,10 @@ impl TunnelClient {
                     Ok::<_, io::Error>(Some(new))
                 })
                 .await;
+                failures = counted;
                 match new {
                     Some(session) => {
-                        inner.current.send_replace(Current { session, up: true });
+                        inner.current.send_replace(Current { session, up: true, fatal: None });
                         // `abort` leaves an orphaned session waiting for a rejoin until its
                         // deadline (its streams with it); `close` ends an orphaned one at once.
                         old.abort();
@@ -284,7 +307,16 @@ impl TunnelClient {
     /// Opens a stream to `target` and waits for the concentrator's answer; the stream then
     /// carries the connection's bytes.
     pub async fn open(&self, target: &Target) -> Result<(SendStream, RecvStream), OpenError> {
-        let (mut send, mut recv) = self.request(target).await?;
+        self.open_as(target, Transport::Tcp).await
+    }
+
+    /// Opens a UDP flow's stream to `target` ([`super::udp`]) and waits for the answer.
+    pub async fn open_udp(&self, target: &Target) -> Result<(SendStream, RecvStream), OpenError> {
+        self.open_as(target, Transport::Udp).await
+    }
+
+    async fn open_as(&self, target: &Target, transport: Transport) -> Result<(SendStream, RecvStream), OpenError> {
+        let (mut send, mut recv) = self.request_as(target, transport).await?;
         match tokio::time::timeout(self.inner.cfg.handshake_timeout, tlv::read_response(&mut recv)).await {
             Ok(Ok(Ok(()))) => Ok((send, recv)),
             Ok(Ok(Err(code))) => {
@@ -307,6 +339,10 @@ impl TunnelClient {
 
     /// Opens a stream and sends the request (TCP Connect or Connect by Name, then End).
     async fn request(&self, target: &Target) -> Result<(SendStream, RecvStream), OpenError> {
+        self.request_as(target, Transport::Tcp).await
+    }
+
+    async fn request_as(&self, target: &Target, transport: Transport) -> Result<(SendStream, RecvStream), OpenError> {
         if let Target::Name(h, _) = target {
             if !tlv::valid_host_name(h) {
                 return Err(OpenError::Failed(format!("'{h}' is not a host name")));
@@ -315,7 +351,7 @@ impl TunnelClient {
         let session = self.live_session().await?;
         let (mut send, recv) = session.open_stream().map_err(|e| OpenError::Failed(e.to_string()))?;
         steer_round_robin(&session, &send, &self.inner.next_path);
-        let request = tlv::encode_all(&[Tlv::connect_to(target), Tlv::End]);
+        let request = tlv::encode_all(&[Tlv::request(target, transport), Tlv::End]);
         if let Err(e) = send.write_all(&request).await {
             return Err(OpenError::Failed(format!("stream: {e}")));
         }
@@ -376,18 +412,25 @@ impl TunnelClient {
         let (ended_tx, mut ended) = tokio::sync::oneshot::channel();
         let session = self.session();
         let reconnecting = self.inner.reconnecting.load(Ordering::SeqCst);
+        let mut current = self.inner.current.subscribe();
         let watcher = tokio::spawn(async move {
-            if reconnecting {
-                std::future::pending::<()>().await;
-            }
-            let _ = ended_tx.send(session.closed().await);
+            let why = if reconnecting {
+                // Only a refusal by the concentrator ends a reconnecting client.
+                match current.wait_for(|c| c.fatal.is_some()).await {
+                    Ok(c) => c.fatal.clone(),
+                    Err(_) => None,
+                }
+            } else {
+                session.closed().await.map(|e| e.to_string())
+            };
+            let _ = ended_tx.send(why);
         });
         let _stop_watcher = AbortOnDrop(watcher);
         loop {
             let accepted = tokio::select! {
                 a = listener.accept() => a,
                 e = &mut ended => {
-                    let why = e.ok().flatten().map(|e| e.to_string()).unwrap_or_else(|| "closed".into());
+                    let why = e.ok().flatten().unwrap_or_else(|| "closed".into());
                     return Err(io::Error::other(format!("the session to the concentrator ended: {why}")));
                 }
             };
@@ -477,10 +520,89 @@ impl TunnelClient {
         Ok((target, self.relay(tcp, send, recv).await))
     }
 
+    /// A flow opener for [`Flows`]: this client's UDP streams.
+    fn opener(&self) -> Opener {
+        let me = self.clone();
+        Arc::new(move |target: Target| {
+            let me = me.clone();
+            Box::pin(async move { me.open_udp(&target).await.map_err(|e| e.to_string()) })
+        })
+    }
+
+    /// Relays the datagrams `socket` receives to `target`, one flow (stream) per source
+    /// address, answers back to each source; until the socket fails.
+    pub async fn serve_udp(&self, socket: UdpSocket, target: Target) -> io::Result<()> {
+        let socket = Arc::new(socket);
+        let wrap: Wrap = Arc::new(|_: &Target, payload: &[u8]| payload.to_vec());
+        let cfg = &self.inner.cfg;
+        let flows = Flows::new(socket.clone(), self.opener(), wrap, cfg.udp_idle_timeout, cfg.max_udp_flows);
+        let mut buf = vec![0u8; super::udp::MAX_DATAGRAM];
+        loop {
+            let (n, src) = socket.recv_from(&mut buf).await?;
+            flows.dispatch(src, target.clone(), &buf[..n]);
+        }
+    }
+
+    /// SOCKS5 UDP ASSOCIATE (RFC 1928 §7): a UDP socket on the control connection's local
+    /// address takes datagrams from the client's address only (and its `hint` port, unless 0);
+    /// each destination gets its flow; the association ends with the control connection.
+    async fn handle_socks_udp(&self, mut tcp: TcpStream, hint: Target) -> Result<(Target, Report), String> {
+        let (local, peer) = match (tcp.local_addr(), tcp.peer_addr()) {
+            (Ok(l), Ok(p)) => (l, p),
+            _ => return Err("SOCKS5 UDP ASSOCIATE: control connection gone".into()),
+        };
+        let socket = match UdpSocket::bind(SocketAddr::new(local.ip(), 0)).await.and_then(|s| Ok((s.local_addr()?, s)))
+        {
+            Ok(x) => x,
+            Err(e) => {
+                let _ = socks5_reply(&mut tcp, reply::GENERAL_FAILURE).await;
+                return Err(format!("SOCKS5 UDP ASSOCIATE: cannot bind a UDP socket: {e}"));
+            }
+        };
+        let (bound, socket) = (socket.0, Arc::new(socket.1));
+        socks5_reply_bound(&mut tcp, bound).await.map_err(|e| format!("SOCKS5 reply: {e}"))?;
+        debug!("tunnel: SOCKS5 UDP ASSOCIATE from {peer}: datagrams to {bound}");
+        let wrap: Wrap =
+            Arc::new(|from: &Target, payload: &[u8]| [&[0, 0, 0][..], &socks5_address(from), payload].concat());
+        let cfg = &self.inner.cfg;
+        let flows = Flows::new(socket.clone(), self.opener(), wrap, cfg.udp_idle_timeout, cfg.max_udp_flows);
+        let hint_port = hint.port();
+        let control = async {
+            let mut b = [0u8; 512];
+            while let Ok(n) = tcp.read(&mut b).await {
+                if n == 0 {
+                    break;
+                }
+            }
+        };
+        let datagrams = async {
+            let mut buf = vec![0u8; super::udp::MAX_DATAGRAM];
+            loop {
+                let Ok((n, src)) = socket.recv_from(&mut buf).await else { continue };
+                if src.ip() != peer.ip() || (hint_port != 0 && src.port() != hint_port) {
+                    continue;
+                }
+                match socks5_udp_header(&buf[..n]) {
+                    Some((target, at)) => flows.dispatch(src, target, &buf[at..n]),
+                    None => debug!("tunnel: SOCKS5 UDP datagram from {src} dropped: bad header or fragment"),
+                }
+            }
+        };
+        tokio::select! {
+            _ = control => {}
+            _ = datagrams => {}
+        }
+        flows.stop();
+        let report = Report { sent: 0, received: 0, outcome: Outcome::Closed, answered: true };
+        Ok((hint, report))
+    }
+
     async fn handle_socks(&self, mut tcp: TcpStream) -> Result<(Target, Report), String> {
         let timeout = self.inner.cfg.handshake_timeout;
-        let target = match tokio::time::timeout(timeout, socks5_request(&mut tcp)).await {
-            Ok(Ok(t)) => t,
+        let commands = [command::CONNECT, command::UDP_ASSOCIATE];
+        let target = match tokio::time::timeout(timeout, socks5_request_for(&mut tcp, &commands)).await {
+            Ok(Ok((command::UDP_ASSOCIATE, hint))) => return self.handle_socks_udp(tcp, hint).await,
+            Ok(Ok((_, t))) => t,
             Ok(Err(e)) => return Err(format!("SOCKS5: {e}")),
             Err(_) => return Err("SOCKS5 request timed out".into()),
         };

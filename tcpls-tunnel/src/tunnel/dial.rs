@@ -7,7 +7,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, UdpSocket};
 use tokio::sync::Semaphore;
 
 use super::Target;
@@ -78,6 +78,42 @@ impl Dialer {
         tokio::time::timeout(self.timeout, attempt)
             .await
             .unwrap_or_else(|_| Err(DialError::Failed(io::Error::new(io::ErrorKind::TimedOut, "connection timed out"))))
+    }
+
+    /// A UDP socket connected to `target` (the first address the policy allows), so only that
+    /// address's datagrams come back. Same policy and timeout as [`Dialer::dial`].
+    pub async fn dial_udp(&self, target: &Target) -> Result<UdpSocket, DialError> {
+        let attempt = async {
+            let addrs = match target {
+                Target::Addr(a) => vec![*a],
+                Target::Name(host, port) => self.lookup(host, *port).await.map_err(DialError::Failed)?,
+            };
+            let (mut refused, mut failed) = (None, None);
+            for a in addrs {
+                if let Err(r) = self.policy.check_on_this_host(a.ip()) {
+                    refused.get_or_insert(r);
+                    continue;
+                }
+                let local: SocketAddr = if a.is_ipv4() { ([0, 0, 0, 0], 0).into() } else { ([0u16; 8], 0).into() };
+                let connected = async {
+                    let s = UdpSocket::bind(local).await?;
+                    s.connect(a).await?;
+                    Ok::<_, io::Error>(s)
+                };
+                match connected.await {
+                    Ok(s) => return Ok(s),
+                    Err(e) => failed = Some(e),
+                }
+            }
+            Err(match (failed, refused) {
+                (Some(e), _) => DialError::Failed(e),
+                (None, Some(r)) => DialError::Refused(r),
+                (None, None) => DialError::Failed(io::Error::new(io::ErrorKind::NotFound, "no address")),
+            })
+        };
+        tokio::time::timeout(self.timeout, attempt)
+            .await
+            .unwrap_or_else(|_| Err(DialError::Failed(io::Error::new(io::ErrorKind::TimedOut, "timed out"))))
     }
 
     /// getaddrinfo on the blocking pool, at most `max_lookups` at once. The permit moves into

@@ -33,6 +33,7 @@ pub mod relay;
 mod server;
 mod stats;
 pub mod tlv;
+pub mod udp;
 
 use std::time::Duration;
 
@@ -72,6 +73,11 @@ pub struct TunnelConfig {
     /// ([`TunnelClient::keep_connected`]); then it is refused (SOCKS5 reply 0x01, HTTP 503, a
     /// forwarded connection reset).
     pub reconnect_wait: Duration,
+    /// Both ends: a UDP flow with no datagram either way for this long ends.
+    pub udp_idle_timeout: Duration,
+    /// Client: UDP flows at once per `--forward-udp` listener or SOCKS5 UDP association; a
+    /// datagram that would open one more is dropped.
+    pub max_udp_flows: usize,
 }
 
 /// Default of [`TunnelConfig::max_sessions`].
@@ -105,6 +111,8 @@ impl Default for TunnelConfig {
             max_streams_per_session: MAX_STREAMS_PER_SESSION,
             max_lookups: MAX_LOOKUPS,
             reconnect_wait: Duration::from_secs(10),
+            udp_idle_timeout: Duration::from_secs(60),
+            max_udp_flows: 256,
         }
     }
 }

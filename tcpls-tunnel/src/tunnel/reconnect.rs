@@ -40,6 +40,18 @@ impl Backoff {
     }
 }
 
+/// How long a session must have lasted for its end to start a new outage's backoff from
+/// `initial` (a shorter one continues the last outage's backoff).
+pub const STABLE: Duration = Duration::from_secs(10);
+
+/// Whether a session's end is the concentrator refusing this client (a TLS alert about its
+/// certificate or access): retrying cannot help, the client stops.
+pub fn is_refusal(e: &tcpls_proto::Error) -> bool {
+    // certificate_required, bad/unsupported/revoked/expired/unknown certificate, unknown_ca,
+    // access_denied (RFC 8446 §6.2).
+    matches!(e, tcpls_proto::Error::PeerAlert(116 | 42..=46 | 48 | 49))
+}
+
 /// Randomness enough for jitter, without a dependency: std's per-hasher random keys.
 fn random_u64() -> u64 {
     let mut h = RandomState::new().build_hasher();
@@ -49,8 +61,11 @@ fn random_u64() -> u64 {
 
 /// Retries `attempt` until it succeeds, sleeping [`Backoff::delay`] between failures. Logs the
 /// outage once when it starts (`why`) and once when it ends, with its duration and the number of
-/// attempts; the failed attempts themselves at debug level.
-pub async fn retry<T, E, F, Fut>(backoff: Backoff, what: &str, why: &str, mut attempt: F) -> T
+/// attempts; the failed attempts themselves at debug level. `carried`: failures counted before
+/// (a session that ended soon after the last outage continues its backoff rather than
+/// restarting at `initial`, so a concentrator that accepts and drops at once is not hammered);
+/// with `carried > 0` the first attempt waits too. Returns the result and the failures counted.
+pub async fn retry<T, E, F, Fut>(backoff: Backoff, carried: u32, what: &str, why: &str, mut attempt: F) -> (T, u32)
 where
     E: std::fmt::Display,
     F: FnMut() -> Fut,
@@ -58,16 +73,19 @@ where
 {
     let started = Instant::now();
     warn!("tunnel client: {what} lost ({why}); connections in flight are reset; reconnecting");
-    let mut failures = 0u32;
+    let mut failures = carried;
+    if carried > 0 {
+        tokio::time::sleep(backoff.delay(carried - 1)).await;
+    }
     loop {
         match attempt().await {
             Ok(v) => {
                 info!(
                     "tunnel client: {what} re-established after an outage of {:.1} s ({} attempt(s))",
                     started.elapsed().as_secs_f64(),
-                    failures + 1
+                    failures - carried + 1
                 );
-                return v;
+                return (v, failures);
             }
             Err(e) => {
                 failures = failures.saturating_add(1);
@@ -100,7 +118,7 @@ mod tests {
     async fn retry_until_success() {
         let b = Backoff { initial: Duration::from_millis(1), max: Duration::from_millis(4) };
         let mut n = 0;
-        let v = retry(b, "test", "why", || {
+        let (v, failures) = retry(b, 2, "test", "why", || {
             n += 1;
             let ok = n >= 4;
             async move {
@@ -112,6 +130,6 @@ mod tests {
             }
         })
         .await;
-        assert_eq!(v, 4);
+        assert_eq!((v, failures), (4, 5));
     }
 }

@@ -14,7 +14,8 @@ use tracing::{debug, info, warn};
 
 use super::dial::{DialError, Dialer};
 use super::relay::{self, Outcome};
-use super::tlv::{self, ReadError, Tlv, ERR_CONNECTION_FAILURE, ERR_DESTINATION_REFUSED};
+use super::tlv::{self, ReadError, Tlv, Transport, ERR_CONNECTION_FAILURE, ERR_DESTINATION_REFUSED};
+use super::Target;
 use super::{Stats, StatsSnapshot, TunnelConfig};
 
 /// Listens on one or more addresses (one TCPLS listener each, sharing a join registry, so a
@@ -196,7 +197,7 @@ async fn serve_stream(mut send: SendStream, mut recv: RecvStream, ctx: &Ctx, sta
     let cfg = &ctx.cfg;
     each(stats, Stats::stream);
     let id = send.id();
-    let target = match tokio::time::timeout(cfg.handshake_timeout, tlv::read_request(&mut recv)).await {
+    let (target, transport) = match tokio::time::timeout(cfg.handshake_timeout, tlv::read_request(&mut recv)).await {
         Ok(Ok(t)) => t,
         Ok(Err(ReadError::Bad(e))) => {
             // Hostile or broken request: answer why, end this stream only.
@@ -218,6 +219,9 @@ async fn serve_stream(mut send: SendStream, mut recv: RecvStream, ctx: &Ctx, sta
             return;
         }
     };
+    if transport == Transport::Udp {
+        return serve_udp_stream(send, recv, ctx, stats, peer, target).await;
+    }
     let tcp = match ctx.dialer.dial(&target).await {
         Ok(s) => s,
         Err(DialError::Refused(r)) => {
@@ -256,6 +260,40 @@ async fn serve_stream(mut send: SendStream, mut recv: RecvStream, ctx: &Ctx, sta
             debug!("tunnel: {peer} stream {id} -> {target}: {o:?} ({} bytes up, {} down)", report.received, report.sent)
         }
     }
+}
+
+/// A UDP flow: the destination policy, a connected UDP socket, then datagrams both ways.
+async fn serve_udp_stream(
+    mut send: SendStream,
+    recv: RecvStream,
+    ctx: &Ctx,
+    stats: &[&Arc<Stats>],
+    peer: SocketAddr,
+    target: Target,
+) {
+    let id = send.id();
+    let sock = match ctx.dialer.dial_udp(&target).await {
+        Ok(s) => s,
+        Err(DialError::Refused(r)) => {
+            info!("tunnel: {peer} stream {id} -> udp {target}: {r}");
+            each(stats, Stats::refused_dest);
+            answer_and_finish(&mut send, ERR_DESTINATION_REFUSED).await;
+            return;
+        }
+        Err(DialError::Failed(e)) => {
+            debug!("tunnel: {peer} stream {id} -> udp {target}: {e}");
+            each(stats, Stats::connect_failed);
+            answer_and_finish(&mut send, ERR_CONNECTION_FAILURE).await;
+            return;
+        }
+    };
+    if send.write_all(&tlv::encode_all(&[Tlv::ConnectOk, Tlv::End])).await.is_err() {
+        each(stats, Stats::rejected);
+        return;
+    }
+    each(stats, Stats::connected);
+    let r = super::udp::relay_socket(sock, send, recv, ctx.cfg.udp_idle_timeout).await;
+    debug!("tunnel: {peer} stream {id} -> udp {target}: ended ({} datagrams up, {} down)", r.up, r.down);
 }
 
 /// Error and End, then FIN: the stream's reading half was already dropped or is dropped by the
