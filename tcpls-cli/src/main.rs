@@ -11,6 +11,7 @@ mod tlsconf;
 mod tm3;
 mod transfer;
 mod tunnel;
+mod tunnel_config;
 
 /// The perf payload, shared with the benchmarks and the experiments.
 use tcpls_pattern as pattern;

@@ -3,7 +3,7 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
@@ -14,6 +14,7 @@ use tcpls_tunnel::tunnel::{
 };
 
 use crate::args::{host_of, resolve};
+use crate::tunnel_config::{self, pick, pick_list, ClientFile, ServerFile};
 
 #[derive(Args)]
 pub struct TunnelArgs {
@@ -53,12 +54,23 @@ enum TunnelCommand {
         iptables -t nat -A OUTPUT -p tcp -d 198.51.100.7 --dport 80 -j REDIRECT --to-ports 7000\n\
         (keep the session's own traffic to the concentrator out of the rule)")]
     Client(ClientArgs),
+    /// Checks a configuration file: syntax, keys, CIDRs, forwards, certificates and keys; prints
+    /// a summary, exit status 1 on the first error.
+    CheckConfig {
+        /// The TOML file ([server] and/or [client] tables).
+        file: PathBuf,
+    },
 }
 
-#[derive(Args)]
+#[derive(Args, Clone)]
 struct ServerArgs {
-    /// Address to listen on; repeat for several (each can carry a path of a session).
-    #[arg(long, default_value = "0.0.0.0:4443")]
+    /// TOML file with a [server] table, one key per flag (docs/TUNNEL.md); flags win over it.
+    /// SIGHUP re-reads it (certificate and destination policy) without dropping sessions.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Address to listen on; repeat for several (each can carry a path of a session)
+    /// [default: 0.0.0.0:4443].
+    #[arg(long)]
     listen: Vec<String>,
     /// Certificate chain (PEM). Without --cert/--key an ephemeral self-signed one is used.
     #[arg(long, requires = "key")]
@@ -79,16 +91,16 @@ struct ServerArgs {
     /// Refuse destinations in CIDR (wins over --allow-dest); repeatable.
     #[arg(long, value_name = "CIDR")]
     deny_dest: Vec<String>,
-    /// Sessions served at once; more are closed right after their handshake.
-    #[arg(long, value_name = "N", default_value_t = MAX_SESSIONS, value_parser = positive)]
-    max_sessions: usize,
-    /// Tunneled connections (streams) per session at once; more are refused.
-    #[arg(long, value_name = "N", default_value_t = MAX_STREAMS_PER_SESSION, value_parser = positive)]
-    max_streams: usize,
+    /// Sessions served at once; more are closed right after their handshake [default: 256].
+    #[arg(long, value_name = "N", value_parser = positive)]
+    max_sessions: Option<usize>,
+    /// Tunneled connections (streams) per session at once; more are refused [default: 1024].
+    #[arg(long, value_name = "N", value_parser = positive)]
+    max_streams: Option<usize>,
     /// Name lookups in progress at once over all sessions; more wait (within the 10 s connect
-    /// timeout).
-    #[arg(long, value_name = "N", default_value_t = MAX_LOOKUPS, value_parser = positive)]
-    max_lookups: usize,
+    /// timeout) [default: 32].
+    #[arg(long, value_name = "N", value_parser = positive)]
+    max_lookups: Option<usize>,
     /// One JSON object per ended session on stdout.
     #[arg(long)]
     json: bool,
@@ -96,9 +108,12 @@ struct ServerArgs {
 
 #[derive(Args)]
 struct ClientArgs {
+    /// TOML file with a [client] table, one key per flag (docs/TUNNEL.md); flags win over it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// Concentrator address: HOST:PORT, [V6]:PORT or HOST (port 4443).
     #[arg(long)]
-    concentrator: String,
+    concentrator: Option<String>,
     /// Add a TCP connection to the session towards another concentrator address; repeatable.
     #[arg(long, value_name = "ADDR")]
     path: Vec<String>,
@@ -121,18 +136,20 @@ struct ClientArgs {
     #[arg(long)]
     no_reconnect: bool,
     /// While the session is being re-established, new connections wait up to SECS for it, then
-    /// are refused.
-    #[arg(long, value_name = "SECS", default_value_t = 10.0, value_parser = seconds)]
-    reconnect_wait: f64,
-    /// Longest delay between reconnection attempts (exponential backoff from 0.2 s, with jitter).
-    #[arg(long, value_name = "SECS", default_value_t = 30.0, value_parser = seconds)]
-    reconnect_max: f64,
+    /// are refused [default: 10].
+    #[arg(long, value_name = "SECS", value_parser = seconds)]
+    reconnect_wait: Option<f64>,
+    /// Longest delay between reconnection attempts (exponential backoff from 0.2 s, with
+    /// jitter) [default: 30].
+    #[arg(long, value_name = "SECS", value_parser = seconds)]
+    reconnect_max: Option<f64>,
     #[command(flatten)]
     mode: Mode,
 }
 
+/// At least one is needed, from the command line or the configuration file.
 #[derive(Args)]
-#[group(required = true, multiple = true)]
+#[group(multiple = true)]
 struct Mode {
     /// SOCKS5 server on ADDR (CONNECT to IPv4, IPv6 and domain names; no authentication).
     #[arg(long, value_name = "ADDR")]
@@ -156,16 +173,176 @@ struct Mode {
 
 /// Runs `tcpls tunnel ...` until an error (both ends otherwise run forever).
 pub async fn run(args: TunnelArgs) -> Result<(), String> {
-    crate::logging::init(args.verbose);
     match args.cmd {
-        TunnelCommand::Server(a) => server(a).await.map_err(|e| format!("tunnel server: {e}")),
-        TunnelCommand::Client(a) => client(a).await.map_err(|e| format!("tunnel client: {e}")),
+        TunnelCommand::Server(a) => {
+            let s = ServerSettings::from(&a).map_err(|e| format!("tunnel server: {e}"))?;
+            crate::logging::init(args.verbose || s.verbose);
+            server(a, s).await.map_err(|e| format!("tunnel server: {e}"))
+        }
+        TunnelCommand::Client(a) => {
+            let file = match &a.config {
+                Some(p) => tunnel_config::load(p)?.client.unwrap_or_default(),
+                None => ClientFile::default(),
+            };
+            crate::logging::init(args.verbose || file.verbose.unwrap_or(false));
+            client(a, file).await.map_err(|e| format!("tunnel client: {e}"))
+        }
+        TunnelCommand::CheckConfig { file } => check_config(&file),
     }
 }
 
-async fn server(a: ServerArgs) -> Result<(), String> {
-    let dest_policy = DestPolicy::with_rules(DestPolicy::safe(), &a.allow_dest, &a.deny_dest)?;
-    let tls = crate::server_tls(a.cert.as_deref(), a.key.as_deref(), &[], a.client_ca.as_deref())?;
+/// The server's settings: the command line over the configuration file over the defaults.
+/// Rebuilt from the same command line on SIGHUP, with the file read again.
+#[derive(Clone)]
+struct ServerSettings {
+    listen: Vec<String>,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    client_ca: Option<PathBuf>,
+    allow_dest: Vec<String>,
+    deny_dest: Vec<String>,
+    max_sessions: usize,
+    max_streams: usize,
+    max_lookups: usize,
+    json: bool,
+    verbose: bool,
+}
+
+impl ServerSettings {
+    fn from(a: &ServerArgs) -> Result<ServerSettings, String> {
+        let f = match &a.config {
+            Some(p) => tunnel_config::load(p)?.server.unwrap_or_default(),
+            None => ServerFile::default(),
+        };
+        let mut listen = pick_list(a.listen.clone(), f.listen);
+        if listen.is_empty() {
+            listen.push("0.0.0.0:4443".into());
+        }
+        let (cert, key) = match (&a.cert, &a.key) {
+            (Some(c), Some(k)) => (Some(c.clone()), Some(k.clone())),
+            _ => (f.cert, f.key),
+        };
+        if cert.is_some() != key.is_some() {
+            return Err("cert and key go together (configuration file)".into());
+        }
+        let positive_or = |v: Option<usize>, what: &str, d: usize| match v {
+            Some(0) => Err(format!("{what} must be at least 1")),
+            Some(n) => Ok(n),
+            None => Ok(d),
+        };
+        Ok(ServerSettings {
+            listen,
+            cert,
+            key,
+            client_ca: pick(a.client_ca.clone(), f.client_ca),
+            allow_dest: pick_list(a.allow_dest.clone(), f.allow_dest),
+            deny_dest: pick_list(a.deny_dest.clone(), f.deny_dest),
+            max_sessions: positive_or(pick(a.max_sessions, f.max_sessions), "max-sessions", MAX_SESSIONS)?,
+            max_streams: positive_or(pick(a.max_streams, f.max_streams), "max-streams", MAX_STREAMS_PER_SESSION)?,
+            max_lookups: positive_or(pick(a.max_lookups, f.max_lookups), "max-lookups", MAX_LOOKUPS)?,
+            json: a.json || f.json.unwrap_or(false),
+            verbose: f.verbose.unwrap_or(false),
+        })
+    }
+
+    fn dest_policy(&self) -> Result<DestPolicy, String> {
+        DestPolicy::with_rules(DestPolicy::safe(), &self.allow_dest, &self.deny_dest)
+    }
+}
+
+/// `tcpls tunnel check-config FILE`.
+fn check_config(path: &std::path::Path) -> Result<(), String> {
+    let cfg = tunnel_config::load(path)?;
+    if cfg.server.is_none() && cfg.client.is_none() {
+        return Err(format!("{}: neither a [server] nor a [client] table", path.display()));
+    }
+    if let Some(f) = &cfg.server {
+        let args = ServerArgs {
+            config: Some(path.to_path_buf()),
+            listen: Vec::new(),
+            cert: None,
+            key: None,
+            client_ca: None,
+            allow_dest: Vec::new(),
+            deny_dest: Vec::new(),
+            max_sessions: None,
+            max_streams: None,
+            max_lookups: None,
+            json: false,
+        };
+        let s = ServerSettings::from(&args)?;
+        let policy = s.dest_policy().map_err(|e| format!("[server]: {e}"))?;
+        for l in &s.listen {
+            resolve(l).map_err(|e| format!("[server] listen: {e}"))?;
+        }
+        if let (Some(c), Some(k)) = (&s.cert, &s.key) {
+            crate::server_tls(Some(c), Some(k), &[], s.client_ca.as_deref()).map_err(|e| format!("[server]: {e}"))?;
+        } else if let Some(ca) = &s.client_ca {
+            crate::tlsconf::load_certs(ca).map_err(|e| format!("[server] client-ca: {e}"))?;
+        }
+        println!(
+            "[server]: OK: listen {}; destinations: {policy}; mutual TLS: {}; {} key(s) set",
+            s.listen.join(", "),
+            if f.client_ca.is_some() { "yes" } else { "no" },
+            count_server_keys(f)
+        );
+    }
+    if let Some(f) = &cfg.client {
+        let c = f.concentrator.as_deref().ok_or("[client]: concentrator is missing")?;
+        for l in f.socks.iter().chain(&f.http) {
+            if l.is_empty() {
+                return Err("[client]: an empty listening address".into());
+            }
+        }
+        for fw in f.forward.iter().chain(&f.forward_udp) {
+            let (_, t) = split_forward(fw).map_err(|e| format!("[client]: {e}"))?;
+            Target::parse(t).map_err(|e| format!("[client]: {e}"))?;
+        }
+        let modes = usize::from(f.socks.is_some())
+            + usize::from(f.http.is_some())
+            + f.forward.len()
+            + f.forward_udp.len()
+            + usize::from(f.transparent.is_some());
+        if modes == 0 {
+            return Err("[client]: no front end (socks, http, forward, forward-udp or transparent)".into());
+        }
+        if let Some(ca) = &f.ca {
+            crate::tlsconf::load_certs(ca).map_err(|e| format!("[client] ca: {e}"))?;
+        }
+        if let (Some(c), Some(k)) = (&f.cert, &f.key) {
+            crate::tlsconf::load_certs(c).map_err(|e| format!("[client] cert: {e}"))?;
+            crate::tlsconf::load_key(k).map_err(|e| format!("[client] key: {e}"))?;
+        }
+        println!("[client]: OK: concentrator {c}; {modes} front end(s)");
+    }
+    Ok(())
+}
+
+fn count_server_keys(f: &ServerFile) -> usize {
+    [
+        !f.listen.is_empty(),
+        f.cert.is_some(),
+        f.key.is_some(),
+        f.client_ca.is_some(),
+        !f.allow_dest.is_empty(),
+        !f.deny_dest.is_empty(),
+        f.max_sessions.is_some(),
+        f.max_streams.is_some(),
+        f.max_lookups.is_some(),
+        f.json.is_some(),
+        f.verbose.is_some(),
+    ]
+    .iter()
+    .filter(|x| **x)
+    .count()
+}
+
+async fn server(args: ServerArgs, a: ServerSettings) -> Result<(), String> {
+    let dest_policy = a.dest_policy()?;
+    let mut tls = crate::server_tls(a.cert.as_deref(), a.key.as_deref(), &[], a.client_ca.as_deref())?;
+    // The certificate is looked up through a resolver that SIGHUP can replace.
+    let certs = Arc::new(ReloadableCert(RwLock::new(tls.cert_resolver.clone())));
+    tls.cert_resolver = certs.clone();
     let mut addrs = Vec::new();
     for l in &a.listen {
         addrs.extend(resolve(l)?.into_iter().take(1));
@@ -195,6 +372,7 @@ async fn server(a: ServerArgs) -> Result<(), String> {
     for b in bound {
         eprintln!("tcpls tunnel server: listening on {b}");
     }
+    spawn_reload_on_sighup(args, a.clone(), conc.control(), certs)?;
     let json = a.json;
     conc.run(move |s| {
         if json {
@@ -203,6 +381,66 @@ async fn server(a: ServerArgs) -> Result<(), String> {
     })
     .await
     .map_err(|e| e.to_string())
+}
+
+/// The server certificate, replaceable while running: new handshakes use the new one, sessions
+/// already established keep theirs.
+#[derive(Debug)]
+struct ReloadableCert(RwLock<Arc<dyn rustls::server::ResolvesServerCert>>);
+
+impl rustls::server::ResolvesServerCert for ReloadableCert {
+    fn resolve(&self, hello: rustls::server::ClientHello<'_>) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).resolve(hello)
+    }
+}
+
+/// On SIGHUP: the configuration file (if any) is read again under the same command line; the
+/// destination policy and the certificate are replaced. Listening addresses, limits and
+/// --client-ca need a restart (said in the log when they changed). A bad file changes nothing.
+fn spawn_reload_on_sighup(
+    args: ServerArgs,
+    start: ServerSettings,
+    control: tcpls_tunnel::tunnel::ConcentratorControl,
+    certs: Arc<ReloadableCert>,
+) -> Result<(), String> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut hup = signal(SignalKind::hangup()).map_err(|e| format!("cannot watch SIGHUP: {e}"))?;
+        tokio::spawn(async move {
+            while hup.recv().await.is_some() {
+                match reload(&args, &start, &control, &certs) {
+                    Ok(msg) => eprintln!("tcpls tunnel server: reloaded: {msg}"),
+                    Err(e) => eprintln!("tcpls tunnel server: reload failed, configuration unchanged: {e}"),
+                }
+            }
+        });
+    }
+    #[cfg(not(unix))]
+    let _ = (args, start, control, certs);
+    Ok(())
+}
+
+fn reload(
+    args: &ServerArgs,
+    start: &ServerSettings,
+    control: &tcpls_tunnel::tunnel::ConcentratorControl,
+    certs: &ReloadableCert,
+) -> Result<String, String> {
+    let new = ServerSettings::from(args)?;
+    let policy = new.dest_policy()?;
+    let tls = crate::server_tls(new.cert.as_deref(), new.key.as_deref(), &[], start.client_ca.as_deref())?;
+    *certs.0.write().unwrap_or_else(|p| p.into_inner()) = tls.cert_resolver.clone();
+    control.set_dest_policy(policy.clone());
+    let mut msg = format!("destinations: {policy}; certificate re-read");
+    if new.listen != start.listen
+        || new.client_ca != start.client_ca
+        || (new.max_sessions, new.max_streams, new.max_lookups)
+            != (start.max_sessions, start.max_streams, start.max_lookups)
+    {
+        msg.push_str("; listen, client-ca and the limits changed in the file take effect at the next restart");
+    }
+    Ok(msg)
 }
 
 /// A positive number of seconds (fractions allowed), at most a day.
@@ -242,24 +480,87 @@ fn summary_json(s: &SessionSummary) -> serde_json::Value {
     })
 }
 
-async fn client(a: ClientArgs) -> Result<(), String> {
+/// The client's flags merged over its configuration file's `[client]` table.
+struct ClientSettings {
+    concentrator: String,
+    path: Vec<String>,
+    ca: Option<PathBuf>,
+    insecure: bool,
+    server_name: Option<String>,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    socks: Option<String>,
+    http: Option<String>,
+    forward: Vec<String>,
+    forward_udp: Vec<String>,
+    transparent: Option<u16>,
+    no_reconnect: bool,
+    reconnect_wait: f64,
+    reconnect_max: f64,
+}
+
+impl ClientSettings {
+    fn from(a: ClientArgs, f: ClientFile) -> Result<ClientSettings, String> {
+        let (cert, key) = match (a.cert, a.key) {
+            (Some(c), Some(k)) => (Some(c), Some(k)),
+            _ => (f.cert, f.key),
+        };
+        if cert.is_some() != key.is_some() {
+            return Err("cert and key go together (configuration file)".into());
+        }
+        let secs = |v: Option<f64>, what: &str, d: f64| match v {
+            Some(x) => seconds(&x.to_string()).map_err(|e| format!("{what}: {e}")),
+            None => Ok(d),
+        };
+        let s = ClientSettings {
+            concentrator: pick(a.concentrator, f.concentrator)
+                .ok_or("--concentrator is required (or `concentrator` in the [client] table of --config)")?,
+            path: pick_list(a.path, f.path),
+            ca: pick(a.ca, f.ca),
+            insecure: a.insecure || f.insecure.unwrap_or(false),
+            server_name: pick(a.server_name, f.server_name),
+            cert,
+            key,
+            socks: pick(a.mode.socks, f.socks),
+            http: pick(a.mode.http, f.http),
+            forward: pick_list(a.mode.forward, f.forward),
+            forward_udp: pick_list(a.mode.forward_udp, f.forward_udp),
+            transparent: pick(a.mode.transparent, f.transparent),
+            no_reconnect: a.no_reconnect || f.no_reconnect.unwrap_or(false),
+            reconnect_wait: secs(pick(a.reconnect_wait, f.reconnect_wait), "reconnect-wait", 10.0)?,
+            reconnect_max: secs(pick(a.reconnect_max, f.reconnect_max), "reconnect-max", 30.0)?,
+        };
+        if s.socks.is_none()
+            && s.http.is_none()
+            && s.forward.is_empty()
+            && s.forward_udp.is_empty()
+            && s.transparent.is_none()
+        {
+            return Err("at least one of --socks, --http, --forward, --forward-udp, --transparent is required".into());
+        }
+        Ok(s)
+    }
+}
+
+async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
+    let a = ClientSettings::from(a, file)?;
     let concentrator = *resolve(&a.concentrator)?.first().ok_or("no address")?;
     let mut paths = Vec::new();
     for p in &a.path {
         paths.push(*resolve(p)?.first().ok_or_else(|| format!("{p} resolved to no address"))?);
     }
     let mut frontends = Vec::new();
-    if let Some(s) = &a.mode.socks {
+    if let Some(s) = &a.socks {
         frontends.push((tcpls_tunnel::cli::resolve(s, None).await?, Frontend::Socks));
     }
-    if let Some(h) = &a.mode.http {
+    if let Some(h) = &a.http {
         frontends.push((tcpls_tunnel::cli::resolve(h, None).await?, Frontend::Http));
     }
-    for f in &a.mode.forward {
+    for f in &a.forward {
         let (l, t) = split_forward(f)?;
         frontends.push((tcpls_tunnel::cli::resolve(l, None).await?, Frontend::Forward(Target::parse(t)?)));
     }
-    if let Some(p) = a.mode.transparent {
+    if let Some(p) = a.transparent {
         frontends.push((SocketAddr::from((Ipv4Addr::UNSPECIFIED, p)), Frontend::Transparent));
     }
     let name = a.server_name.clone().unwrap_or_else(|| host_of(&a.concentrator));
@@ -267,7 +568,7 @@ async fn client(a: ClientArgs) -> Result<(), String> {
     let identity = a.cert.as_deref().zip(a.key.as_deref());
     let tls = crate::tlsconf::client_config_with_identity(a.ca.as_deref(), a.insecure, &[], None, identity)?;
     let mut udp = Vec::new();
-    for f in &a.mode.forward_udp {
+    for f in &a.forward_udp {
         let (l, t) = split_forward(f)?;
         let listen = tcpls_tunnel::cli::resolve(l, None).await?;
         let socket =

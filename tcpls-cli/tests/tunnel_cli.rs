@@ -746,3 +746,79 @@ fn udp_dns_and_echo_through_the_tunnel() {
     server.stderr.wait_for(b"udp 127.0.0.2", SHORT).unwrap_or_else(|e| panic!("{e}\n{}", server.diagnostics()));
     drop(control);
 }
+
+/// Configuration files: `check-config` accepts a good file and names the line of a mistake;
+/// server and client run from `--config` alone; SIGHUP after the file changed its destination
+/// policy: a new connection to the now denied destination is refused, while a download started
+/// before goes on to the end, byte-exact, on the same session (nothing dropped, no reconnection).
+#[test]
+fn config_file_and_policy_reload_without_dropping_sessions() {
+    require_curl();
+    let web = Web::start(&[("slow.bin", 4_000_000), ("page.html", 5_000)]);
+    let dir = TempDir::new("tunnel-config");
+    support::make_cert(dir.path(), "server");
+    let port = free_port(LOCALHOST_V4);
+    let server_table = |deny: &str| {
+        format!(
+            "[server]\nlisten = [\"127.0.0.1:{port}\"]\ncert = \"server/cert.pem\"\nkey = \"server/key.pem\"\n\
+             allow-dest = [\"127.0.0.0/8\"]\ndeny-dest = [{deny}]\nmax-sessions = 8\n"
+        )
+    };
+    let socks_port = free_port(LOCALHOST_V4);
+    let client_table = format!(
+        "[client]\nconcentrator = \"127.0.0.1:{port}\"\nserver-name = \"localhost\"\nca = \"server/cert.pem\"\n\
+         socks = \"127.0.0.1:{socks_port}\"\nreconnect-max = 1.0\n"
+    );
+    let file = dir.path().join("tunnel.toml");
+    std::fs::write(&file, server_table("") + &client_table).unwrap();
+    let check = run(tcpls().args(["tunnel", "check-config"]).arg(&file), None, SHORT).success();
+    assert!(check.stdout_text().contains("[server]: OK") && check.stdout_text().contains("[client]: OK"));
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[server]\nlisten = [\"127.0.0.1:1\"]\nallow-dst = [\"127.0.0.0/8\"]\n").unwrap();
+    run(tcpls().args(["tunnel", "check-config"]).arg(&bad), None, SHORT).one_line_error("line 3");
+    std::fs::write(&bad, "[server]\ndeny-dest = [\"example.org\"]\n").unwrap();
+    run(tcpls().args(["tunnel", "check-config"]).arg(&bad), None, SHORT).one_line_error("example.org");
+
+    let mut server = Proc::spawn(tcpls().args(["tunnel", "server", "--config"]).arg(&file), false);
+    server.stderr.wait_for(b"listening on", SHORT).unwrap_or_else(|e| panic!("{e}\n{}", server.diagnostics()));
+    let mut client = Proc::spawn(tcpls().args(["tunnel", "client", "--config"]).arg(&file), false);
+    client.stderr.wait_for(b"session to", SHORT).unwrap_or_else(|e| panic!("{e}\n{}", client.diagnostics()));
+
+    let out = TempDir::new("tunnel-config-out");
+    let slow = out.path().join("slow.bin");
+    let mut cmd = Command::new("curl");
+    cmd.args(["-sS", "--fail", "--max-time", "60", "--limit-rate", "1500K", "--socks5"])
+        .arg(format!("127.0.0.1:{socks_port}"))
+        .arg("-o")
+        .arg(&slow)
+        .arg(format!("http://127.0.0.1:{}/slow.bin", web.port));
+    let mut download = Proc::spawn(&mut cmd, false);
+    let deadline = Instant::now() + SHORT;
+    while std::fs::metadata(&slow).map(|m| m.len()).unwrap_or(0) < 200_000 {
+        assert!(Instant::now() < deadline, "the download did not start\n{}", client.diagnostics());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::fs::write(&file, server_table("\"127.0.0.1/32\"") + &client_table).unwrap();
+    let hup = Command::new("kill").args(["-HUP", &server.id().to_string()]).status().unwrap();
+    assert!(hup.success());
+    server
+        .stderr
+        .wait_for(b"reloaded: destinations", SHORT)
+        .unwrap_or_else(|e| panic!("{e}\n{}", server.diagnostics()));
+    assert!(server.stderr.text().contains("127.0.0.1/32"), "the new policy is shown: {}", server.diagnostics());
+    let done = curl(socks_port, false, &format!("http://127.0.0.1:{}/page.html", web.port), &out.path().join("x"), &[]);
+    assert_eq!(done.status.code(), Some(97), "denied after the reload: {}", done.describe());
+    assert!(done.stderr.contains("(2)"), "reply 2 (not allowed): {}", done.stderr);
+    let status = download.wait(TIMEOUT);
+    assert!(status.success(), "the download in flight survives the reload: {}", download.diagnostics());
+    assert_eq!(sha256(&slow), web.sha256("slow.bin"));
+    assert!(!client.stderr.text().contains("lost"), "no reconnection: {}", client.diagnostics());
+
+    // A broken file on SIGHUP changes nothing: 127.0.0.2 is still allowed (the web server is not
+    // there, so the answer is reply 5, connection refused, not 2, not allowed).
+    std::fs::write(&file, "[server]\nlisten = 5\n").unwrap();
+    Command::new("kill").args(["-HUP", &server.id().to_string()]).status().unwrap();
+    server.stderr.wait_for(b"reload failed", SHORT).unwrap_or_else(|e| panic!("{e}\n{}", server.diagnostics()));
+    let done = curl(socks_port, false, &format!("http://127.0.0.2:{}/page.html", web.port), &out.path().join("y"), &[]);
+    assert!(done.stderr.contains("(5)"), "127.0.0.2 still allowed: {}", done.describe());
+}

@@ -33,14 +33,29 @@ impl fmt::Display for DialError {
 
 /// Shared by all sessions of a concentrator.
 pub struct Dialer {
-    policy: DestPolicy,
+    /// Replaced as a whole on reload ([`Dialer::set_policy`]); each dial uses one version.
+    policy: std::sync::RwLock<Arc<DestPolicy>>,
     lookups: Arc<Semaphore>,
     timeout: Duration,
 }
 
 impl Dialer {
     pub fn new(policy: DestPolicy, max_lookups: usize, timeout: Duration) -> Dialer {
-        Dialer { policy, lookups: Arc::new(Semaphore::new(max_lookups.max(1))), timeout }
+        Dialer {
+            policy: std::sync::RwLock::new(Arc::new(policy)),
+            lookups: Arc::new(Semaphore::new(max_lookups.max(1))),
+            timeout,
+        }
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> Arc<DestPolicy> {
+        self.policy.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Replaces the policy for the dials that start from now on.
+    pub fn set_policy(&self, policy: DestPolicy) {
+        *self.policy.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(policy);
     }
 
     /// Name lookups in progress (permits taken).
@@ -58,9 +73,10 @@ impl Dialer {
                 Target::Addr(a) => vec![*a],
                 Target::Name(host, port) => self.lookup(host, *port).await.map_err(DialError::Failed)?,
             };
+            let policy = self.policy();
             let (mut refused, mut failed) = (None, None);
             for a in addrs {
-                if let Err(r) = self.policy.check_on_this_host(a.ip()) {
+                if let Err(r) = policy.check_on_this_host(a.ip()) {
                     refused.get_or_insert(r);
                     continue;
                 }
@@ -88,9 +104,10 @@ impl Dialer {
                 Target::Addr(a) => vec![*a],
                 Target::Name(host, port) => self.lookup(host, *port).await.map_err(DialError::Failed)?,
             };
+            let policy = self.policy();
             let (mut refused, mut failed) = (None, None);
             for a in addrs {
-                if let Err(r) = self.policy.check_on_this_host(a.ip()) {
+                if let Err(r) = policy.check_on_this_host(a.ip()) {
                     refused.get_or_insert(r);
                     continue;
                 }

@@ -41,7 +41,7 @@ pub use crate::frontend::Target;
 pub use crate::policy::DestPolicy;
 pub use client::{Frontend, OpenError, TunnelClient};
 pub use reconnect::Backoff;
-pub use server::{Concentrator, SessionSummary};
+pub use server::{Concentrator, ConcentratorControl, SessionSummary};
 pub use stats::{Stats, StatsSnapshot};
 
 /// Tunables of both ends.

@@ -16,7 +16,7 @@ use super::dial::{DialError, Dialer};
 use super::relay::{self, Outcome};
 use super::tlv::{self, ReadError, Tlv, Transport, ERR_CONNECTION_FAILURE, ERR_DESTINATION_REFUSED};
 use super::Target;
-use super::{Stats, StatsSnapshot, TunnelConfig};
+use super::{DestPolicy, Stats, StatsSnapshot, TunnelConfig};
 
 /// Listens on one or more addresses (one TCPLS listener each, sharing a join registry, so a
 /// client can add paths to any of them).
@@ -94,6 +94,30 @@ impl Concentrator {
         self.ctx.stats.clone()
     }
 
+    /// A handle to change the running concentrator's settings (e.g. on SIGHUP).
+    pub fn control(&self) -> ConcentratorControl {
+        ConcentratorControl { ctx: self.ctx.clone() }
+    }
+}
+
+/// Changes a running [`Concentrator`]: sessions and connections in progress are kept.
+#[derive(Clone)]
+pub struct ConcentratorControl {
+    ctx: Arc<Ctx>,
+}
+
+impl ConcentratorControl {
+    /// The destination policy for every request from now on (connections already made stay).
+    pub fn set_dest_policy(&self, policy: DestPolicy) {
+        self.ctx.dialer.set_policy(policy);
+    }
+
+    pub fn dest_policy(&self) -> Arc<DestPolicy> {
+        self.ctx.dialer.policy()
+    }
+}
+
+impl Concentrator {
     /// Serves sessions until every listener failed; `on_session_end` sees each ended session.
     pub async fn run<F>(self, on_session_end: F) -> io::Result<()>
     where
