@@ -91,6 +91,10 @@ struct ServerArgs {
     /// Refuse destinations in CIDR (wins over --allow-dest); repeatable.
     #[arg(long, value_name = "CIDR")]
     deny_dest: Vec<String>,
+    /// Let clients ask for a reverse forward listening on ADDR (IP:PORT) of this host;
+    /// repeatable. Without it no reverse forward is accepted.
+    #[arg(long, value_name = "ADDR")]
+    allow_reverse: Vec<String>,
     /// Sessions served at once; more are closed right after their handshake [default: 256].
     #[arg(long, value_name = "N", value_parser = positive)]
     max_sessions: Option<usize>,
@@ -166,6 +170,11 @@ struct Mode {
     /// one flow per source address, answers come back to it; repeatable.
     #[arg(long, value_name = "LISTEN=TARGET")]
     forward_udp: Vec<String>,
+    /// Reverse forward: the concentrator listens on REMOTE (IP:PORT, which its --allow-reverse
+    /// must list) and sends each connection to LOCAL (HOST:PORT, connected from this side);
+    /// repeatable.
+    #[arg(long, value_name = "REMOTE=LOCAL")]
+    reverse: Vec<String>,
     /// Transparent mode: listen on 0.0.0.0:PORT for connections redirected with iptables REDIRECT.
     #[arg(long, value_name = "PORT")]
     transparent: Option<u16>,
@@ -201,6 +210,7 @@ struct ServerSettings {
     client_ca: Option<PathBuf>,
     allow_dest: Vec<String>,
     deny_dest: Vec<String>,
+    allow_reverse: Vec<SocketAddr>,
     max_sessions: usize,
     max_streams: usize,
     max_lookups: usize,
@@ -237,6 +247,10 @@ impl ServerSettings {
             client_ca: pick(a.client_ca.clone(), f.client_ca),
             allow_dest: pick_list(a.allow_dest.clone(), f.allow_dest),
             deny_dest: pick_list(a.deny_dest.clone(), f.deny_dest),
+            allow_reverse: pick_list(a.allow_reverse.clone(), f.allow_reverse)
+                .iter()
+                .map(|r| r.parse().map_err(|_| format!("allow-reverse: '{r}' is not IP:PORT")))
+                .collect::<Result<_, _>>()?,
             max_sessions: positive_or(pick(a.max_sessions, f.max_sessions), "max-sessions", MAX_SESSIONS)?,
             max_streams: positive_or(pick(a.max_streams, f.max_streams), "max-streams", MAX_STREAMS_PER_SESSION)?,
             max_lookups: positive_or(pick(a.max_lookups, f.max_lookups), "max-lookups", MAX_LOOKUPS)?,
@@ -265,6 +279,7 @@ fn check_config(path: &std::path::Path) -> Result<(), String> {
             client_ca: None,
             allow_dest: Vec::new(),
             deny_dest: Vec::new(),
+            allow_reverse: Vec::new(),
             max_sessions: None,
             max_streams: None,
             max_lookups: None,
@@ -294,7 +309,7 @@ fn check_config(path: &std::path::Path) -> Result<(), String> {
                 return Err("[client]: an empty listening address".into());
             }
         }
-        for fw in f.forward.iter().chain(&f.forward_udp) {
+        for fw in f.forward.iter().chain(&f.forward_udp).chain(&f.reverse) {
             let (_, t) = split_forward(fw).map_err(|e| format!("[client]: {e}"))?;
             Target::parse(t).map_err(|e| format!("[client]: {e}"))?;
         }
@@ -302,9 +317,10 @@ fn check_config(path: &std::path::Path) -> Result<(), String> {
             + usize::from(f.http.is_some())
             + f.forward.len()
             + f.forward_udp.len()
+            + f.reverse.len()
             + usize::from(f.transparent.is_some());
         if modes == 0 {
-            return Err("[client]: no front end (socks, http, forward, forward-udp or transparent)".into());
+            return Err("[client]: no front end (socks, http, forward, forward-udp, reverse or transparent)".into());
         }
         if let Some(ca) = &f.ca {
             crate::tlsconf::load_certs(ca).map_err(|e| format!("[client] ca: {e}"))?;
@@ -326,6 +342,7 @@ fn count_server_keys(f: &ServerFile) -> usize {
         f.client_ca.is_some(),
         !f.allow_dest.is_empty(),
         !f.deny_dest.is_empty(),
+        !f.allow_reverse.is_empty(),
         f.max_sessions.is_some(),
         f.max_streams.is_some(),
         f.max_lookups.is_some(),
@@ -352,6 +369,7 @@ async fn server(args: ServerArgs, a: ServerSettings) -> Result<(), String> {
         max_sessions: a.max_sessions,
         max_streams_per_session: a.max_streams,
         max_lookups: a.max_lookups,
+        reverse_allowed: a.allow_reverse.clone(),
         ..TunnelConfig::default()
     };
     let conc = Concentrator::bind(&addrs, Arc::new(tls), cfg).await.map_err(|e| e.to_string())?;
@@ -493,6 +511,7 @@ struct ClientSettings {
     http: Option<String>,
     forward: Vec<String>,
     forward_udp: Vec<String>,
+    reverse: Vec<String>,
     transparent: Option<u16>,
     no_reconnect: bool,
     reconnect_wait: f64,
@@ -525,6 +544,7 @@ impl ClientSettings {
             http: pick(a.mode.http, f.http),
             forward: pick_list(a.mode.forward, f.forward),
             forward_udp: pick_list(a.mode.forward_udp, f.forward_udp),
+            reverse: pick_list(a.mode.reverse, f.reverse),
             transparent: pick(a.mode.transparent, f.transparent),
             no_reconnect: a.no_reconnect || f.no_reconnect.unwrap_or(false),
             reconnect_wait: secs(pick(a.reconnect_wait, f.reconnect_wait), "reconnect-wait", 10.0)?,
@@ -534,9 +554,13 @@ impl ClientSettings {
             && s.http.is_none()
             && s.forward.is_empty()
             && s.forward_udp.is_empty()
+            && s.reverse.is_empty()
             && s.transparent.is_none()
         {
-            return Err("at least one of --socks, --http, --forward, --forward-udp, --transparent is required".into());
+            return Err(
+                "at least one of --socks, --http, --forward, --forward-udp, --reverse, --transparent is required"
+                    .into(),
+            );
         }
         Ok(s)
     }
@@ -575,6 +599,12 @@ async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
             tokio::net::UdpSocket::bind(listen).await.map_err(|e| format!("cannot listen on {listen}/udp: {e}"))?;
         udp.push((socket, listen, Target::parse(t)?));
     }
+    let mut reverse = Vec::new();
+    for r in &a.reverse {
+        let (remote, local) = split_forward(r)?;
+        let remote: SocketAddr = remote.parse().map_err(|_| format!("--reverse: '{remote}' is not IP:PORT"))?;
+        reverse.push((remote, Target::parse(local)?));
+    }
     let mut listeners = Vec::new();
     for (listen, frontend) in frontends {
         let l = tcpls_tunnel::frontend::listen(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
@@ -589,6 +619,7 @@ async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
     let conns = client.session().usable_connections().len();
     let mut what: Vec<String> = listeners.iter().map(|(_, l, f)| format!("{l} ({})", describe(f))).collect();
     what.extend(udp.iter().map(|(_, l, t)| format!("{l}/udp (forward to {t})")));
+    what.extend(reverse.iter().map(|(r, l)| format!("{r} on the concentrator (reverse to {l})")));
     eprintln!(
         "tcpls tunnel client: session to {concentrator} ({conns} connection(s)), accepting on {}",
         what.join(", ")
@@ -601,6 +632,10 @@ async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
     for (socket, _, target) in udp {
         let client = client.clone();
         serving.spawn(async move { client.serve_udp(socket, target).await });
+    }
+    if !reverse.is_empty() {
+        let client = client.clone();
+        serving.spawn(async move { client.serve_reverse(reverse).await });
     }
     match serving.join_next().await {
         Some(Ok(Err(e))) => Err(e.to_string()),

@@ -386,8 +386,13 @@ fn concentrator_refuses_its_own_loopback_unless_allowed() {
         .stderr
         .wait_for(b"169.254.169.254 is link-local", SHORT)
         .unwrap_or_else(|e| panic!("{e}\n{}", server.diagnostics()));
+    // The forward's refusal is logged last: wait for it rather than read what arrived so far.
+    let deadline = Instant::now() + SHORT;
+    while server.stderr.text().matches("is loopback").count() < 4 {
+        assert!(Instant::now() < deadline, "one log line per loopback refusal:\n{}", server.diagnostics());
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let log = server.stderr.text();
-    assert!(log.matches("is loopback").count() >= 4, "one log line per loopback refusal:\n{log}");
     assert!(!log.contains("WARNING"), "no open-proxy warning on loopback:\n{log}");
 
     // Allowed: the same page, byte-exact.
@@ -821,4 +826,39 @@ fn config_file_and_policy_reload_without_dropping_sessions() {
     server.stderr.wait_for(b"reload failed", SHORT).unwrap_or_else(|e| panic!("{e}\n{}", server.diagnostics()));
     let done = curl(socks_port, false, &format!("http://127.0.0.2:{}/page.html", web.port), &out.path().join("y"), &[]);
     assert!(done.stderr.contains("(5)"), "127.0.0.2 still allowed: {}", done.describe());
+}
+
+/// Reverse forwards: the client asks the concentrator to listen on an address its
+/// `--allow-reverse` lists; a download from that address (on the concentrator's side) reaches
+/// the web server on the client's side, byte-exact. An address not listed is refused: the client
+/// logs the refusal and nothing listens there.
+#[test]
+fn reverse_forward_reached_from_the_concentrator_side() {
+    require_curl();
+    let web = Web::start(&[("rev.bin", 2_000_000)]);
+    let (allowed, denied) = (free_port(LOCALHOST_V4), free_port(LOCALHOST_V4));
+    let allow = format!("127.0.0.1:{allowed}");
+    let (mut server, ports) = start_server_with(1, &["--allow-reverse", &allow]);
+    let (mut client, _) = start_client(&ports, |_| {
+        vec![
+            "--reverse".into(),
+            format!("{allow}=127.0.0.1:{}", web.port),
+            "--reverse".into(),
+            format!("127.0.0.1:{denied}=127.0.0.1:{}", web.port),
+        ]
+    });
+    client.stderr.wait_for(b"listening", SHORT).unwrap_or_else(|e| panic!("{e}\n{}", client.diagnostics()));
+    client
+        .stderr
+        .wait_for(b"not in its --allow-reverse", SHORT)
+        .unwrap_or_else(|e| panic!("{e}\n{}", client.diagnostics()));
+    let out = TempDir::new("tunnel-reverse");
+    let dst = out.path().join("rev.bin");
+    let mut cmd = Command::new("curl");
+    cmd.args(["-sS", "--fail", "--max-time", "60", "-o"]).arg(&dst).arg(format!("http://{allow}/rev.bin"));
+    let done = run(&mut cmd, None, TIMEOUT + TIMEOUT);
+    assert!(done.status.success(), "curl: {}\n{}\n{}", done.describe(), client.diagnostics(), server.diagnostics());
+    assert_eq!(sha256(&dst), web.sha256("rev.bin"));
+    assert!(TcpStream::connect((LOCALHOST_V4, denied)).is_err(), "nothing listens on the refused address");
+    assert!(server.stderr.text().contains("not in --allow-reverse"), "{}", server.diagnostics());
 }

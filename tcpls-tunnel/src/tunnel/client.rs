@@ -19,6 +19,7 @@ use tracing::{debug, error, info, warn};
 
 use super::reconnect::{self, Backoff};
 use super::relay::{self, Outcome, Report};
+use super::reverse;
 use super::server::steer_round_robin;
 use super::tlv::{self, ReadError, Tlv, Transport, ERR_CONNECTION_FAILURE, ERR_DESTINATION_REFUSED};
 use super::udp::{Flows, Opener, Wrap};
@@ -518,6 +519,55 @@ impl TunnelClient {
             return Err(format!("{target}: the stream failed"));
         }
         Ok((target, self.relay(tcp, send, recv).await))
+    }
+
+    /// Reverse forwards (`remote` address of the concentrator → `local` target): binds each on
+    /// the concentrator and serves the connections it sends, on every session (binds again
+    /// after a reconnection). Returns when the session ends without reconnection.
+    pub async fn serve_reverse(&self, forwards: Vec<(SocketAddr, Target)>) -> io::Result<()> {
+        let forwards = Arc::new(forwards);
+        let mut current = self.inner.current.subscribe();
+        loop {
+            let session = match self.live_session().await {
+                Ok(s) => s,
+                Err(_) if self.inner.reconnecting.load(Ordering::SeqCst) => continue,
+                Err(e) => return Err(io::Error::other(e.to_string())),
+            };
+            let timeout = self.inner.cfg.handshake_timeout;
+            let mut controls = Vec::new();
+            for (remote, local) in forwards.iter() {
+                match reverse::bind(&session, *remote, timeout).await {
+                    Ok(c) => {
+                        info!("tunnel: reverse forward {remote} (on the concentrator) -> {local}: listening");
+                        controls.push(c);
+                    }
+                    Err(e) => warn!("tunnel: reverse forward {remote} -> {local}: {e}"),
+                }
+            }
+            current.borrow_and_update();
+            loop {
+                tokio::select! {
+                    s = session.accept_stream() => match s {
+                        Some((send, recv)) => {
+                            let forwards = forwards.clone();
+                            tokio::spawn(async move { reverse::serve_connection(send, recv, &forwards, timeout).await });
+                        }
+                        None => break,
+                    },
+                    changed = current.changed() => {
+                        if changed.is_err() || !current.borrow().up {
+                            break;
+                        }
+                    }
+                }
+            }
+            drop(controls);
+            if !self.inner.reconnecting.load(Ordering::SeqCst) {
+                return Err(io::Error::other("the session to the concentrator ended"));
+            }
+            // Wait for the next session (or the end of a rejoin of this one).
+            let _ = current.wait_for(|c| c.up).await;
+        }
     }
 
     /// A flow opener for [`Flows`]: this client's UDP streams.

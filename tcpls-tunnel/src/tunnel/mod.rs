@@ -30,6 +30,7 @@ mod client;
 mod dial;
 pub mod reconnect;
 pub mod relay;
+mod reverse;
 mod server;
 mod stats;
 pub mod tlv;
@@ -78,6 +79,9 @@ pub struct TunnelConfig {
     /// Client: UDP flows at once per `--forward-udp` listener or SOCKS5 UDP association; a
     /// datagram that would open one more is dropped.
     pub max_udp_flows: usize,
+    /// Concentrator: the addresses clients may ask it to listen on (reverse forwards, Reverse
+    /// Bind); empty (default): none.
+    pub reverse_allowed: Vec<std::net::SocketAddr>,
 }
 
 /// Default of [`TunnelConfig::max_sessions`].
@@ -113,6 +117,7 @@ impl Default for TunnelConfig {
             reconnect_wait: Duration::from_secs(10),
             udp_idle_timeout: Duration::from_secs(60),
             max_udp_flows: 256,
+            reverse_allowed: Vec::new(),
         }
     }
 }

@@ -176,8 +176,8 @@ async fn serve_session(session: Session, peer: SocketAddr, ctx: &Arc<Ctx>) -> Se
             accepted = session.accept_stream() => {
                 let Some((send, recv)) = accepted else { break };
                 steer_round_robin(&session, &send, &next_path);
-                let (ctx, mine) = (ctx.clone(), mine.clone());
-                tasks.spawn(async move { serve_stream(send, recv, &ctx, &[&ctx.stats, &mine], peer).await });
+                let (ctx, mine, session) = (ctx.clone(), mine.clone(), session.clone());
+                tasks.spawn(async move { serve_stream(session, send, recv, &ctx, &[&ctx.stats, &mine], peer).await });
             }
             // Reap finished stream tasks so a long session does not accumulate them.
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
@@ -217,7 +217,14 @@ fn each(stats: &[&Arc<Stats>], f: impl Fn(&Stats)) {
     }
 }
 
-async fn serve_stream(mut send: SendStream, mut recv: RecvStream, ctx: &Ctx, stats: &[&Arc<Stats>], peer: SocketAddr) {
+async fn serve_stream(
+    session: Session,
+    mut send: SendStream,
+    mut recv: RecvStream,
+    ctx: &Ctx,
+    stats: &[&Arc<Stats>],
+    peer: SocketAddr,
+) {
     let cfg = &ctx.cfg;
     each(stats, Stats::stream);
     let id = send.id();
@@ -243,8 +250,19 @@ async fn serve_stream(mut send: SendStream, mut recv: RecvStream, ctx: &Ctx, sta
             return;
         }
     };
-    if transport == Transport::Udp {
-        return serve_udp_stream(send, recv, ctx, stats, peer, target).await;
+    match (transport, &target) {
+        (Transport::Tcp, _) => {}
+        (Transport::Udp, _) => return serve_udp_stream(send, recv, ctx, stats, peer, target).await,
+        (Transport::ReverseBind, Target::Addr(addr)) => {
+            let (allowed, timeout) = (&cfg.reverse_allowed, cfg.handshake_timeout);
+            return super::reverse::serve_bind(session, send, recv, *addr, allowed, timeout, peer).await;
+        }
+        _ => {
+            debug!("tunnel: {peer} stream {id}: a {transport:?} request from a client: refused");
+            each(stats, Stats::rejected);
+            answer_and_finish(&mut send, tlv::ERR_PROTOCOL_VIOLATION).await;
+            return;
+        }
     }
     let tcp = match ctx.dialer.dial(&target).await {
         Ok(s) => s,

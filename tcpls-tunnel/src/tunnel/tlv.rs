@@ -17,6 +17,12 @@ pub const TYPE_CONNECT_BY_NAME: u8 = 0x03;
 pub const TYPE_UDP_ASSOCIATE: u8 = 0x04;
 /// This project's addition: a UDP flow to a name, value as TCP Connect by Name.
 pub const TYPE_UDP_ASSOCIATE_BY_NAME: u8 = 0x05;
+/// This project's addition: the client asks the concentrator to listen on this address and
+/// send it the connections (a reverse forward); value as TCP Connect.
+pub const TYPE_REVERSE_BIND: u8 = 0x06;
+/// This project's addition: the concentrator's stream for one connection accepted by a reverse
+/// forward's listener; value: the bind's address, as TCP Connect.
+pub const TYPE_REVERSE_CONNECTION: u8 = 0x07;
 pub const TYPE_END: u8 = 0xFF;
 
 /// Error codes of the Error message.
@@ -43,6 +49,10 @@ pub enum Tlv {
     UdpAssociate(SocketAddr),
     /// UDP Associate by Name.
     UdpAssociateByName(String, u16),
+    /// Reverse Bind: listen on this address of the concentrator (§8.1).
+    ReverseBind(SocketAddr),
+    /// Reverse Connection: a connection accepted on this bound address.
+    ReverseConnection(SocketAddr),
     End,
 }
 
@@ -53,6 +63,11 @@ pub enum Transport {
     Tcp,
     /// Datagrams, each `Length(16)` + payload ([`super::udp`]).
     Udp,
+    /// A reverse forward's control stream: nothing after End; its end closes the listener.
+    ReverseBind,
+    /// A connection accepted by a reverse forward (concentrator → client): a TCP connection's
+    /// bytes, the target being the bind's address.
+    ReverseConnection,
 }
 
 /// Why the bytes at the start of a stream are not a valid TLV sequence; the code to answer with.
@@ -123,6 +138,13 @@ impl Tlv {
             (Target::Name(h, p), Transport::Tcp) => Tlv::ConnectByName(h.clone(), *p),
             (Target::Addr(a), Transport::Udp) => Tlv::UdpAssociate(*a),
             (Target::Name(h, p), Transport::Udp) => Tlv::UdpAssociateByName(h.clone(), *p),
+            // Reverse requests name an address of the concentrator; a name cannot be bound.
+            (Target::Addr(a), Transport::ReverseBind) => Tlv::ReverseBind(*a),
+            (Target::Addr(a), Transport::ReverseConnection) => Tlv::ReverseConnection(*a),
+            (Target::Name(_, p), Transport::ReverseBind) => Tlv::ReverseBind(SocketAddr::from(([0u8; 4], *p))),
+            (Target::Name(_, p), Transport::ReverseConnection) => {
+                Tlv::ReverseConnection(SocketAddr::from(([0u8; 4], *p)))
+            }
         }
     }
 
@@ -130,12 +152,17 @@ impl Tlv {
     /// check names first: [`valid_host_name`]).
     pub fn encode(&self, out: &mut Vec<u8>) {
         match self {
-            Tlv::Connect(a) | Tlv::UdpAssociate(a) => {
+            Tlv::Connect(a) | Tlv::UdpAssociate(a) | Tlv::ReverseBind(a) | Tlv::ReverseConnection(a) => {
                 let ip = match a.ip() {
                     IpAddr::V4(v4) => v4.to_ipv6_mapped(),
                     IpAddr::V6(v6) => v6,
                 };
-                let ty = if matches!(self, Tlv::Connect(_)) { TYPE_CONNECT } else { TYPE_UDP_ASSOCIATE };
+                let ty = match self {
+                    Tlv::Connect(_) => TYPE_CONNECT,
+                    Tlv::UdpAssociate(_) => TYPE_UDP_ASSOCIATE,
+                    Tlv::ReverseBind(_) => TYPE_REVERSE_BIND,
+                    _ => TYPE_REVERSE_CONNECTION,
+                };
                 out.extend_from_slice(&[ty, 18]);
                 out.extend_from_slice(&a.port().to_be_bytes());
                 out.extend_from_slice(&ip.octets());
@@ -170,8 +197,8 @@ impl Tlv {
             }
         };
         match ty {
-            TYPE_CONNECT | TYPE_UDP_ASSOCIATE => {
-                want(18, if ty == TYPE_CONNECT { "TCP Connect" } else { "UDP Associate" })?;
+            TYPE_CONNECT | TYPE_UDP_ASSOCIATE | TYPE_REVERSE_BIND | TYPE_REVERSE_CONNECTION => {
+                want(18, "an address message")?;
                 let port = u16::from_be_bytes([value[0], value[1]]);
                 let mut ip = [0u8; 16];
                 ip.copy_from_slice(&value[2..18]);
@@ -181,7 +208,12 @@ impl Tlv {
                     None => IpAddr::V6(ip),
                 };
                 let a = SocketAddr::new(ip, port);
-                Ok(if ty == TYPE_CONNECT { Tlv::Connect(a) } else { Tlv::UdpAssociate(a) })
+                Ok(match ty {
+                    TYPE_CONNECT => Tlv::Connect(a),
+                    TYPE_UDP_ASSOCIATE => Tlv::UdpAssociate(a),
+                    TYPE_REVERSE_BIND => Tlv::ReverseBind(a),
+                    _ => Tlv::ReverseConnection(a),
+                })
             }
             TYPE_CONNECT_OK => want(0, "TCP Connect OK").map(|_| Tlv::ConnectOk),
             TYPE_ERROR => {
@@ -232,6 +264,8 @@ pub async fn read_request<R: AsyncRead + Unpin>(r: &mut R) -> Result<(Target, Tr
         Tlv::ConnectByName(h, p) => (Target::Name(h, p), Transport::Tcp),
         Tlv::UdpAssociate(a) => (Target::Addr(a), Transport::Udp),
         Tlv::UdpAssociateByName(h, p) => (Target::Name(h, p), Transport::Udp),
+        Tlv::ReverseBind(a) => (Target::Addr(a), Transport::ReverseBind),
+        Tlv::ReverseConnection(a) => (Target::Addr(a), Transport::ReverseConnection),
         other => return Err(TlvError::Violation(format!("stream starts with {other:?}, not a TCP Connect")).into()),
     };
     match read_tlv(r).await? {
@@ -287,6 +321,9 @@ mod tests {
         round_trip(Tlv::UdpAssociate("10.1.2.3:53".parse().unwrap()));
         round_trip(Tlv::UdpAssociate("[2001:db8::1]:443".parse().unwrap()));
         round_trip(Tlv::UdpAssociateByName("dns.example".into(), 53));
+        round_trip(Tlv::ReverseBind("127.0.0.1:8022".parse().unwrap()));
+        round_trip(Tlv::ReverseConnection("[::]:8022".parse().unwrap()));
+        assert_eq!(encode_all(&[Tlv::ReverseBind("0.0.0.0:8022".parse().unwrap())])[..4], [0x06, 18, 0x1f, 0x56]);
         // PROTOCOL.md §8.1 vectors.
         let mut v = vec![0x04, 18, 0x00, 0x35];
         v.extend_from_slice(&Ipv6Addr::from([0, 0, 0, 0, 0, 0xffff, 0x7f00, 1]).octets());
