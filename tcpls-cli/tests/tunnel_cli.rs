@@ -704,7 +704,7 @@ fn udp_dns_and_echo_through_the_tunnel() {
         u16::from_be_bytes([answer[10], answer[11]]),
     ));
     let udp = std::net::UdpSocket::bind((LOCALHOST_V4, 0)).unwrap();
-    udp.set_read_timeout(Some(Duration::from_millis(1500))).unwrap();
+    udp.set_read_timeout(Some(Duration::from_millis(3000))).unwrap();
     let header = |ip: [u8; 4], port: u16| [&[0u8, 0, 0, 1][..], &ip, &port.to_be_bytes()].concat();
     // The flow's first datagram waits for its stream to open (a round trip to the concentrator);
     // a burst behind it would overflow the flow's bounded queue (64, dropped): warm up first.
@@ -746,8 +746,12 @@ fn udp_dns_and_echo_through_the_tunnel() {
     assert!(lost <= (N / 10) as usize, "{lost} of {N} lost on loopback: {missing:?}\n{}", client.diagnostics());
 
     // Refused by the concentrator's policy: no answer, a log line with the reason.
+    udp.set_read_timeout(Some(Duration::from_millis(1500))).unwrap();
     udp.send_to(&[header([127, 0, 0, 2], echo), b"refused?".to_vec()].concat(), relay).unwrap();
-    assert!(udp.recv_from(&mut buf).is_err(), "no answer from a refused destination");
+    while let Ok((n, _)) = udp.recv_from(&mut buf) {
+        // Only late echoes of the numbered datagrams may still arrive.
+        assert!(!buf[..n].ends_with(b"refused?"), "no answer from a refused destination");
+    }
     server.stderr.wait_for(b"udp 127.0.0.2", SHORT).unwrap_or_else(|e| panic!("{e}\n{}", server.diagnostics()));
     drop(control);
 }
