@@ -32,7 +32,8 @@ enum TunnelCommand {
         tcpls tunnel server --listen 0.0.0.0:4443 --cert tcpls-cert/cert.pem --key tcpls-cert/key.pem\n  \
         tcpls tunnel server --listen 203.0.113.5:4443 --listen 198.51.100.5:4443 --json\n  \
         tcpls tunnel server --cert cert.pem --key key.pem --client-ca clients.pem   (mutual TLS)\n  \
-        tcpls tunnel server --listen 127.0.0.1:4443 --allow-dest 127.0.0.0/8 --deny-dest 10.0.0.0/8\n\
+        tcpls tunnel server --listen 127.0.0.1:4443 --allow-dest 127.0.0.0/8 --deny-dest 10.0.0.0/8\n  \
+        tcpls tunnel server --config /etc/tcpls/tunnel.toml   (the [server] table; SIGHUP reloads it)\n\
         With several specific --listen addresses, clients learn all of them and may add paths to any.\n\
         Destinations: loopback (127.0.0.0/8, ::1), link-local (169.254.0.0/16, fe80::/10), unspecified\n\
         (0.0.0.0/8, ::), multicast, broadcast and this host's own addresses are refused unless\n\
@@ -49,7 +50,11 @@ enum TunnelCommand {
         --forward 127.0.0.1:8080=example.org:80\n  \
         tcpls tunnel client --concentrator 203.0.113.5 --ca cert.pem --transparent 7000\n  \
         tcpls tunnel client --concentrator 203.0.113.5 --ca cert.pem --http 127.0.0.1:3128 --socks 127.0.0.1:1080\n  \
-        https_proxy=http://127.0.0.1:3128 curl https://example.org/\n\
+        https_proxy=http://127.0.0.1:3128 curl https://example.org/\n  \
+        tcpls tunnel client --concentrator 203.0.113.5 --ca cert.pem --forward-udp 127.0.0.1:5353=9.9.9.9:53\n  \
+        tcpls tunnel client --concentrator 203.0.113.5 --ca cert.pem --reverse 127.0.0.1:8022=127.0.0.1:22\n  \
+        tcpls tunnel client --config /etc/tcpls/tunnel.toml   (the [client] table; docs/TUNNEL.md)\n\
+        The client re-establishes a lost session by itself (exponential backoff); --no-reconnect exits.\n\
         Transparent mode takes connections redirected by iptables, e.g.:\n  \
         iptables -t nat -A OUTPUT -p tcp -d 198.51.100.7 --dport 80 -j REDIRECT --to-ports 7000\n\
         (keep the session's own traffic to the concentrator out of the rule)")]
