@@ -152,6 +152,10 @@ struct ClientArgs {
     /// jitter) [default: 30].
     #[arg(long, value_name = "SECS", value_parser = seconds)]
     reconnect_max: Option<f64>,
+    /// Ping the concentrator after SECS without traffic on a connection; no answer within 1 s
+    /// fails the connection (then the session rejoins or reconnects) [default: 10].
+    #[arg(long, value_name = "SECS", value_parser = seconds)]
+    keepalive: Option<f64>,
     #[command(flatten)]
     mode: Mode,
 }
@@ -521,6 +525,7 @@ struct ClientSettings {
     no_reconnect: bool,
     reconnect_wait: f64,
     reconnect_max: f64,
+    keepalive: f64,
 }
 
 impl ClientSettings {
@@ -554,6 +559,7 @@ impl ClientSettings {
             no_reconnect: a.no_reconnect || f.no_reconnect.unwrap_or(false),
             reconnect_wait: secs(pick(a.reconnect_wait, f.reconnect_wait), "reconnect-wait", 10.0)?,
             reconnect_max: secs(pick(a.reconnect_max, f.reconnect_max), "reconnect-max", 30.0)?,
+            keepalive: secs(pick(a.keepalive, f.keepalive), "keepalive", 10.0)?,
         };
         if s.socks.is_none()
             && s.http.is_none()
@@ -615,7 +621,10 @@ async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
         let l = tcpls_tunnel::frontend::listen(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
         listeners.push((l, listen, frontend));
     }
-    let cfg = TunnelConfig { reconnect_wait: Duration::from_secs_f64(a.reconnect_wait), ..TunnelConfig::default() };
+    let mut cfg = TunnelConfig { reconnect_wait: Duration::from_secs_f64(a.reconnect_wait), ..TunnelConfig::default() };
+    // A concentrator that vanished without a FIN or RST (a dead uplink, a blackhole) is noticed
+    // by the keepalive rather than by TCP's retransmission timeout (minutes).
+    cfg.session.keepalive = Some(Duration::from_secs_f64(a.keepalive));
     let client =
         TunnelClient::connect(concentrator, name, Arc::new(tls), &paths, cfg).await.map_err(|e| e.to_string())?;
     let _reconnect = (!a.no_reconnect).then(|| {

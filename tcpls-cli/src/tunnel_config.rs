@@ -53,6 +53,7 @@ pub struct ClientFile {
     pub no_reconnect: Option<bool>,
     pub reconnect_wait: Option<f64>,
     pub reconnect_max: Option<f64>,
+    pub keepalive: Option<f64>,
     pub verbose: Option<bool>,
 }
 

@@ -866,3 +866,76 @@ fn reverse_forward_reached_from_the_concentrator_side() {
     assert!(TcpStream::connect((LOCALHOST_V4, denied)).is_err(), "nothing listens on the refused address");
     assert!(server.stderr.text().contains("not in --allow-reverse"), "{}", server.diagnostics());
 }
+
+/// A concentrator that goes silent (its only path blackholed: no FIN, no RST): the client's
+/// keepalive notices it within seconds, the outage is logged, and once the path is back new
+/// downloads work again (on a rejoined or a new session), byte-exact. Needs root (tcpls-netem).
+#[test]
+fn client_notices_a_silent_concentrator_and_recovers() {
+    use tcpls_netem::{skip_unless_supported, PathSpec, Side, Topology};
+    skip_unless_supported!("tunnel_cli::client_notices_a_silent_concentrator_and_recovers");
+    require_curl();
+    let topo = Topology::builder().path(PathSpec::new(1.0, 1000.0)).build().unwrap();
+    let server_ip = topo.path(0).info().server_v4.unwrap().to_string();
+    let dir = TempDir::new("tunnel-silent");
+    std::fs::write(dir.path().join("s.bin"), support::pseudo_random(500_000, 9)).unwrap();
+    let mut web = topo.command(Side::Server, "python3");
+    web.args(["-u", "-m", "http.server", "8080", "--bind", "127.0.0.1", "--directory"]).arg(dir.path());
+    let mut web = Proc::spawn(&mut web, false);
+    web.stdout.wait_for(b"Serving HTTP", SHORT).unwrap_or_else(|e| panic!("{e}\n{}", web.diagnostics()));
+    let mut conc = Proc::spawn(
+        topo.command(Side::Server, env!("CARGO_BIN_EXE_tcpls")).args([
+            "tunnel",
+            "server",
+            "--listen",
+            &format!("{server_ip}:4443"),
+            "--allow-dest",
+            "127.0.0.0/8",
+        ]),
+        false,
+    );
+    conc.stderr.wait_for(b"listening on", SHORT).unwrap_or_else(|e| panic!("{e}\n{}", conc.diagnostics()));
+    let mut client = Proc::spawn(
+        topo.command(Side::Client, env!("CARGO_BIN_EXE_tcpls")).args([
+            "tunnel",
+            "client",
+            "--insecure",
+            "--concentrator",
+            &format!("{server_ip}:4443"),
+            "--keepalive",
+            "1",
+            "--reconnect-max",
+            "1",
+            "--socks",
+            "127.0.0.1:1080",
+        ]),
+        false,
+    );
+    client.stderr.wait_for(b"accepting on", SHORT).unwrap_or_else(|e| panic!("{e}\n{}", client.diagnostics()));
+    let fetch = |name: &str| {
+        let dst = dir.path().join(name);
+        let mut curl = topo.command(Side::Client, "curl");
+        curl.args(["-sS", "--fail", "--max-time", "30", "--socks5-hostname", "127.0.0.1:1080", "-o"])
+            .arg(&dst)
+            .arg("http://127.0.0.1:8080/s.bin");
+        (run(&mut curl, None, TIMEOUT + TIMEOUT), dst)
+    };
+    let (done, dst) = fetch("before.bin");
+    assert!(done.status.success(), "before: {}\n{}", done.describe(), client.diagnostics());
+    assert_eq!(sha256(&dst), sha256(&dir.path().join("s.bin")));
+
+    topo.path(0).set_blackhole(true);
+    // Keepalive 1 s + ping timeout 1 s + 1 s without a usable connection, with room for load.
+    client.stderr.wait_for(b"lost (", SHORT).unwrap_or_else(|e| panic!("{e}\n{}", client.diagnostics()));
+    topo.path(0).set_blackhole(false);
+    let back = Instant::now();
+    let (done, dst) = fetch("after.bin");
+    assert!(done.status.success(), "after: {}\n{}", done.describe(), client.diagnostics());
+    assert_eq!(sha256(&dst), sha256(&dir.path().join("s.bin")));
+    // A reconnection attempt may be waiting out SYN retransmissions when the path comes back.
+    assert!(back.elapsed() < Duration::from_secs(20), "served {:?} after the path came back", back.elapsed());
+    client
+        .stderr
+        .wait_for(b"re-established after an outage of", SHORT)
+        .unwrap_or_else(|e| panic!("{e}\n{}", client.diagnostics()));
+}
