@@ -101,7 +101,7 @@ impl Keep {
         match self {
             Keep::None => {}
             Keep::Session(s) => crate::tcpls_run::close(&s).await,
-            Keep::Tunnel(t) => crate::tcpls_run::close(t.session()).await,
+            Keep::Tunnel(t) => crate::tcpls_run::close(&t.session()).await,
         }
     }
 }
@@ -275,7 +275,7 @@ async fn measure(client: Client, p: Params) -> Result<Measured, String> {
             v.push(ms);
         }
     }
-    crate::tcpls_run::close(established.session()).await;
+    crate::tcpls_run::close(&established.session()).await;
     let mut rps = vec![Vec::new(); PROTOCOLS.len()];
     for (size, count) in &p.requests {
         for (i, proto) in PROTOCOLS.iter().enumerate() {

@@ -1,6 +1,7 @@
 //! Fuzz target bodies for the parsers of `tcpls-tunnel`: the TM3 pipe message decoder, the
-//! TCPLS tunnel's TLVs (PROTOCOL.md §8.1) and the SOCKS5 request reader. Included by the
-//! cargo-fuzz targets `tm3_codec`, `tunnel_tlv`, `socks5` and, as is, by
+//! TCPLS tunnel's TLVs (PROTOCOL.md §8.1), the SOCKS5 request reader, the HTTP proxy request
+//! reader and the UDP framings (SOCKS5 UDP header, tunnel datagrams). Included by the
+//! cargo-fuzz targets `tm3_codec`, `tunnel_tlv`, `socks5`, `http_proxy`, `udp` and, as is, by
 //! `tcpls-tunnel/tests/fuzz_soak.rs` (stable Rust, CI). Every input comes from a hostile peer:
 //! nothing may panic, read past what the format allows, or decode to something that does not
 //! re-encode to the same bytes.
@@ -9,8 +10,10 @@ use std::sync::OnceLock;
 
 use bytes::BytesMut;
 use tcpls_tunnel::codec;
-use tcpls_tunnel::frontend::socks5_request;
+use tcpls_tunnel::frontend::{socks5_address, socks5_request, socks5_udp_header};
+use tcpls_tunnel::http_proxy;
 use tcpls_tunnel::tunnel::tlv::{read_request, read_response, Tlv};
+use tcpls_tunnel::tunnel::udp;
 
 /// Largest SOCKS5 greeting + request: 2 + 255 methods, then 4 + 1 + 255 name bytes + 2.
 const SOCKS5_MAX: usize = 2 + 255 + 4 + 1 + 255 + 2;
@@ -90,4 +93,33 @@ pub fn socks5(data: &[u8]) {
         let _ = runtime().block_on(socks5_request(&mut stream));
     }
     assert!(data.len() - reader.len() <= SOCKS5_MAX, "read {} bytes", data.len() - reader.len());
+}
+
+/// The HTTP proxy's request head: any bytes give a request or an error status, never a panic,
+/// reading at most `MAX_HEAD` bytes; a parsed target is a valid host or address.
+pub fn http_proxy(data: &[u8]) {
+    if let Ok(Some(req)) = http_proxy::parse(data) {
+        assert!(req.rest.len() <= data.len());
+        assert!(req.connect || req.head.ends_with(b"Connection: close\r\n\r\n"));
+    }
+    let mut reader = data;
+    let _ = runtime().block_on(http_proxy::read_request(&mut reader));
+    assert!(data.len() - reader.len() <= http_proxy::MAX_HEAD, "read {} bytes", data.len() - reader.len());
+}
+
+/// UDP: a SOCKS5 UDP header that parses re-encodes to the same address bytes; the tunnel's
+/// datagram framing reads whole datagrams or errors, never more than the input.
+pub fn udp(data: &[u8]) {
+    if let Some((target, at)) = socks5_udp_header(data) {
+        assert!(at <= data.len());
+        assert_eq!(socks5_address(&target), &data[3..at], "{target} re-encodes differently");
+    }
+    let mut r = data;
+    let mut buf = Vec::new();
+    let mut total = 0;
+    while let Ok(true) = runtime().block_on(udp::read_datagram(&mut r, &mut buf)) {
+        total += 2 + buf.len();
+        assert_eq!(udp::frame(&buf).len(), 2 + buf.len());
+    }
+    assert!(total <= data.len());
 }

@@ -19,6 +19,7 @@ mod tlsconf;
 mod tm3;
 mod transfer;
 mod tunnel;
+mod tunnel_config;
 mod units;
 
 /// The perf payload, shared with the benchmarks and the experiments.

@@ -4,7 +4,7 @@
 
 use clap::{Args, Subcommand};
 use tcpls_tunnel::cli::{lp_main, rp_main, LpMode};
-use tcpls_tunnel::DEFAULT_PORT;
+use tcpls_tunnel::{DestPolicy, DEFAULT_PORT};
 
 #[derive(Args)]
 pub struct Tm3Args {
@@ -18,13 +18,30 @@ pub struct Tm3Args {
 #[derive(Subcommand)]
 enum Tm3Command {
     /// Remote proxy: accept N pipes per local proxy and open the tunneled connections.
-    #[command(after_help = "Examples:\n  tcpls tm3 rp 4\n  tcpls tm3 rp 4 --port 7000")]
+    #[command(after_help = "Examples:\n  \
+        tcpls tm3 rp 4\n  \
+        tcpls tm3 rp 4 --port 7000\n  \
+        tcpls tm3 rp 4 --safe-dest --deny-dest 10.0.0.0/8\n\
+        Like the TM3 specification, the remote proxy connects anywhere by default, this host's\n\
+        loopback and 169.254.169.254 included, for anyone who reaches its port: use --safe-dest\n\
+        (and a firewall) on a host with anything to protect.")]
     Rp {
         /// Number of pipes per local proxy.
         n: usize,
         /// Listening port (all addresses).
         #[arg(long, default_value_t = DEFAULT_PORT)]
         port: u16,
+        /// Refuse loopback, link-local, unspecified, multicast, broadcast destinations and this
+        /// host's own addresses, as `tcpls tunnel server` does by default (the connection is
+        /// reset).
+        #[arg(long)]
+        safe_dest: bool,
+        /// With --safe-dest: allow destinations in CIDR all the same; repeatable.
+        #[arg(long, value_name = "CIDR", requires = "safe_dest")]
+        allow_dest: Vec<String>,
+        /// Refuse destinations in CIDR (wins over --allow-dest); repeatable.
+        #[arg(long, value_name = "CIDR")]
+        deny_dest: Vec<String>,
     },
     /// Local proxy: open N pipes to RP_ADDR and tunnel local connections over them.
     #[command(after_help = "Examples:\n  \
@@ -62,9 +79,11 @@ struct Mode {
 pub async fn run(args: Tm3Args) -> Result<(), String> {
     crate::logging::init("tm3", args.verbose);
     match args.cmd {
-        Tm3Command::Rp { n, port } => {
+        Tm3Command::Rp { n, port, safe_dest, allow_dest, deny_dest } => {
             check_pipes(n)?;
-            rp_main(n, port).await.map_err(|e| format!("tm3 rp: {e}"))
+            let base = if safe_dest { DestPolicy::safe() } else { DestPolicy::open() };
+            let policy = DestPolicy::with_rules(base, &allow_dest, &deny_dest).map_err(|e| format!("tm3 rp: {e}"))?;
+            rp_main(n, port, policy).await.map_err(|e| format!("tm3 rp: {e}"))
         }
         Tm3Command::Lp { rp_addr, n, mode } => {
             check_pipes(n)?;

@@ -3,13 +3,18 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use tcpls_tunnel::frontend::{split_forward, Target};
-use tcpls_tunnel::tunnel::{Concentrator, Frontend, SessionSummary, TunnelClient, TunnelConfig};
+use tcpls_tunnel::tunnel::{
+    Backoff, Concentrator, DestPolicy, Frontend, SessionSummary, TunnelClient, TunnelConfig, MAX_LOOKUPS, MAX_SESSIONS,
+    MAX_STREAMS_PER_SESSION,
+};
 
 use crate::args::{host_of, resolve};
+use crate::tunnel_config::{self, pick, pick_list, ClientFile, ServerFile};
 
 #[derive(Args)]
 pub struct TunnelArgs {
@@ -26,49 +31,101 @@ enum TunnelCommand {
     #[command(after_help = "Examples:\n  \
         tcpls tunnel server --listen 0.0.0.0:4443 --cert tcpls-cert/cert.pem --key tcpls-cert/key.pem\n  \
         tcpls tunnel server --listen 203.0.113.5:4443 --listen 198.51.100.5:4443 --json\n  \
-        tcpls tunnel server --cert cert.pem --key key.pem --client-ca clients.pem   (mutual TLS)\n\
+        tcpls tunnel server --cert cert.pem --key key.pem --client-ca clients.pem   (mutual TLS)\n  \
+        tcpls tunnel server --listen 127.0.0.1:4443 --allow-dest 127.0.0.0/8 --deny-dest 10.0.0.0/8\n  \
+        tcpls tunnel server --config /etc/tcpls/tunnel.toml   (the [server] table; SIGHUP reloads it)\n\
         With several specific --listen addresses, clients learn all of them and may add paths to any.\n\
+        Destinations: loopback (127.0.0.0/8, ::1), link-local (169.254.0.0/16, fe80::/10), unspecified\n\
+        (0.0.0.0/8, ::), multicast, broadcast and this host's own addresses are refused unless\n\
+        --allow-dest names them; every address a name resolves to is checked, IPv4-mapped IPv6\n\
+        addresses as IPv4. --deny-dest wins.\n\
+        Without --client-ca anyone who reaches the listening address can use the concentrator.\n\
         --json prints one JSON object per ended session on stdout.")]
-    Server {
-        /// Address to listen on; repeat for several (each can carry a path of a session).
-        #[arg(long, default_value = "0.0.0.0:4443")]
-        listen: Vec<String>,
-        /// Certificate chain (PEM). Without --cert/--key an ephemeral self-signed one is used.
-        #[arg(long, requires = "key")]
-        cert: Option<PathBuf>,
-        /// Private key (PEM).
-        #[arg(long, requires = "cert")]
-        key: Option<PathBuf>,
-        /// Accept only clients with a certificate that chains to (or is) one in FILE (PEM):
-        /// mutual TLS, checked on every connection of a session. Without it the concentrator
-        /// connects for anyone who completes the handshake.
-        #[arg(long, value_name = "FILE")]
-        client_ca: Option<PathBuf>,
-        /// One JSON object per ended session on stdout.
-        #[arg(long)]
-        json: bool,
-        /// Serve Prometheus metrics on http://ADDR/metrics (docs/OBSERVABILITY.md).
-        #[arg(long, value_name = "ADDR")]
-        metrics: Option<String>,
-    },
+    Server(ServerArgs),
     /// The local proxy: one TCPLS session to the concentrator, one stream per connection.
     #[command(after_help = "Examples:\n  \
         tcpls tunnel client --concentrator 203.0.113.5 --ca cert.pem --socks 127.0.0.1:1080\n  \
         curl --socks5-hostname 127.0.0.1:1080 http://example.org/\n  \
         tcpls tunnel client --concentrator 203.0.113.5:4443 --path 198.51.100.5:4443 --insecure \\\n      \
         --forward 127.0.0.1:8080=example.org:80\n  \
-        tcpls tunnel client --concentrator 203.0.113.5 --ca cert.pem --transparent 7000\n\
+        tcpls tunnel client --concentrator 203.0.113.5 --ca cert.pem --transparent 7000\n  \
+        tcpls tunnel client --concentrator 203.0.113.5 --ca cert.pem --http 127.0.0.1:3128 --socks 127.0.0.1:1080\n  \
+        https_proxy=http://127.0.0.1:3128 curl https://example.org/\n  \
+        tcpls tunnel client --concentrator 203.0.113.5 --ca cert.pem --forward-udp 127.0.0.1:5353=9.9.9.9:53\n  \
+        tcpls tunnel client --concentrator 203.0.113.5 --ca cert.pem --reverse 127.0.0.1:8022=127.0.0.1:22\n  \
+        tcpls tunnel client --config /etc/tcpls/tunnel.toml   (the [client] table; docs/TUNNEL.md)\n\
+        The client re-establishes a lost session by itself (exponential backoff); --no-reconnect exits.\n\
         Transparent mode takes connections redirected by iptables, e.g.:\n  \
         iptables -t nat -A OUTPUT -p tcp -d 198.51.100.7 --dport 80 -j REDIRECT --to-ports 7000\n\
         (keep the session's own traffic to the concentrator out of the rule)")]
     Client(ClientArgs),
+    /// Checks a configuration file: syntax, keys, CIDRs, forwards, certificates and keys; prints
+    /// a summary, exit status 1 on the first error.
+    CheckConfig {
+        /// The TOML file ([server] and/or [client] tables).
+        file: PathBuf,
+    },
+}
+
+#[derive(Args, Clone)]
+struct ServerArgs {
+    /// TOML file with a [server] table, one key per flag (docs/TUNNEL.md); flags win over it.
+    /// SIGHUP re-reads it (certificate and destination policy) without dropping sessions.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Address to listen on; repeat for several (each can carry a path of a session)
+    /// [default: 0.0.0.0:4443].
+    #[arg(long)]
+    listen: Vec<String>,
+    /// Certificate chain (PEM). Without --cert/--key an ephemeral self-signed one is used.
+    #[arg(long, requires = "key")]
+    cert: Option<PathBuf>,
+    /// Private key (PEM).
+    #[arg(long, requires = "cert")]
+    key: Option<PathBuf>,
+    /// Accept only clients with a certificate that chains to (or is) one in FILE (PEM):
+    /// mutual TLS, checked on every connection of a session. Without it the concentrator
+    /// connects for anyone who completes the handshake (an open proxy).
+    #[arg(long, value_name = "FILE")]
+    client_ca: Option<PathBuf>,
+    /// Allow destinations in CIDR (e.g. 127.0.0.0/8, or one address), lifting the default
+    /// refusal of loopback, link-local, unspecified, multicast, broadcast and this host's own
+    /// addresses; repeatable.
+    #[arg(long, value_name = "CIDR")]
+    allow_dest: Vec<String>,
+    /// Refuse destinations in CIDR (wins over --allow-dest); repeatable.
+    #[arg(long, value_name = "CIDR")]
+    deny_dest: Vec<String>,
+    /// Let clients ask for a reverse forward listening on ADDR (IP:PORT) of this host;
+    /// repeatable. Without it no reverse forward is accepted.
+    #[arg(long, value_name = "ADDR")]
+    allow_reverse: Vec<String>,
+    /// Sessions served at once; more are closed right after their handshake [default: 256].
+    #[arg(long, value_name = "N", value_parser = positive)]
+    max_sessions: Option<usize>,
+    /// Tunneled connections (streams) per session at once; more are refused [default: 1024].
+    #[arg(long, value_name = "N", value_parser = positive)]
+    max_streams: Option<usize>,
+    /// Name lookups in progress at once over all sessions; more wait (within the 10 s connect
+    /// timeout) [default: 32].
+    #[arg(long, value_name = "N", value_parser = positive)]
+    max_lookups: Option<usize>,
+    /// One JSON object per ended session on stdout.
+    #[arg(long)]
+    json: bool,
+    /// Serve Prometheus metrics on http://ADDR/metrics (docs/OBSERVABILITY.md).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
 }
 
 #[derive(Args)]
 struct ClientArgs {
+    /// TOML file with a [client] table, one key per flag (docs/TUNNEL.md); flags win over it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
     /// Concentrator address: HOST:PORT, [V6]:PORT or HOST (port 4443).
     #[arg(long)]
-    concentrator: String,
+    concentrator: Option<String>,
     /// Add a TCP connection to the session towards another concentrator address; repeatable.
     #[arg(long, value_name = "ADDR")]
     path: Vec<String>,
@@ -87,20 +144,49 @@ struct ClientArgs {
     /// Private key (PEM) of --cert.
     #[arg(long, requires = "cert")]
     key: Option<PathBuf>,
+    /// Exit when the session to the concentrator ends, rather than re-establishing it.
+    #[arg(long)]
+    no_reconnect: bool,
+    /// While the session is being re-established, new connections wait up to SECS for it, then
+    /// are refused [default: 10].
+    #[arg(long, value_name = "SECS", value_parser = seconds)]
+    reconnect_wait: Option<f64>,
+    /// Longest delay between reconnection attempts (exponential backoff from 0.2 s, with
+    /// jitter) [default: 30].
+    #[arg(long, value_name = "SECS", value_parser = seconds)]
+    reconnect_max: Option<f64>,
+    /// Ping the concentrator after SECS without traffic on a connection; no answer within 1 s
+    /// fails the connection (then the session rejoins or reconnects) [default: 10].
+    #[arg(long, value_name = "SECS", value_parser = seconds)]
+    keepalive: Option<f64>,
     #[command(flatten)]
     mode: Mode,
 }
 
+/// At least one is needed, from the command line or the configuration file.
 #[derive(Args)]
-#[group(required = true, multiple = false)]
+#[group(multiple = true)]
 struct Mode {
     /// SOCKS5 server on ADDR (CONNECT to IPv4, IPv6 and domain names; no authentication).
     #[arg(long, value_name = "ADDR")]
     socks: Option<String>,
+    /// HTTP proxy on ADDR: CONNECT (https_proxy=, curl --proxy) and absolute-form http://
+    /// requests; no proxy authentication.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<String>,
     /// Fixed forward: listen on LISTEN (HOST:PORT or PORT), tunnel to TARGET (HOST:PORT; a name
-    /// is resolved by the concentrator).
+    /// is resolved by the concentrator); repeatable.
     #[arg(long, value_name = "LISTEN=TARGET")]
-    forward: Option<String>,
+    forward: Vec<String>,
+    /// UDP forward: datagrams received on LISTEN (HOST:PORT or PORT) go to TARGET (HOST:PORT),
+    /// one flow per source address, answers come back to it; repeatable.
+    #[arg(long, value_name = "LISTEN=TARGET")]
+    forward_udp: Vec<String>,
+    /// Reverse forward: the concentrator listens on REMOTE (IP:PORT, which its --allow-reverse
+    /// must list) and sends each connection to LOCAL (HOST:PORT, connected from this side);
+    /// repeatable.
+    #[arg(long, value_name = "REMOTE=LOCAL")]
+    reverse: Vec<String>,
     /// Transparent mode: listen on 0.0.0.0:PORT for connections redirected with iptables REDIRECT.
     #[arg(long, value_name = "PORT")]
     transparent: Option<u16>,
@@ -108,39 +194,222 @@ struct Mode {
 
 /// Runs `tcpls tunnel ...` until an error (both ends otherwise run forever).
 pub async fn run(args: TunnelArgs) -> Result<(), String> {
-    crate::logging::init("tunnel", args.verbose);
     match args.cmd {
-        TunnelCommand::Server { listen, cert, key, client_ca, json, metrics } => {
-            server(&listen, cert, key, client_ca, json, metrics.as_deref())
-                .await
-                .map_err(|e| format!("tunnel server: {e}"))
+        TunnelCommand::Server(a) => {
+            let s = ServerSettings::from(&a).map_err(|e| format!("tunnel server: {e}"))?;
+            crate::logging::init("tunnel", args.verbose || s.verbose);
+            server(a, s).await.map_err(|e| format!("tunnel server: {e}"))
         }
-        TunnelCommand::Client(a) => client(a).await.map_err(|e| format!("tunnel client: {e}")),
+        TunnelCommand::Client(a) => {
+            let file = match &a.config {
+                Some(p) => tunnel_config::load(p)?.client.unwrap_or_default(),
+                None => ClientFile::default(),
+            };
+            crate::logging::init("tunnel", args.verbose || file.verbose.unwrap_or(false));
+            client(a, file).await.map_err(|e| format!("tunnel client: {e}"))
+        }
+        TunnelCommand::CheckConfig { file } => check_config(&file),
     }
 }
 
-async fn server(
-    listen: &[String],
+/// The server's settings: the command line over the configuration file over the defaults.
+/// Rebuilt from the same command line on SIGHUP, with the file read again.
+#[derive(Clone)]
+struct ServerSettings {
+    listen: Vec<String>,
     cert: Option<PathBuf>,
     key: Option<PathBuf>,
     client_ca: Option<PathBuf>,
+    allow_dest: Vec<String>,
+    deny_dest: Vec<String>,
+    allow_reverse: Vec<SocketAddr>,
+    max_sessions: usize,
+    max_streams: usize,
+    max_lookups: usize,
     json: bool,
-    metrics: Option<&str>,
-) -> Result<(), String> {
-    let tls = crate::server_tls("tunnel server", cert.as_deref(), key.as_deref(), &[], client_ca.as_deref())?;
+    verbose: bool,
+}
+
+impl ServerSettings {
+    fn from(a: &ServerArgs) -> Result<ServerSettings, String> {
+        let f = match &a.config {
+            Some(p) => tunnel_config::load(p)?.server.unwrap_or_default(),
+            None => ServerFile::default(),
+        };
+        let mut listen = pick_list(a.listen.clone(), f.listen);
+        if listen.is_empty() {
+            listen.push("0.0.0.0:4443".into());
+        }
+        let (cert, key) = match (&a.cert, &a.key) {
+            (Some(c), Some(k)) => (Some(c.clone()), Some(k.clone())),
+            _ => (f.cert, f.key),
+        };
+        if cert.is_some() != key.is_some() {
+            return Err("cert and key go together (configuration file)".into());
+        }
+        let positive_or = |v: Option<usize>, what: &str, d: usize| match v {
+            Some(0) => Err(format!("{what} must be at least 1")),
+            Some(n) => Ok(n),
+            None => Ok(d),
+        };
+        Ok(ServerSettings {
+            listen,
+            cert,
+            key,
+            client_ca: pick(a.client_ca.clone(), f.client_ca),
+            allow_dest: pick_list(a.allow_dest.clone(), f.allow_dest),
+            deny_dest: pick_list(a.deny_dest.clone(), f.deny_dest),
+            allow_reverse: pick_list(a.allow_reverse.clone(), f.allow_reverse)
+                .iter()
+                .map(|r| r.parse().map_err(|_| format!("allow-reverse: '{r}' is not IP:PORT")))
+                .collect::<Result<_, _>>()?,
+            max_sessions: positive_or(pick(a.max_sessions, f.max_sessions), "max-sessions", MAX_SESSIONS)?,
+            max_streams: positive_or(pick(a.max_streams, f.max_streams), "max-streams", MAX_STREAMS_PER_SESSION)?,
+            max_lookups: positive_or(pick(a.max_lookups, f.max_lookups), "max-lookups", MAX_LOOKUPS)?,
+            json: a.json || f.json.unwrap_or(false),
+            verbose: f.verbose.unwrap_or(false),
+        })
+    }
+
+    fn dest_policy(&self) -> Result<DestPolicy, String> {
+        DestPolicy::with_rules(DestPolicy::safe(), &self.allow_dest, &self.deny_dest)
+    }
+}
+
+/// `tcpls tunnel check-config FILE`.
+fn check_config(path: &std::path::Path) -> Result<(), String> {
+    let cfg = tunnel_config::load(path)?;
+    if cfg.server.is_none() && cfg.client.is_none() {
+        return Err(format!("{}: neither a [server] nor a [client] table", path.display()));
+    }
+    if let Some(f) = &cfg.server {
+        let args = ServerArgs {
+            config: Some(path.to_path_buf()),
+            listen: Vec::new(),
+            cert: None,
+            key: None,
+            client_ca: None,
+            allow_dest: Vec::new(),
+            deny_dest: Vec::new(),
+            allow_reverse: Vec::new(),
+            max_sessions: None,
+            max_streams: None,
+            max_lookups: None,
+            json: false,
+            metrics: None,
+        };
+        let s = ServerSettings::from(&args)?;
+        let policy = s.dest_policy().map_err(|e| format!("[server]: {e}"))?;
+        for l in &s.listen {
+            resolve(l).map_err(|e| format!("[server] listen: {e}"))?;
+        }
+        if let (Some(c), Some(k)) = (&s.cert, &s.key) {
+            crate::server_tls("tunnel check-config", Some(c), Some(k), &[], s.client_ca.as_deref())
+                .map_err(|e| format!("[server]: {e}"))?;
+        } else if let Some(ca) = &s.client_ca {
+            crate::tlsconf::load_certs(ca).map_err(|e| format!("[server] client-ca: {e}"))?;
+        }
+        println!(
+            "[server]: OK: listen {}; destinations: {policy}; mutual TLS: {}; {} key(s) set",
+            s.listen.join(", "),
+            if f.client_ca.is_some() { "yes" } else { "no" },
+            count_server_keys(f)
+        );
+    }
+    if let Some(f) = &cfg.client {
+        let c = f.concentrator.as_deref().ok_or("[client]: concentrator is missing")?;
+        for l in f.socks.iter().chain(&f.http) {
+            if l.is_empty() {
+                return Err("[client]: an empty listening address".into());
+            }
+        }
+        for fw in f.forward.iter().chain(&f.forward_udp).chain(&f.reverse) {
+            let (_, t) = split_forward(fw).map_err(|e| format!("[client]: {e}"))?;
+            Target::parse(t).map_err(|e| format!("[client]: {e}"))?;
+        }
+        let modes = usize::from(f.socks.is_some())
+            + usize::from(f.http.is_some())
+            + f.forward.len()
+            + f.forward_udp.len()
+            + f.reverse.len()
+            + usize::from(f.transparent.is_some());
+        if modes == 0 {
+            return Err("[client]: no front end (socks, http, forward, forward-udp, reverse or transparent)".into());
+        }
+        if let Some(ca) = &f.ca {
+            crate::tlsconf::load_certs(ca).map_err(|e| format!("[client] ca: {e}"))?;
+        }
+        if let (Some(c), Some(k)) = (&f.cert, &f.key) {
+            crate::tlsconf::load_certs(c).map_err(|e| format!("[client] cert: {e}"))?;
+            crate::tlsconf::load_key(k).map_err(|e| format!("[client] key: {e}"))?;
+        }
+        println!("[client]: OK: concentrator {c}; {modes} front end(s)");
+    }
+    Ok(())
+}
+
+fn count_server_keys(f: &ServerFile) -> usize {
+    [
+        !f.listen.is_empty(),
+        f.cert.is_some(),
+        f.key.is_some(),
+        f.client_ca.is_some(),
+        !f.allow_dest.is_empty(),
+        !f.deny_dest.is_empty(),
+        !f.allow_reverse.is_empty(),
+        f.max_sessions.is_some(),
+        f.max_streams.is_some(),
+        f.max_lookups.is_some(),
+        f.json.is_some(),
+        f.verbose.is_some(),
+    ]
+    .iter()
+    .filter(|x| **x)
+    .count()
+}
+
+async fn server(args: ServerArgs, a: ServerSettings) -> Result<(), String> {
+    let dest_policy = a.dest_policy()?;
+    let mut tls = crate::server_tls("tunnel server", a.cert.as_deref(), a.key.as_deref(), &[], a.client_ca.as_deref())?;
+    // The certificate is looked up through a resolver that SIGHUP can replace.
+    let certs = Arc::new(ReloadableCert(RwLock::new(tls.cert_resolver.clone())));
+    tls.cert_resolver = certs.clone();
     let mut addrs = Vec::new();
-    for l in listen {
+    for l in &a.listen {
         addrs.extend(resolve(l)?.into_iter().take(1));
     }
-    let mut conc =
-        Concentrator::bind(&addrs, Arc::new(tls), TunnelConfig::default()).await.map_err(|e| e.to_string())?;
-    if let (Some(addr), Some(registry)) = (metrics, conc.registry()) {
+    let cfg = TunnelConfig {
+        dest_policy: dest_policy.clone(),
+        max_sessions: a.max_sessions,
+        max_streams_per_session: a.max_streams,
+        max_lookups: a.max_lookups,
+        reverse_allowed: a.allow_reverse.clone(),
+        ..TunnelConfig::default()
+    };
+    let mut conc = Concentrator::bind(&addrs, Arc::new(tls), cfg).await.map_err(|e| e.to_string())?;
+    if let (Some(addr), Some(registry)) = (args.metrics.as_deref(), conc.registry()) {
         crate::metrics::attach_to_concentrator(&mut conc, addr, registry).await?;
     }
     let mut ctrl_c = crate::interrupt::listen();
-    for a in conc.local_addrs() {
-        eprintln!("tcpls tunnel server: listening on {a}");
+    let bound = conc.local_addrs();
+    if a.client_ca.is_none() {
+        if let Some(open) = bound.iter().find(|b| !b.ip().is_loopback()) {
+            eprintln!(
+                "tcpls tunnel server: WARNING: listening on {open} without --client-ca: anyone who can reach \
+                 it can make this host open TCP connections (an open proxy); use --client-ca, or --listen on \
+                 loopback"
+            );
+        }
     }
+    eprintln!(
+        "tcpls tunnel server: destinations: {dest_policy}; at most {} session(s), {} stream(s) per session, {} name lookup(s) at once",
+        a.max_sessions, a.max_streams, a.max_lookups
+    );
+    for b in bound {
+        eprintln!("tcpls tunnel server: listening on {b}");
+    }
+    spawn_reload_on_sighup(args, a.clone(), conc.control(), certs)?;
+    let json = a.json;
     let served = conc.run(move |s| {
         if json {
             println!("{}", summary_json(&s));
@@ -155,6 +424,83 @@ async fn server(
     }
 }
 
+/// The server certificate, replaceable while running: new handshakes use the new one, sessions
+/// already established keep theirs.
+#[derive(Debug)]
+struct ReloadableCert(RwLock<Arc<dyn rustls::server::ResolvesServerCert>>);
+
+impl rustls::server::ResolvesServerCert for ReloadableCert {
+    fn resolve(&self, hello: rustls::server::ClientHello<'_>) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).resolve(hello)
+    }
+}
+
+/// On SIGHUP: the configuration file (if any) is read again under the same command line; the
+/// destination policy and the certificate are replaced. Listening addresses, limits and
+/// --client-ca need a restart (said in the log when they changed). A bad file changes nothing.
+fn spawn_reload_on_sighup(
+    args: ServerArgs,
+    start: ServerSettings,
+    control: tcpls_tunnel::tunnel::ConcentratorControl,
+    certs: Arc<ReloadableCert>,
+) -> Result<(), String> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut hup = signal(SignalKind::hangup()).map_err(|e| format!("cannot watch SIGHUP: {e}"))?;
+        tokio::spawn(async move {
+            while hup.recv().await.is_some() {
+                match reload(&args, &start, &control, &certs) {
+                    Ok(msg) => eprintln!("tcpls tunnel server: reloaded: {msg}"),
+                    Err(e) => eprintln!("tcpls tunnel server: reload failed, configuration unchanged: {e}"),
+                }
+            }
+        });
+    }
+    #[cfg(not(unix))]
+    let _ = (args, start, control, certs);
+    Ok(())
+}
+
+fn reload(
+    args: &ServerArgs,
+    start: &ServerSettings,
+    control: &tcpls_tunnel::tunnel::ConcentratorControl,
+    certs: &ReloadableCert,
+) -> Result<String, String> {
+    let new = ServerSettings::from(args)?;
+    let policy = new.dest_policy()?;
+    let tls =
+        crate::server_tls("tunnel server", new.cert.as_deref(), new.key.as_deref(), &[], start.client_ca.as_deref())?;
+    *certs.0.write().unwrap_or_else(|p| p.into_inner()) = tls.cert_resolver.clone();
+    control.set_dest_policy(policy.clone());
+    let mut msg = format!("destinations: {policy}; certificate re-read");
+    if new.listen != start.listen
+        || new.client_ca != start.client_ca
+        || (new.max_sessions, new.max_streams, new.max_lookups)
+            != (start.max_sessions, start.max_streams, start.max_lookups)
+    {
+        msg.push_str("; listen, client-ca and the limits changed in the file take effect at the next restart");
+    }
+    Ok(msg)
+}
+
+/// A positive number of seconds (fractions allowed), at most a day.
+fn seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x > 0.0 && x <= 86_400.0 => Ok(x),
+        _ => Err(format!("'{s}' is not a number of seconds in (0, 86400]")),
+    }
+}
+
+/// A count of at least 1.
+fn positive(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("'{s}' is not a whole number of at least 1")),
+    }
+}
+
 /// The `--json` line of one ended session.
 fn summary_json(s: &SessionSummary) -> serde_json::Value {
     let st = &s.stats;
@@ -166,6 +512,7 @@ fn summary_json(s: &SessionSummary) -> serde_json::Value {
         "connected": st.connected,
         "connect_failed": st.connect_failed,
         "rejected": st.rejected,
+        "refused_dest": st.refused_dest,
         "closed": st.closed,
         "local_resets": st.local_resets,
         "peer_resets": st.peer_resets,
@@ -175,42 +522,162 @@ fn summary_json(s: &SessionSummary) -> serde_json::Value {
     })
 }
 
-async fn client(a: ClientArgs) -> Result<(), String> {
+/// The client's flags merged over its configuration file's `[client]` table.
+struct ClientSettings {
+    concentrator: String,
+    path: Vec<String>,
+    ca: Option<PathBuf>,
+    insecure: bool,
+    server_name: Option<String>,
+    cert: Option<PathBuf>,
+    key: Option<PathBuf>,
+    socks: Option<String>,
+    http: Option<String>,
+    forward: Vec<String>,
+    forward_udp: Vec<String>,
+    reverse: Vec<String>,
+    transparent: Option<u16>,
+    no_reconnect: bool,
+    reconnect_wait: f64,
+    reconnect_max: f64,
+    keepalive: f64,
+}
+
+impl ClientSettings {
+    fn from(a: ClientArgs, f: ClientFile) -> Result<ClientSettings, String> {
+        let (cert, key) = match (a.cert, a.key) {
+            (Some(c), Some(k)) => (Some(c), Some(k)),
+            _ => (f.cert, f.key),
+        };
+        if cert.is_some() != key.is_some() {
+            return Err("cert and key go together (configuration file)".into());
+        }
+        let secs = |v: Option<f64>, what: &str, d: f64| match v {
+            Some(x) => seconds(&x.to_string()).map_err(|e| format!("{what}: {e}")),
+            None => Ok(d),
+        };
+        let s = ClientSettings {
+            concentrator: pick(a.concentrator, f.concentrator)
+                .ok_or("--concentrator is required (or `concentrator` in the [client] table of --config)")?,
+            path: pick_list(a.path, f.path),
+            ca: pick(a.ca, f.ca),
+            insecure: a.insecure || f.insecure.unwrap_or(false),
+            server_name: pick(a.server_name, f.server_name),
+            cert,
+            key,
+            socks: pick(a.mode.socks, f.socks),
+            http: pick(a.mode.http, f.http),
+            forward: pick_list(a.mode.forward, f.forward),
+            forward_udp: pick_list(a.mode.forward_udp, f.forward_udp),
+            reverse: pick_list(a.mode.reverse, f.reverse),
+            transparent: pick(a.mode.transparent, f.transparent),
+            no_reconnect: a.no_reconnect || f.no_reconnect.unwrap_or(false),
+            reconnect_wait: secs(pick(a.reconnect_wait, f.reconnect_wait), "reconnect-wait", 10.0)?,
+            reconnect_max: secs(pick(a.reconnect_max, f.reconnect_max), "reconnect-max", 30.0)?,
+            keepalive: secs(pick(a.keepalive, f.keepalive), "keepalive", 10.0)?,
+        };
+        if s.socks.is_none()
+            && s.http.is_none()
+            && s.forward.is_empty()
+            && s.forward_udp.is_empty()
+            && s.reverse.is_empty()
+            && s.transparent.is_none()
+        {
+            return Err(
+                "at least one of --socks, --http, --forward, --forward-udp, --reverse, --transparent is required"
+                    .into(),
+            );
+        }
+        Ok(s)
+    }
+}
+
+async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
+    let a = ClientSettings::from(a, file)?;
     let concentrator = *resolve(&a.concentrator)?.first().ok_or("no address")?;
     let mut paths = Vec::new();
     for p in &a.path {
         paths.push(*resolve(p)?.first().ok_or_else(|| format!("{p} resolved to no address"))?);
     }
-    let (listen, frontend) = match (a.mode.socks, a.mode.forward, a.mode.transparent) {
-        (Some(s), None, None) => (tcpls_tunnel::cli::resolve(&s, None).await?, Frontend::Socks),
-        (None, Some(f), None) => {
-            let (l, t) = split_forward(&f)?;
-            (tcpls_tunnel::cli::resolve(l, None).await?, Frontend::Forward(Target::parse(t)?))
-        }
-        (None, None, Some(p)) => (SocketAddr::from((Ipv4Addr::UNSPECIFIED, p)), Frontend::Transparent),
-        _ => return Err("exactly one of --socks, --forward, --transparent is required".into()),
-    };
+    let mut frontends = Vec::new();
+    if let Some(s) = &a.socks {
+        frontends.push((tcpls_tunnel::cli::resolve(s, None).await?, Frontend::Socks));
+    }
+    if let Some(h) = &a.http {
+        frontends.push((tcpls_tunnel::cli::resolve(h, None).await?, Frontend::Http));
+    }
+    for f in &a.forward {
+        let (l, t) = split_forward(f)?;
+        frontends.push((tcpls_tunnel::cli::resolve(l, None).await?, Frontend::Forward(Target::parse(t)?)));
+    }
+    if let Some(p) = a.transparent {
+        frontends.push((SocketAddr::from((Ipv4Addr::UNSPECIFIED, p)), Frontend::Transparent));
+    }
     let name = a.server_name.clone().unwrap_or_else(|| host_of(&a.concentrator));
     let name = tcpls::server_name_for(&name).map_err(|e| e.to_string())?;
     let identity = a.cert.as_deref().zip(a.key.as_deref());
     let tls = crate::tlsconf::client_config_with_identity(a.ca.as_deref(), a.insecure, &[], None, identity)?;
-    let listener = tcpls_tunnel::frontend::listen(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
-    let client = TunnelClient::connect(concentrator, name, Arc::new(tls), &paths, TunnelConfig::default())
-        .await
-        .map_err(|e| e.to_string())?;
+    let mut udp = Vec::new();
+    for f in &a.forward_udp {
+        let (l, t) = split_forward(f)?;
+        let listen = tcpls_tunnel::cli::resolve(l, None).await?;
+        let socket =
+            tokio::net::UdpSocket::bind(listen).await.map_err(|e| format!("cannot listen on {listen}/udp: {e}"))?;
+        udp.push((socket, listen, Target::parse(t)?));
+    }
+    let mut reverse = Vec::new();
+    for r in &a.reverse {
+        let (remote, local) = split_forward(r)?;
+        let remote: SocketAddr = remote.parse().map_err(|_| format!("--reverse: '{remote}' is not IP:PORT"))?;
+        reverse.push((remote, Target::parse(local)?));
+    }
+    let mut listeners = Vec::new();
+    for (listen, frontend) in frontends {
+        let l = tcpls_tunnel::frontend::listen(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+        listeners.push((l, listen, frontend));
+    }
+    let mut cfg = TunnelConfig { reconnect_wait: Duration::from_secs_f64(a.reconnect_wait), ..TunnelConfig::default() };
+    // A concentrator that vanished without a FIN or RST (a dead uplink, a blackhole) is noticed
+    // by the keepalive rather than by TCP's retransmission timeout (minutes).
+    cfg.session.keepalive = Some(Duration::from_secs_f64(a.keepalive));
+    let client =
+        TunnelClient::connect(concentrator, name, Arc::new(tls), &paths, cfg).await.map_err(|e| e.to_string())?;
+    let _reconnect = (!a.no_reconnect).then(|| {
+        client.keep_connected(Backoff { max: Duration::from_secs_f64(a.reconnect_max), ..Backoff::default() })
+    });
     let conns = client.session().usable_connections().len();
     let mut ctrl_c = crate::interrupt::listen();
+    let mut what: Vec<String> = listeners.iter().map(|(_, l, f)| format!("{l} ({})", describe(f))).collect();
+    what.extend(udp.iter().map(|(_, l, t)| format!("{l}/udp (forward to {t})")));
+    what.extend(reverse.iter().map(|(r, l)| format!("{r} on the concentrator (reverse to {l})")));
     eprintln!(
-        "tcpls tunnel client: session to {concentrator} ({conns} connection(s)), accepting on {listen} ({})",
-        describe(&frontend)
+        "tcpls tunnel client: session to {concentrator} ({conns} connection(s)), accepting on {}",
+        what.join(", ")
     );
+    let mut serving = tokio::task::JoinSet::new();
+    for (l, _, frontend) in listeners {
+        let client = client.clone();
+        serving.spawn(async move { client.serve(l, frontend).await });
+    }
+    for (socket, _, target) in udp {
+        let client = client.clone();
+        serving.spawn(async move { client.serve_udp(socket, target).await });
+    }
+    if !reverse.is_empty() {
+        let client = client.clone();
+        serving.spawn(async move { client.serve_reverse(reverse).await });
+    }
     tokio::select! {
-        r = client.serve(listener, frontend) => r.map_err(|e| e.to_string()),
+        ended = serving.join_next() => match ended {
+            Some(Ok(Err(e))) => Err(e.to_string()),
+            Some(Err(e)) => Err(e.to_string()),
+            _ => Err("stopped".into()),
+        },
         () = ctrl_c.recv() => {
             // Close the session properly (close_notify), so the concentrator ends it at once.
             crate::logging::info("tunnel client", "interrupted (Ctrl-C): closing the session");
             let session = client.session();
-            if tokio::time::timeout(std::time::Duration::from_secs(2), session.close()).await.is_err() {
+            if tokio::time::timeout(Duration::from_secs(2), session.close()).await.is_err() {
                 session.abort();
             }
             std::process::exit(crate::EXIT_INTERRUPTED.into());
@@ -221,6 +688,7 @@ async fn client(a: ClientArgs) -> Result<(), String> {
 fn describe(f: &Frontend) -> String {
     match f {
         Frontend::Socks => "SOCKS5".into(),
+        Frontend::Http => "HTTP proxy".into(),
         Frontend::Forward(t) => format!("forward to {t}"),
         Frontend::Transparent => "transparent".into(),
     }

@@ -59,9 +59,14 @@ fn start(what: &str, ready: &[u8], make: impl Fn(u16) -> std::process::Command) 
 
 /// `tcpls tm3 rp 4 --port P`; returns it and P.
 fn start_rp() -> (Proc, u16) {
-    start("tcpls tm3 rp", b"tm3 remote proxy listening on", |port| {
+    start_rp_with(&[])
+}
+
+/// `tcpls tm3 rp 4 --port P EXTRA...`; returns it and P.
+fn start_rp_with(extra: &'static [&'static str]) -> (Proc, u16) {
+    start("tcpls tm3 rp", b"tm3 remote proxy listening on", move |port| {
         let mut cmd = tcpls();
-        cmd.args(["tm3", "rp", PIPES, "--port", &port.to_string()]);
+        cmd.args(["tm3", "rp", PIPES, "--port", &port.to_string()]).args(extra);
         cmd
     })
 }
@@ -245,4 +250,38 @@ fn errors_are_one_line() {
     let taken = TcpListener::bind("0.0.0.0:0").unwrap();
     let port = taken.local_addr().unwrap().port();
     run(tcpls().args(["tm3", "rp", PIPES, "--port", &port.to_string()]), None, SHORT).one_line_error("cannot listen");
+}
+
+/// The remote proxy connects anywhere by default, as the TM3 specification says (and warns
+/// about it); `--safe-dest` makes it refuse its own loopback like the tunnel concentrator: the
+/// application's connection is reset and the destination never sees a connection.
+#[test]
+fn safe_dest_refuses_the_remote_proxys_loopback() {
+    let (mut open_rp, _) = start_rp();
+    open_rp.stderr.wait_for(b"WARNING", SHORT).unwrap_or_else(|e| panic!("{e}\n{}", open_rp.diagnostics()));
+    drop(open_rp);
+
+    let (mut rp, rp_port) = start_rp_with(&["--safe-dest", "--deny-dest", "192.0.2.0/24"]);
+    let dest = TcpListener::bind((LOCALHOST_V4, 0)).unwrap();
+    dest.set_nonblocking(true).unwrap();
+    let target = dest.local_addr().unwrap();
+    let (mut lp, lp_port) = start_lp(rp_port, "--forward", move |p| format!("127.0.0.1:{p}={target}"));
+    let r = connect_local(lp_port).map_err(std::io::Error::other).and_then(|mut s| {
+        s.set_read_timeout(Some(SHORT))?;
+        let _ = s.write_all(b"hello");
+        s.read(&mut [0u8; 8])
+    });
+    assert!(
+        matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset),
+        "reset expected, got {r:?}\n{}\n{}",
+        rp.diagnostics(),
+        lp.diagnostics()
+    );
+    rp.stderr.wait_for(b"is loopback", SHORT).unwrap_or_else(|e| panic!("{e}\n{}", rp.diagnostics()));
+    assert_eq!(dest.accept().unwrap_err().kind(), std::io::ErrorKind::WouldBlock, "nothing connected to it");
+    assert!(!rp.stderr.text().contains("WARNING"), "no open-proxy warning with --safe-dest");
+    // --allow-dest only lifts --safe-dest's refusals.
+    let done = run(tcpls().args(["tm3", "rp", PIPES, "--allow-dest", "127.0.0.0/8"]), None, SHORT);
+    assert!(!done.status.success() && done.stderr.contains("--safe-dest"), "{}", done.describe());
+    run(tcpls().args(["tm3", "rp", PIPES, "--deny-dest", "300.0.0.0/8"]), None, SHORT).one_line_error("--deny-dest");
 }

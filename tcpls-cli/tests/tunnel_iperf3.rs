@@ -61,7 +61,8 @@ fn ten_iperf3_tests_through_one_tunnel_session() {
     let (mut iperf, iperf_port) = start_iperf3_server();
     let (mut server, tunnel_port) = start("tcpls tunnel server", b"tcpls tunnel server: listening on", |p| {
         let mut cmd = tcpls();
-        cmd.args(["tunnel", "server", "--json", "--listen", &format!("127.0.0.1:{p}")]);
+        // The iperf3 server is on this host's loopback, which the concentrator refuses by default.
+        cmd.args(["tunnel", "server", "--json", "--allow-dest", "127.0.0.0/8", "--listen", &format!("127.0.0.1:{p}")]);
         cmd
     });
     let (mut client, local) = start("tcpls tunnel client", b"tcpls tunnel client: session to", |p| {

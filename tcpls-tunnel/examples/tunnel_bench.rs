@@ -129,7 +129,9 @@ async fn direct_tcpls(pki: &Pki, link: Option<u64>) -> tcpls::Session {
 
 /// A tunnel (concentrator + client) with `cfg`, optionally through a bottleneck of `link` bit/s;
 /// returns a forward listener's address to `dest`.
-async fn tunnel(pki: &Pki, cfg: TunnelConfig, dest: SocketAddr, link: Option<u64>) -> SocketAddr {
+async fn tunnel(pki: &Pki, mut cfg: TunnelConfig, dest: SocketAddr, link: Option<u64>) -> SocketAddr {
+    // The destinations are on loopback, which the default destination policy refuses.
+    cfg.dest_policy = tcpls_tunnel::tunnel::DestPolicy::allow_all();
     let conc = Concentrator::bind(&["127.0.0.1:0".parse().unwrap()], pki.server(), cfg.clone()).await.unwrap();
     let mut addr = conc.local_addrs()[0];
     if let Some(bps) = link {

@@ -3,7 +3,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 
-use crate::{Config, Frontend, LocalProxy, RemoteProxy, DEFAULT_PORT};
+use crate::{Config, DestPolicy, Frontend, LocalProxy, RemoteProxy, DEFAULT_PORT};
 
 /// Front-end of `lp`, as given on the command line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,11 +16,20 @@ pub enum LpMode {
     Transparent(u16),
 }
 
-/// `rp N [--port PORT]`: runs the remote proxy on all addresses until an error.
-pub async fn rp_main(n: usize, port: u16) -> Result<(), String> {
+/// `rp N [--port PORT] [--safe-dest] [--allow-dest CIDR]... [--deny-dest CIDR]...`: runs the
+/// remote proxy on all addresses until an error. `dest_policy`: see [`DestPolicy`] (the TM3
+/// default is [`DestPolicy::open`]).
+pub async fn rp_main(n: usize, port: u16, dest_policy: DestPolicy) -> Result<(), String> {
     let addr = SocketAddr::from((IpAddr::V4(Ipv4Addr::UNSPECIFIED), port));
-    let rp =
-        RemoteProxy::bind(addr, n, Config::default()).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let cfg = Config { dest_policy: dest_policy.clone(), ..Config::default() };
+    let rp = RemoteProxy::bind(addr, n, cfg).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    eprintln!("tm3 remote proxy: destinations: {dest_policy}");
+    if dest_policy.is_open() {
+        eprintln!(
+            "tm3 remote proxy: WARNING: anyone who can reach port {port} can make this host connect anywhere, \
+             its own loopback included (TM3 has no authentication); see --safe-dest and --deny-dest"
+        );
+    }
     eprintln!("tm3 remote proxy listening on {addr}, {n} pipe(s) per local proxy");
     rp.run().await.map_err(|e| e.to_string())
 }

@@ -77,6 +77,7 @@ pub fn listen(addr: SocketAddr) -> io::Result<tokio::net::TcpListener> {
 pub mod reply {
     pub const SUCCEEDED: u8 = 0x00;
     pub const GENERAL_FAILURE: u8 = 0x01;
+    pub const NOT_ALLOWED: u8 = 0x02;
     pub const HOST_UNREACHABLE: u8 = 0x04;
     pub const CONNECTION_REFUSED: u8 = 0x05;
     pub const COMMAND_NOT_SUPPORTED: u8 = 0x07;
@@ -88,10 +89,25 @@ pub async fn socks5_reply<S: AsyncWrite + Unpin>(s: &mut S, rep: u8) -> io::Resu
     s.write_all(&[5, rep, 0, 1, 0, 0, 0, 0, 0, 0]).await
 }
 
+/// SOCKS5 commands (RFC 1928 §4).
+pub mod command {
+    pub const CONNECT: u8 = 1;
+    pub const UDP_ASSOCIATE: u8 = 3;
+}
+
 /// Server side of a SOCKS5 greeting and request (RFC 1928, method "no authentication"), up to
 /// and excluding the reply, which the caller sends once it knows the outcome. Unsupported
 /// commands are answered (0x07) here and give an error.
 pub async fn socks5_request<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S) -> io::Result<Target> {
+    socks5_request_for(s, &[command::CONNECT]).await.map(|(_, t)| t)
+}
+
+/// [`socks5_request`] accepting the `commands` listed; returns the command and its address
+/// (for UDP ASSOCIATE, where the client will send from, often 0.0.0.0:0).
+pub async fn socks5_request_for<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &mut S,
+    commands: &[u8],
+) -> io::Result<(u8, Target)> {
     let mut h = [0u8; 2];
     s.read_exact(&mut h).await?;
     if h[0] != 5 {
@@ -143,11 +159,70 @@ pub async fn socks5_request<S: AsyncRead + AsyncWrite + Unpin>(s: &mut S) -> io:
             return Err(invalid(format!("SOCKS5 address type {t} unknown")));
         }
     };
-    if req[1] != 1 {
+    if !commands.contains(&req[1]) {
         socks5_reply(s, reply::COMMAND_NOT_SUPPORTED).await?;
         return Err(io::Error::new(io::ErrorKind::Unsupported, format!("SOCKS5 command {} not supported", req[1])));
     }
-    Ok(target)
+    Ok((req[1], target))
+}
+
+/// A SOCKS5 success reply with the bound address (UDP ASSOCIATE: where to send datagrams).
+pub async fn socks5_reply_bound<S: AsyncWrite + Unpin>(s: &mut S, bound: SocketAddr) -> io::Result<()> {
+    let mut r = vec![5, reply::SUCCEEDED, 0];
+    r.extend_from_slice(&socks5_address(&Target::Addr(bound)));
+    s.write_all(&r).await
+}
+
+/// ATYP, address and port (RFC 1928 §5).
+pub fn socks5_address(t: &Target) -> Vec<u8> {
+    let mut out = Vec::new();
+    match t {
+        Target::Addr(SocketAddr::V4(a)) => {
+            out.push(1);
+            out.extend_from_slice(&a.ip().octets());
+        }
+        Target::Addr(SocketAddr::V6(a)) => {
+            out.push(4);
+            out.extend_from_slice(&a.ip().octets());
+        }
+        Target::Name(h, _) => {
+            let h = &h.as_bytes()[..h.len().min(255)];
+            out.push(3);
+            out.push(h.len() as u8);
+            out.extend_from_slice(h);
+        }
+    }
+    out.extend_from_slice(&t.port().to_be_bytes());
+    out
+}
+
+/// A SOCKS5 UDP request header (RFC 1928 §7): `RSV(16) FRAG(8) ATYP DST.ADDR DST.PORT`, then
+/// data. Returns the destination and where the data starts; None for a malformed header or a
+/// fragment (FRAG ≠ 0: fragmentation is not supported, such datagrams are dropped).
+pub fn socks5_udp_header(d: &[u8]) -> Option<(Target, usize)> {
+    if d.len() < 4 || d[0] != 0 || d[1] != 0 || d[2] != 0 {
+        return None;
+    }
+    let port_at = |at: usize| d.get(at..at + 2).map(|p| u16::from_be_bytes([p[0], p[1]]));
+    match d[3] {
+        1 => {
+            let ip: [u8; 4] = d.get(4..8)?.try_into().ok()?;
+            Some((Target::Addr(SocketAddr::new(IpAddr::V4(Ipv4Addr::from(ip)), port_at(8)?)), 10))
+        }
+        4 => {
+            let ip: [u8; 16] = d.get(4..20)?.try_into().ok()?;
+            Some((Target::Addr(SocketAddr::new(IpAddr::V6(Ipv6Addr::from(ip)), port_at(20)?)), 22))
+        }
+        3 => {
+            let len = usize::from(*d.get(4)?);
+            let host = std::str::from_utf8(d.get(5..5 + len)?).ok()?;
+            if host.is_empty() {
+                return None;
+            }
+            Some((Target::Name(host.to_string(), port_at(5 + len)?), 7 + len))
+        }
+        _ => None,
+    }
 }
 
 fn invalid(msg: String) -> io::Error {
@@ -216,6 +291,28 @@ mod tests {
         (r, out)
     }
 
+    #[test]
+    fn socks5_udp_headers() {
+        for t in [
+            Target::Addr("10.0.0.1:53".parse().unwrap()),
+            Target::Addr("[2001:db8::1]:443".parse().unwrap()),
+            Target::Name("example.org".into(), 53),
+        ] {
+            let mut d = vec![0, 0, 0];
+            d.extend_from_slice(&socks5_address(&t));
+            let at = d.len();
+            d.extend_from_slice(b"payload");
+            assert_eq!(socks5_udp_header(&d), Some((t, at)));
+        }
+        assert_eq!(socks5_udp_header(&[0, 0, 1, 1, 10, 0, 0, 1, 0, 53]), None, "fragment");
+        assert_eq!(socks5_udp_header(&[0, 0, 0, 3, 5, b'a']), None, "truncated name");
+        assert_eq!(socks5_udp_header(&[0, 0, 0, 4, 1, 2]), None, "truncated v6");
+        assert_eq!(socks5_udp_header(&[0, 0, 0, 9]), None);
+        for len in 0..40 {
+            let _ = socks5_udp_header(&vec![0u8; len]);
+        }
+    }
+
     #[tokio::test]
     async fn socks5_address_types() {
         let (r, _) = request_of(&[5, 1, 0, 5, 1, 0, 1, 10, 0, 0, 1, 0, 80]).await;
@@ -228,6 +325,11 @@ mod tests {
         name.extend_from_slice(b"localhost");
         name.extend_from_slice(&8080u16.to_be_bytes());
         assert_eq!(request_of(&name).await.0.unwrap(), Target::Name("localhost".into(), 8080));
+        // UDP ASSOCIATE only where asked for.
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        b.write_all(&[5, 1, 0, 5, 3, 0, 1, 0, 0, 0, 0, 0, 0]).await.unwrap();
+        let (cmd, t) = socks5_request_for(&mut a, &[command::CONNECT, command::UDP_ASSOCIATE]).await.unwrap();
+        assert_eq!((cmd, t), (command::UDP_ASSOCIATE, Target::Addr("0.0.0.0:0".parse().unwrap())));
         // BIND is refused with 0x07 after the greeting's answer.
         let (r, out) = request_of(&[5, 1, 0, 5, 2, 0, 1, 10, 0, 0, 1, 0, 80]).await;
         assert!(r.is_err());

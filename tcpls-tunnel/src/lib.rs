@@ -21,8 +21,10 @@
 pub mod cli;
 pub mod codec;
 pub mod frontend;
+pub mod http_proxy;
 mod lp;
 mod mux;
+pub mod policy;
 pub mod reorder;
 pub mod rp;
 pub mod tunnel;
@@ -31,6 +33,7 @@ use std::time::Duration;
 
 pub use lp::{original_dst, Frontend, LocalProxy};
 pub use mux::Stats;
+pub use policy::DestPolicy;
 pub use rp::RemoteProxy;
 
 /// Default port of the remote proxy.
@@ -59,6 +62,21 @@ pub struct Config {
     pub gap_timeout: Duration,
     /// Remote proxy: timeout of the connection to the destination.
     pub connect_timeout: Duration,
+    /// Remote proxy: data for a connection whose connection to the destination is not up yet
+    /// (its SYN was delivered, the connect is in progress) is held up to this many bytes per
+    /// connection; beyond it the pipe reader waits for the connect (at most `connect_timeout`).
+    pub pending_connect_bytes: usize,
+    /// ... and up to this many bytes over all connections of a session.
+    pub pending_connect_bytes_total: usize,
+    /// In-order bytes waiting to be written to the TCP connections of a session, all
+    /// connections together; beyond it the pipe readers wait (as for `ready_high_water`).
+    pub ready_bytes_total: usize,
+    /// Remote proxy: a partial group of pipes (fewer than N from one address) is closed after
+    /// waiting this long for the rest.
+    pub group_timeout: Duration,
+    /// Remote proxy: which destinations it connects to. Default: any
+    /// ([`DestPolicy::open`]), as the TM3 specification says.
+    pub dest_policy: DestPolicy,
 }
 
 impl Default for Config {
@@ -72,6 +90,11 @@ impl Default for Config {
             linger: Duration::from_secs(10),
             gap_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(10),
+            pending_connect_bytes: 256 << 10,
+            pending_connect_bytes_total: 4 << 20,
+            ready_bytes_total: 64 << 20,
+            group_timeout: Duration::from_secs(10),
+            dest_policy: DestPolicy::open(),
         }
     }
 }

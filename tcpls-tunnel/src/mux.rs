@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::net::{SocketAddr, SocketAddrV4};
+use std::net::{IpAddr, SocketAddr, SocketAddrV4};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
@@ -66,6 +66,11 @@ struct RxState {
     fin_received: bool,
     /// Remote proxy: the SYN was delivered.
     started: bool,
+    /// Remote proxy: the connection to the destination is being opened; what is held for the
+    /// connection meanwhile (in order and out of order) is charged to `pending_charged` (and
+    /// the session's `pending_total`).
+    connecting: bool,
+    pending_charged: usize,
     gap_since: Option<Instant>,
     linger_armed: bool,
 }
@@ -103,6 +108,8 @@ impl Conn {
                 closed: false,
                 fin_received: false,
                 started,
+                connecting: false,
+                pending_charged: 0,
                 gap_since: None,
                 linger_armed: false,
             }),
@@ -117,6 +124,8 @@ impl Conn {
 #[derive(Debug, Default)]
 pub struct Stats {
     pub conns_opened: AtomicUsize,
+    /// Remote proxy: connections refused by the destination policy (reset, FIN 0x99).
+    pub conns_refused_dest: AtomicUsize,
     pub conn_protocol_errors: AtomicUsize,
     pub pipes_dropped: AtomicUsize,
 }
@@ -132,7 +141,13 @@ pub(crate) struct Mux {
     conns: Mutex<HashMap<u16, Arc<Conn>>>,
     next_id: Mutex<u16>,
     reorder_total: AtomicUsize,
-    /// Woken when out-of-order bytes are released anywhere.
+    /// In-order bytes queued for the TCP connections (bounded by `ready_bytes_total`).
+    ready_total: AtomicUsize,
+    /// Bytes held (in order or not) for connections whose connect is in progress (bounded by
+    /// `pending_connect_bytes_total`).
+    pending_total: AtomicUsize,
+    /// Woken when buffered bytes (out of order, in order, pending a connect) are released
+    /// anywhere.
     reorder_room: Notify,
     shut: AtomicBool,
     closed: watch::Sender<bool>,
@@ -168,6 +183,8 @@ impl Mux {
             conns: Mutex::new(HashMap::new()),
             next_id: Mutex::new(0),
             reorder_total: AtomicUsize::new(0),
+            ready_total: AtomicUsize::new(0),
+            pending_total: AtomicUsize::new(0),
             reorder_room: Notify::new(),
             shut: AtomicBool::new(false),
             closed: watch::channel(false).0,
@@ -321,11 +338,37 @@ impl Mux {
             self.reorder_room.notify_waiters();
         }
         rx.ready.clear();
+        self.ready_total.fetch_sub(rx.ready_bytes, Ordering::Relaxed);
+        let released = rx.ready_bytes + freed;
         rx.ready_bytes = 0;
         rx.gap_since = None;
         drop(rx);
+        self.connect_done(conn);
+        if released > 0 {
+            self.reorder_room.notify_waiters();
+        }
         conn.space_notify.notify_waiters();
         conn.rx_notify.notify_one();
+    }
+
+    /// The connect of `conn` ended (or the connection is closing): the data held for it no
+    /// longer counts as pending.
+    fn connect_done(&self, conn: &Conn) {
+        let mut rx = lock(&conn.rx);
+        rx.connecting = false;
+        let charged = std::mem::take(&mut rx.pending_charged);
+        drop(rx);
+        if charged > 0 {
+            self.pending_total.fetch_sub(charged, Ordering::Relaxed);
+            self.reorder_room.notify_waiters();
+            conn.space_notify.notify_waiters();
+        }
+    }
+
+    /// In-order bytes queued for the TCP connections, and the bytes held (in order or not) for
+    /// connections whose connect is in progress, over the whole session.
+    pub(crate) fn queued_bytes(&self) -> (usize, usize) {
+        (self.ready_total.load(Ordering::Relaxed), self.pending_total.load(Ordering::Relaxed))
     }
 
     /// Frees the connection ID once both FINs went by, or after the linger time otherwise.
@@ -416,6 +459,12 @@ impl Mux {
 
     fn spawn_connect(self: &Arc<Self>, conn: Arc<Conn>, dst: SocketAddrV4) {
         let mux = self.clone();
+        if let Err(r) = self.cfg.dest_policy.check_on_this_host(IpAddr::V4(*dst.ip())) {
+            info!("{}: connection {}: {r}; sending FIN 0x99", self.label, conn.id);
+            self.stats.conns_refused_dest.fetch_add(1, Ordering::Relaxed);
+            self.reset_conn(&conn);
+            return;
+        }
         tokio::spawn(async move {
             let r = tokio::time::timeout(mux.cfg.connect_timeout, TcpStream::connect(dst)).await;
             let r = match r {
@@ -429,6 +478,7 @@ impl Mux {
                         return;
                     }
                     debug!("{}: connection {} to {dst} established", mux.label, conn.id);
+                    mux.connect_done(&conn);
                     mux.spawn_io(conn, s);
                 }
                 Err(e) => {
@@ -471,6 +521,7 @@ impl Mux {
         if is_syn && self.role == Role::Local {
             return self.protocol_error(&conn, pipe, &"SYN sent towards the local proxy");
         }
+        let is_data = matches!(msg, Message::Data { .. });
         let (item, size, terminal) = match msg {
             Message::Data { payload, .. } => {
                 let n = payload.len();
@@ -510,7 +561,18 @@ impl Mux {
                     && rx.reorder.pending_len() > 0
                     && (rx.reorder.pending_bytes() + cost > self.cfg.reorder_bytes_per_conn
                         || self.reorder_total.load(Ordering::Relaxed) + cost > self.cfg.reorder_bytes_total);
-                if rx.ready_bytes <= self.cfg.ready_high_water && !ooo_full {
+                // Data for a connection whose connect is in progress waits while its share or
+                // the session's is used up: the connect ends (at most `connect_timeout`)
+                // whatever the pipes do, so this cannot deadlock either.
+                let pending_full = is_data
+                    && rx.connecting
+                    && (rx.ready_bytes + rx.reorder.pending_bytes() + size > self.cfg.pending_connect_bytes
+                        || self.pending_total.load(Ordering::Relaxed) + size > self.cfg.pending_connect_bytes_total);
+                // In-order data waits while the session's queues for TCP are full: they drain
+                // to the TCP connections, not through the pipes.
+                let ready_full =
+                    is_data && in_order && self.ready_total.load(Ordering::Relaxed) + size > self.cfg.ready_bytes_total;
+                if rx.ready_bytes <= self.cfg.ready_high_water && !ooo_full && !pending_full && !ready_full {
                     if !in_order && self.reorder_total.load(Ordering::Relaxed) + cost > self.cfg.reorder_bytes_total {
                         // Only reachable with an empty per-connection buffer: refuse to start
                         // buffering for yet another connection.
@@ -543,6 +605,7 @@ impl Mux {
                                         break;
                                     }
                                     rx.started = true;
+                                    rx.connecting = true;
                                     connect = Some(dst);
                                 }
                                 _ if !rx.started => {
@@ -551,6 +614,7 @@ impl Mux {
                                 }
                                 Item::Data(b) => {
                                     rx.ready_bytes += b.len();
+                                    self.ready_total.fetch_add(b.len(), Ordering::Relaxed);
                                     rx.ready.push_back(Item::Data(b));
                                     delivered += 1;
                                 }
@@ -562,6 +626,17 @@ impl Mux {
                                 }
                             }
                         }
+                    }
+                    if rx.connecting {
+                        // Everything held for a connection whose connect is in progress, in
+                        // order or not, counts against the pending bounds.
+                        let held = rx.ready_bytes + rx.reorder.pending_bytes();
+                        if held >= rx.pending_charged {
+                            self.pending_total.fetch_add(held - rx.pending_charged, Ordering::Relaxed);
+                        } else {
+                            self.pending_total.fetch_sub(rx.pending_charged - held, Ordering::Relaxed);
+                        }
+                        rx.pending_charged = held;
                     }
                     break r;
                 }
@@ -806,6 +881,11 @@ async fn conn_writer(mux: Arc<Mux>, conn: Arc<Conn>, mut wr: OwnedWriteHalf) {
             let it = rx.ready.pop_front();
             if let Some(Item::Data(b)) = &it {
                 rx.ready_bytes -= b.len();
+                let before = mux.ready_total.fetch_sub(b.len(), Ordering::Relaxed);
+                if before + MAX_PAYLOAD > mux.cfg.ready_bytes_total {
+                    // A pipe reader may be waiting for room in the session's queues.
+                    mux.reorder_room.notify_waiters();
+                }
             }
             it
         };

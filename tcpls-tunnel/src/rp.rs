@@ -5,12 +5,9 @@ use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tokio::net::{TcpListener, TcpStream};
 use tracing::{info, warn};
-
-/// How long the first pipes of a group wait for the others.
-const GROUP_TIMEOUT: Duration = Duration::from_secs(10);
 
 use crate::mux::{Mux, Role};
 use crate::{Config, Stats};
@@ -20,8 +17,9 @@ use crate::{Config, Stats};
 /// Pipes are grouped per source IP address: the first N connections accepted from one address
 /// form one session (one local proxy), the next N the next session, and so on (the TM3 protocol
 /// has no session identifier; two local proxies on one host that connect at the very same time
-/// could get their pipes mixed). A partial group older than 10 s is dropped when the next pipe
-/// from that address arrives. A session lives until all its pipes are closed.
+/// could get their pipes mixed). A partial group is closed once it has waited
+/// `Config::group_timeout` (10 s) for the rest: a timer checks, so the sockets of a local proxy
+/// that went away are not kept. A session lives until all its pipes are closed.
 pub struct RemoteProxy {
     listener: TcpListener,
     pipes: usize,
@@ -38,6 +36,12 @@ impl Session {
     /// Counters of the session.
     pub fn stats(&self) -> &Stats {
         &self.mux.stats
+    }
+
+    /// In-order bytes queued for the session's TCP connections, and the bytes held (in order or
+    /// not) for connections whose connection to the destination is being established.
+    pub fn queued_bytes(&self) -> (usize, usize) {
+        self.mux.queued_bytes()
     }
 
     /// Waits until every pipe of the session is closed.
@@ -69,8 +73,18 @@ impl RemoteProxy {
     /// Accepts pipes forever, calling `on_session` for every session started.
     pub async fn run_with(self, mut on_session: impl FnMut(Session)) -> io::Result<()> {
         let mut pending: HashMap<IpAddr, (Instant, Vec<TcpStream>)> = HashMap::new();
+        let timeout = self.cfg.group_timeout;
+        let mut reap = tokio::time::interval((timeout / 4).max(std::time::Duration::from_millis(10)));
+        reap.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let (s, peer) = match self.listener.accept().await {
+            let accepted = tokio::select! {
+                a = self.listener.accept() => a,
+                _ = reap.tick() => {
+                    reap_partial_groups(&mut pending, timeout);
+                    continue;
+                }
+            };
+            let (s, peer) = match accepted {
                 Ok(x) => x,
                 Err(e) => {
                     // Transient errors (e.g. EMFILE) must not end the proxy.
@@ -79,18 +93,10 @@ impl RemoteProxy {
                     continue;
                 }
             };
-            let group = pending.entry(peer.ip()).or_insert_with(|| (Instant::now(), Vec::new()));
-            if group.0.elapsed() > GROUP_TIMEOUT {
-                // A local proxy opens its pipes back to back: stale partial groups (a local
-                // proxy that died while connecting, a port scan) are dropped.
-                warn!(
-                    "remote proxy: dropping {} pipe(s) from {} that waited more than {GROUP_TIMEOUT:?} for the rest of their group",
-                    group.1.len(),
-                    peer.ip()
-                );
-                *group = (Instant::now(), Vec::new());
-            }
-            let group = &mut group.1;
+            // A local proxy opens its pipes back to back: a stale partial group from this
+            // address (a local proxy that died while connecting, a port scan) is not joined.
+            reap_partial_groups(&mut pending, timeout);
+            let group = &mut pending.entry(peer.ip()).or_insert_with(|| (Instant::now(), Vec::new())).1;
             group.push(s);
             info!("remote proxy: pipe {}/{} from {peer}", group.len(), self.pipes);
             if group.len() == self.pipes {
@@ -106,4 +112,18 @@ impl RemoteProxy {
             }
         }
     }
+}
+
+/// Closes the partial groups that waited longer than `timeout` for the rest of their pipes.
+fn reap_partial_groups(pending: &mut HashMap<IpAddr, (Instant, Vec<TcpStream>)>, timeout: std::time::Duration) {
+    pending.retain(|ip, (since, pipes)| {
+        let keep = since.elapsed() <= timeout;
+        if !keep {
+            warn!(
+                "remote proxy: closing {} pipe(s) from {ip} that waited more than {timeout:?} for the rest of their group",
+                pipes.len()
+            );
+        }
+        keep
+    });
 }

@@ -122,3 +122,37 @@ fn socks5_soak() {
         tunnel::socks5(&input);
     }
 }
+
+#[test]
+fn http_proxy_soak() {
+    let mut rng = Rng(0x5eed_0003);
+    for _ in 0..ROUNDS {
+        let input: Vec<u8> = match rng.below(4) {
+            0 => b"CONNECT example.org:443 HTTP/1.1\r\nHost: example.org:443\r\n\r\n".to_vec(),
+            1 => b"GET http://127.0.0.1:8080/a?b HTTP/1.1\r\nHost: x\r\nProxy-Connection: k\r\n\r\nbody".to_vec(),
+            2 => b"POST http://[::1]/ HTTP/1.0\r\nContent-Length: 1\r\n\r\nx".to_vec(),
+            _ => {
+                let n = rng.below(600);
+                rng.bytes(n)
+            }
+        };
+        tunnel::http_proxy(&rng.mutate(input));
+    }
+}
+
+#[test]
+fn udp_soak() {
+    let mut rng = Rng(0x5eed_0004);
+    for _ in 0..ROUNDS {
+        let input: Vec<u8> = match rng.below(4) {
+            0 => vec![0, 0, 0, 1, 10, 0, 0, 1, 0, 53, 1, 2, 3],
+            1 => [vec![0, 0, 0, 4], vec![0; 15], vec![1, 1, 187, 9]].concat(),
+            2 => [vec![0, 0, 0, 3, 7], b"example".to_vec(), vec![0, 53]].concat(),
+            _ => {
+                let n = rng.below(300);
+                rng.bytes(n)
+            }
+        };
+        tunnel::udp(&rng.mutate(input));
+    }
+}

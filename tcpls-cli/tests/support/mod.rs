@@ -269,6 +269,11 @@ impl Proc {
         }
     }
 
+    /// The child's process ID (to send it a signal).
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn elapsed(&self) -> Duration {
         self.started.elapsed()
     }

@@ -4,29 +4,39 @@
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use rustls::pki_types::ServerName;
 use rustls::ClientConfig;
 use tcpls::{RecvStream, SendStream, Session, TcplsConnector};
+use tokio::io::AsyncReadExt;
 use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
-use tracing::{debug, info, warn};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::sync::watch;
+use tracing::{debug, error, info, warn};
 
+use super::reconnect::{self, Backoff};
 use super::relay::{self, Outcome, Report};
+use super::reverse;
 use super::server::steer_round_robin;
-use super::tlv::{self, ReadError, Tlv, ERR_CONNECTION_FAILURE};
+use super::tlv::{self, ReadError, Tlv, Transport, ERR_CONNECTION_FAILURE, ERR_DESTINATION_REFUSED};
+use super::udp::{Flows, Opener, Wrap};
 use super::{Stats, Target, TunnelConfig};
-use crate::frontend::{original_dst, reply, socks5_reply, socks5_request};
+use crate::frontend::{
+    command, original_dst, reply, socks5_address, socks5_reply, socks5_reply_bound, socks5_request_for,
+    socks5_udp_header,
+};
+use crate::http_proxy;
 
 /// How the client learns where an accepted connection goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Frontend {
     /// SOCKS5 CONNECT to IPv4, IPv6 or a domain name (resolved by the concentrator). The reply
-    /// is sent once the concentrator answered: success, or 0x05 when the destination refused or
-    /// could not be reached, 0x01 for any other failure.
+    /// is sent once the concentrator answered: success, 0x05 when the destination refused or
+    /// could not be reached, 0x02 when the concentrator's policy refuses the destination, 0x01
+    /// for any other failure.
     Socks,
     /// Every connection goes to this target. Pipelined: the application's bytes follow the
     /// request without waiting for the answer; an Error answer resets the connection.
@@ -34,6 +44,12 @@ pub enum Frontend {
     /// Connections redirected by iptables REDIRECT: the destination from SO_ORIGINAL_DST.
     /// Pipelined like `Forward`.
     Transparent,
+    /// HTTP proxy ([`crate::http_proxy`]): CONNECT to any port, and absolute-form `http://`
+    /// requests (one per connection). Answered once the concentrator answered: 200 (CONNECT) or
+    /// the server's response; 502 when the destination could not be reached, 403 when the
+    /// concentrator's policy refuses it, 400/431 for a bad request, 408 when the head does not
+    /// arrive within the handshake timeout. No proxy authentication (never 407).
+    Http,
 }
 
 /// Opening a tunneled connection failed.
@@ -49,6 +65,9 @@ impl fmt::Display for OpenError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             OpenError::Refused(ERR_CONNECTION_FAILURE) => f.write_str("the concentrator could not connect"),
+            OpenError::Refused(ERR_DESTINATION_REFUSED) => {
+                f.write_str("the concentrator's destination policy refuses this destination")
+            }
             OpenError::Refused(c) => write!(f, "the concentrator refused the request (error {c:#06x})"),
             OpenError::Failed(m) => f.write_str(m),
         }
@@ -66,10 +85,93 @@ impl Drop for AbortOnDrop {
 }
 
 struct Inner {
-    session: Session,
+    /// The latest session and whether it is usable (false while reconnecting).
+    current: watch::Sender<Current>,
+    /// How to open a new session (reconnection).
+    dial: Dial,
+    /// Whether a reconnection task keeps the session ([`TunnelClient::keep_connected`]): the
+    /// front ends then keep serving when a session ends.
+    reconnecting: AtomicBool,
     cfg: TunnelConfig,
     stats: Arc<Stats>,
     next_path: AtomicUsize,
+}
+
+#[derive(Clone)]
+struct Current {
+    session: Session,
+    up: bool,
+    /// Why the client gave up (the concentrator refused it): the front ends stop.
+    fatal: Option<String>,
+}
+
+struct Dial {
+    connector: TcplsConnector,
+    concentrator: SocketAddr,
+    server_name: ServerName<'static>,
+    paths: Vec<SocketAddr>,
+}
+
+impl Dial {
+    /// Opens the session and joins one more TCP connection per path.
+    async fn session(&self) -> io::Result<Session> {
+        let concentrator = self.concentrator;
+        let session = self
+            .connector
+            .connect(concentrator, self.server_name.clone())
+            .await
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot open a TCPLS session to {concentrator}: {e}")))?;
+        if session.is_fallback() {
+            session.abort();
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!("{concentrator} speaks plain TLS, not TCPLS: is it a `tcpls tunnel server`?"),
+            ));
+        }
+        for p in &self.paths {
+            match session.join(*p).await {
+                Ok(id) => debug!("tunnel: path {p} joined as connection {id}"),
+                Err(e) => {
+                    session.abort();
+                    return Err(io::Error::new(e.kind(), format!("path to {p}: {e}")));
+                }
+            }
+        }
+        Ok(session)
+    }
+}
+
+/// How long a session may be without any usable connection (rejoining by itself) before the
+/// client opens a new one alongside ([`TunnelClient::keep_connected`]).
+pub const ORPHAN_GRACE: Duration = Duration::from_secs(1);
+
+/// Whether `session` is open and has a usable connection.
+fn is_usable(session: &Session) -> bool {
+    !session.usable_connections().is_empty()
+}
+
+/// Waits until `session` is closed or has had no usable connection for [`ORPHAN_GRACE`];
+/// returns why, and whether the concentrator refused this client ([`reconnect::is_refusal`]).
+/// Polled: the session has no event for "orphaned" that can be awaited.
+async fn trouble(session: &Session) -> (String, bool) {
+    let orphaned = async {
+        let mut since = None;
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if is_usable(session) {
+                since = None;
+            } else if since.get_or_insert_with(tokio::time::Instant::now).elapsed() >= ORPHAN_GRACE {
+                return (format!("no usable connection for {ORPHAN_GRACE:?}"), false);
+            }
+        }
+    };
+    tokio::select! {
+        e = session.closed() => match e {
+            Some(e) => (e.to_string(), reconnect::is_refusal(&e)),
+            None => ("closed".into(), false),
+        },
+        why = orphaned => why,
+    }
 }
 
 /// The tunnel's local proxy. Cheap to clone.
@@ -80,7 +182,8 @@ pub struct TunnelClient {
 
 impl TunnelClient {
     /// Opens the session to the concentrator and joins one more TCP connection per `paths`
-    /// address (any address of the concentrator).
+    /// address (any address of the concentrator). Without [`TunnelClient::keep_connected`] the
+    /// client is over when this session is.
     pub async fn connect(
         concentrator: SocketAddr,
         server_name: ServerName<'static>,
@@ -88,28 +191,114 @@ impl TunnelClient {
         paths: &[SocketAddr],
         cfg: TunnelConfig,
     ) -> io::Result<TunnelClient> {
+        // The connector keeps the TLS configuration and with it rustls' ticket store: a new
+        // session to the same concentrator process resumes (PSK) rather than a full handshake.
         let connector = TcplsConnector::new(tls).with_settings(cfg.session.clone());
-        let session = connector
-            .connect(concentrator, server_name)
-            .await
-            .map_err(|e| io::Error::new(e.kind(), format!("cannot open a TCPLS session to {concentrator}: {e}")))?;
-        if session.is_fallback() {
-            session.abort();
-            return Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                format!("{concentrator} speaks plain TLS, not TCPLS: is it a `tcpls tunnel server`?"),
-            ));
-        }
-        for p in paths {
-            let id = session.join(*p).await.map_err(|e| io::Error::new(e.kind(), format!("path to {p}: {e}")))?;
-            debug!("tunnel: path {p} joined as connection {id}");
-        }
-        let inner = Inner { session, cfg, stats: Arc::new(Stats::default()), next_path: AtomicUsize::new(0) };
+        let dial = Dial { connector, concentrator, server_name, paths: paths.to_vec() };
+        let session = dial.session().await?;
+        let (current, _) = watch::channel(Current { session, up: true, fatal: None });
+        let inner = Inner {
+            current,
+            dial,
+            reconnecting: AtomicBool::new(false),
+            cfg,
+            stats: Arc::new(Stats::default()),
+            next_path: AtomicUsize::new(0),
+        };
         Ok(TunnelClient { inner: Arc::new(inner) })
     }
 
-    pub fn session(&self) -> &Session {
-        &self.inner.session
+    /// The current session (or the last one, while reconnecting).
+    pub fn session(&self) -> Session {
+        self.inner.current.borrow().session.clone()
+    }
+
+    /// Whether the session is up (false while reconnecting).
+    pub fn is_up(&self) -> bool {
+        self.inner.current.borrow().up
+    }
+
+    /// Re-establishes the session whenever it ends, with `backoff` between attempts, for as
+    /// long as the returned task runs (it stops when the last clone of the client is dropped).
+    /// Meanwhile new connections wait up to `cfg.reconnect_wait` for the new session.
+    ///
+    /// A session that lost every connection first tries to rejoin by itself (its streams then
+    /// survive, PROTOCOL.md §5); but a restarted concentrator no longer knows it, and would
+    /// refuse its joins until the rejoin timeout. So once a session has been without a usable
+    /// connection for [`ORPHAN_GRACE`], a new session is opened alongside: if it succeeds while
+    /// the old one still has no connection, the old one is aborted (its tunneled connections
+    /// are reset) and the new one takes over.
+    pub fn keep_connected(&self, backoff: Backoff) -> tokio::task::JoinHandle<()> {
+        self.inner.reconnecting.store(true, Ordering::SeqCst);
+        let weak = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            let mut failures = 0u32;
+            loop {
+                let Some(old) = weak.upgrade().map(|i| i.current.borrow().session.clone()) else { return };
+                let since = tokio::time::Instant::now();
+                let (why, refused) = trouble(&old).await;
+                let Some(inner) = weak.upgrade() else { return };
+                if refused {
+                    error!("tunnel client: the concentrator refused this client ({why}): not reconnecting");
+                    inner.current.send_modify(|c| {
+                        c.up = false;
+                        c.fatal = Some(why);
+                    });
+                    return;
+                }
+                inner.current.send_modify(|c| c.up = false);
+                let carried = if since.elapsed() < reconnect::STABLE { failures + 1 } else { 0 };
+                let what = format!("session to {}", inner.dial.concentrator);
+                let timeout = inner.cfg.handshake_timeout;
+                let (new, counted) = reconnect::retry(backoff, carried, &what, &why, || async {
+                    if is_usable(&old) {
+                        return Ok(None);
+                    }
+                    let new = tokio::time::timeout(timeout, inner.dial.session())
+                        .await
+                        .unwrap_or_else(|_| Err(io::Error::new(io::ErrorKind::TimedOut, "handshake timed out")))?;
+                    if is_usable(&old) {
+                        // The old session rejoined meanwhile: keep it, and its connections.
+                        new.abort();
+                        return Ok(None);
+                    }
+                    Ok::<_, io::Error>(Some(new))
+                })
+                .await;
+                failures = counted;
+                match new {
+                    Some(session) => {
+                        inner.current.send_replace(Current { session, up: true, fatal: None });
+                        // `abort` leaves an orphaned session waiting for a rejoin until its
+                        // deadline (its streams with it); `close` ends an orphaned one at once.
+                        old.abort();
+                        tokio::spawn(async move { old.close().await });
+                    }
+                    None => inner.current.send_modify(|c| c.up = true),
+                }
+            }
+        })
+    }
+
+    /// The session to open streams on: the current one if it has a usable connection, or,
+    /// while it rejoins or is being replaced, the next usable one within `cfg.reconnect_wait`
+    /// (a stream opened on a session about to be replaced would be reset with it).
+    async fn live_session(&self) -> Result<Session, OpenError> {
+        let wait = self.inner.cfg.reconnect_wait;
+        let mut rx = self.inner.current.subscribe();
+        let usable = async {
+            loop {
+                let current = rx.borrow_and_update().clone();
+                if current.up && is_usable(&current.session) {
+                    return current.session;
+                }
+                // Woken by a new session, or polled for a rejoin of this one.
+                let _ = tokio::time::timeout(Duration::from_millis(50), rx.changed()).await;
+            }
+        };
+        tokio::time::timeout(wait, usable)
+            .await
+            .map_err(|_| OpenError::Failed(format!("no session to the concentrator within {wait:?} (reconnecting)")))
     }
 
     pub fn stats(&self) -> Arc<Stats> {
@@ -119,7 +308,16 @@ impl TunnelClient {
     /// Opens a stream to `target` and waits for the concentrator's answer; the stream then
     /// carries the connection's bytes.
     pub async fn open(&self, target: &Target) -> Result<(SendStream, RecvStream), OpenError> {
-        let (mut send, mut recv) = self.request(target).await?;
+        self.open_as(target, Transport::Tcp).await
+    }
+
+    /// Opens a UDP flow's stream to `target` ([`super::udp`]) and waits for the answer.
+    pub async fn open_udp(&self, target: &Target) -> Result<(SendStream, RecvStream), OpenError> {
+        self.open_as(target, Transport::Udp).await
+    }
+
+    async fn open_as(&self, target: &Target, transport: Transport) -> Result<(SendStream, RecvStream), OpenError> {
+        let (mut send, mut recv) = self.request_as(target, transport).await?;
         match tokio::time::timeout(self.inner.cfg.handshake_timeout, tlv::read_response(&mut recv)).await {
             Ok(Ok(Ok(()))) => Ok((send, recv)),
             Ok(Ok(Err(code))) => {
@@ -142,31 +340,45 @@ impl TunnelClient {
 
     /// Opens a stream and sends the request (TCP Connect or Connect by Name, then End).
     async fn request(&self, target: &Target) -> Result<(SendStream, RecvStream), OpenError> {
-        let (send, recv) = self.open_stream_to(target)?;
-        self.send_request(send, recv, target).await
+        self.request_as(target, Transport::Tcp).await
     }
 
-    /// Opens the stream for a connection to `target` (no I/O: the request follows with
-    /// [`send_request`](Self::send_request)).
-    fn open_stream_to(&self, target: &Target) -> Result<(SendStream, RecvStream), OpenError> {
-        if let Target::Name(h, _) = target {
-            if !tlv::valid_host_name(h) {
-                return Err(OpenError::Failed(format!("'{h}' is not a host name")));
-            }
-        }
-        let session = &self.inner.session;
+    async fn request_as(&self, target: &Target, transport: Transport) -> Result<(SendStream, RecvStream), OpenError> {
+        check_host_name(target)?;
+        let session = self.live_session().await?;
         let (send, recv) = session.open_stream().map_err(|e| OpenError::Failed(e.to_string()))?;
-        steer_round_robin(session, &send, &self.inner.next_path);
-        Ok((send, recv))
+        steer_round_robin(&session, &send, &self.inner.next_path);
+        self.send_request(send, recv, target, transport).await
     }
 
+    /// Opens the stream for a TCP connection to `target` now, without waiting, if the session
+    /// is up (None otherwise: the connection then waits for one in its task). The accept loop
+    /// uses it so that streams are opened in the order the application connected (see
+    /// `order.rs`: the concentrator connects in stream order).
+    fn open_stream_now(&self, target: &Target) -> Option<Result<(SendStream, RecvStream), OpenError>> {
+        let current = self.inner.current.borrow().session.clone();
+        if !(self.inner.current.borrow().up && is_usable(&current)) {
+            return None;
+        }
+        if let Err(e) = check_host_name(target) {
+            return Some(Err(e));
+        }
+        let opened = current.open_stream().map_err(|e| OpenError::Failed(e.to_string()));
+        if let Ok((send, _)) = &opened {
+            steer_round_robin(&current, send, &self.inner.next_path);
+        }
+        Some(opened)
+    }
+
+    /// Writes the request (TCP Connect, UDP Associate..., then End) on a new stream.
     async fn send_request(
         &self,
         mut send: SendStream,
         recv: RecvStream,
         target: &Target,
+        transport: Transport,
     ) -> Result<(SendStream, RecvStream), OpenError> {
-        let request = tlv::encode_all(&[Tlv::connect_to(target), Tlv::End]);
+        let request = tlv::encode_all(&[Tlv::request(target, transport), Tlv::End]);
         if let Err(e) = send.write_all(&request).await {
             return Err(OpenError::Failed(format!("stream: {e}")));
         }
@@ -177,22 +389,22 @@ impl TunnelClient {
     /// follow the request at once (one round trip saved); they reach the destination once it is
     /// connected. If the concentrator answers Error (or nothing valid), the connection is reset.
     pub async fn tunnel(&self, tcp: TcpStream, target: &Target) -> Result<Report, OpenError> {
-        let opened = self.open_stream_to(target);
-        self.tunnel_on(tcp, target, opened).await
+        self.tunnel_on(tcp, target, None).await
     }
 
-    /// [`tunnel`](Self::tunnel) on a stream opened beforehand with `open_stream_to`.
+    /// [`tunnel`](Self::tunnel) on a stream opened beforehand (`open_stream_now`), if any.
     async fn tunnel_on(
         &self,
         tcp: TcpStream,
         target: &Target,
-        opened: Result<(SendStream, RecvStream), OpenError>,
+        opened: Option<Result<(SendStream, RecvStream), OpenError>>,
     ) -> Result<Report, OpenError> {
         let stats = &self.inner.stats;
         stats.stream();
         let requested = match opened {
-            Ok((send, recv)) => self.send_request(send, recv, target).await,
-            Err(e) => Err(e),
+            Some(Ok((send, recv))) => self.send_request(send, recv, target, Transport::Tcp).await,
+            Some(Err(e)) => Err(e),
+            None => self.request(target).await,
         };
         let (send, recv) = match requested {
             Ok(x) => x,
@@ -229,26 +441,38 @@ impl TunnelClient {
     fn count_failure(&self, e: &OpenError) {
         match e {
             OpenError::Refused(ERR_CONNECTION_FAILURE) => self.inner.stats.connect_failed(),
+            OpenError::Refused(ERR_DESTINATION_REFUSED) => self.inner.stats.refused_dest(),
             _ => self.inner.stats.rejected(),
         }
     }
 
     /// Accepts connections on `listener` and tunnels them until the session is over (then
-    /// returns an error).
+    /// returns an error); with [`TunnelClient::keep_connected`], until the listener fails.
     pub async fn serve(&self, listener: TcpListener, frontend: Frontend) -> io::Result<()> {
         // Watched by a task of its own: polling `closed()` again at every accepted connection
         // would leave a waker behind each time.
         let (ended_tx, mut ended) = tokio::sync::oneshot::channel();
-        let session = self.inner.session.clone();
+        let session = self.session();
+        let reconnecting = self.inner.reconnecting.load(Ordering::SeqCst);
+        let mut current = self.inner.current.subscribe();
         let watcher = tokio::spawn(async move {
-            let _ = ended_tx.send(session.closed().await);
+            let why = if reconnecting {
+                // Only a refusal by the concentrator ends a reconnecting client.
+                match current.wait_for(|c| c.fatal.is_some()).await {
+                    Ok(c) => c.fatal.clone(),
+                    Err(_) => None,
+                }
+            } else {
+                session.closed().await.map(|e| e.to_string())
+            };
+            let _ = ended_tx.send(why);
         });
         let _stop_watcher = AbortOnDrop(watcher);
         loop {
             let accepted = tokio::select! {
                 a = listener.accept() => a,
                 e = &mut ended => {
-                    let why = e.ok().flatten().map(|e| e.to_string()).unwrap_or_else(|| "closed".into());
+                    let why = e.ok().flatten().unwrap_or_else(|| "closed".into());
                     return Err(io::Error::other(format!("the session to the concentrator ended: {why}")));
                 }
             };
@@ -264,36 +488,224 @@ impl TunnelClient {
             // A forwarded connection's stream is opened here, in accept order, not in its task:
             // the concentrator connects to destinations in stream order, and applications such
             // as iperf3 tell their connections apart by the order in which they arrive.
-            let target = match &frontend {
-                Frontend::Forward(t) => Some(Ok(t.clone())),
-                Frontend::Transparent => Some(original_dst(&tcp).map(Target::Addr)),
-                Frontend::Socks => None,
+            let opened = match &frontend {
+                Frontend::Forward(t) => self.open_stream_now(t),
+                _ => None,
             };
-            let me = self.clone();
-            match target {
-                None => {
-                    tokio::spawn(async move { log_end(peer, me.handle_socks(tcp).await) });
+            let (me, frontend) = (self.clone(), frontend.clone());
+            tokio::spawn(async move {
+                match me.handle(tcp, &frontend, opened).await {
+                    Ok((target, r)) => {
+                        debug!("tunnel: {peer} -> {target}: {:?} ({} bytes up, {} down)", r.outcome, r.sent, r.received)
+                    }
+                    Err(e) => info!("tunnel: connection from {peer}: {e}"),
                 }
-                Some(Err(e)) => {
+            });
+        }
+    }
+
+    async fn handle(
+        &self,
+        tcp: TcpStream,
+        frontend: &Frontend,
+        opened: Option<Result<(SendStream, RecvStream), OpenError>>,
+    ) -> Result<(Target, Report), String> {
+        let target = match frontend {
+            Frontend::Forward(t) => t.clone(),
+            Frontend::Transparent => match original_dst(&tcp) {
+                Ok(a) => Target::Addr(a),
+                Err(e) => {
                     relay::reset_tcp(tcp);
-                    info!("tunnel: connection from {peer}: {e}");
+                    return Err(e.to_string());
                 }
-                Some(Ok(target)) => {
-                    let opened = self.open_stream_to(&target);
-                    tokio::spawn(async move {
-                        debug!("tunnel: -> {target}");
-                        let ended = me.tunnel_on(tcp, &target, opened).await;
-                        log_end(peer, ended.map(|r| (target.clone(), r)).map_err(|e| format!("{target}: {e}")));
-                    });
+            },
+            Frontend::Socks => return self.handle_socks(tcp).await,
+            Frontend::Http => return self.handle_http(tcp).await,
+        };
+        debug!("tunnel: -> {target}");
+        let r = self.tunnel_on(tcp, &target, opened).await.map_err(|e| format!("{target}: {e}"))?;
+        Ok((target, r))
+    }
+
+    async fn handle_http(&self, mut tcp: TcpStream) -> Result<(Target, Report), String> {
+        let timeout = self.inner.cfg.handshake_timeout;
+        let req = match tokio::time::timeout(timeout, http_proxy::read_request(&mut tcp)).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                let _ = http_proxy::respond(&mut tcp, e.status).await;
+                return Err(format!("HTTP proxy: {e}"));
+            }
+            Err(_) => {
+                let _ = http_proxy::respond(&mut tcp, 408).await;
+                return Err(format!("HTTP proxy: no complete request head within {timeout:?}"));
+            }
+        };
+        let target = req.target.clone();
+        self.inner.stats.stream();
+        debug!("tunnel: HTTP {} {target}", if req.connect { "CONNECT" } else { "request to" });
+        let (mut send, recv) = match self.open(&target).await {
+            Ok(x) => x,
+            Err(e) => {
+                self.count_failure(&e);
+                let status = match e {
+                    OpenError::Refused(ERR_DESTINATION_REFUSED) => 403,
+                    OpenError::Refused(_) => 502,
+                    OpenError::Failed(_) => 503,
+                };
+                let _ = http_proxy::respond(&mut tcp, status).await;
+                return Err(format!("{target}: {e} (HTTP {status})"));
+            }
+        };
+        let first = if req.connect {
+            if let Err(e) = http_proxy::respond(&mut tcp, 200).await {
+                let _ = send.reset(tlv::RESET_CODE);
+                return Err(format!("HTTP reply: {e}"));
+            }
+            req.rest
+        } else {
+            let mut head = req.head;
+            head.extend_from_slice(&req.rest);
+            head
+        };
+        if !first.is_empty() && send.write_all(&first).await.is_err() {
+            relay::reset_tcp(tcp);
+            return Err(format!("{target}: the stream failed"));
+        }
+        Ok((target, self.relay(tcp, send, recv).await))
+    }
+
+    /// Reverse forwards (`remote` address of the concentrator → `local` target): binds each on
+    /// the concentrator and serves the connections it sends, on every session (binds again
+    /// after a reconnection). Returns when the session ends without reconnection.
+    pub async fn serve_reverse(&self, forwards: Vec<(SocketAddr, Target)>) -> io::Result<()> {
+        let forwards = Arc::new(forwards);
+        let mut current = self.inner.current.subscribe();
+        loop {
+            let session = match self.live_session().await {
+                Ok(s) => s,
+                Err(_) if self.inner.reconnecting.load(Ordering::SeqCst) => continue,
+                Err(e) => return Err(io::Error::other(e.to_string())),
+            };
+            let timeout = self.inner.cfg.handshake_timeout;
+            let mut controls = Vec::new();
+            for (remote, local) in forwards.iter() {
+                match reverse::bind(&session, *remote, timeout).await {
+                    Ok(c) => {
+                        info!("tunnel: reverse forward {remote} (on the concentrator) -> {local}: listening");
+                        controls.push(c);
+                    }
+                    Err(e) => warn!("tunnel: reverse forward {remote} -> {local}: {e}"),
                 }
             }
+            current.borrow_and_update();
+            loop {
+                tokio::select! {
+                    s = session.accept_stream() => match s {
+                        Some((send, recv)) => {
+                            let forwards = forwards.clone();
+                            tokio::spawn(async move { reverse::serve_connection(send, recv, &forwards, timeout).await });
+                        }
+                        None => break,
+                    },
+                    changed = current.changed() => {
+                        if changed.is_err() || !current.borrow().up {
+                            break;
+                        }
+                    }
+                }
+            }
+            drop(controls);
+            if !self.inner.reconnecting.load(Ordering::SeqCst) {
+                return Err(io::Error::other("the session to the concentrator ended"));
+            }
+            // Wait for the next session (or the end of a rejoin of this one).
+            let _ = current.wait_for(|c| c.up).await;
         }
+    }
+
+    /// A flow opener for [`Flows`]: this client's UDP streams.
+    fn opener(&self) -> Opener {
+        let me = self.clone();
+        Arc::new(move |target: Target| {
+            let me = me.clone();
+            Box::pin(async move { me.open_udp(&target).await.map_err(|e| e.to_string()) })
+        })
+    }
+
+    /// Relays the datagrams `socket` receives to `target`, one flow (stream) per source
+    /// address, answers back to each source; until the socket fails.
+    pub async fn serve_udp(&self, socket: UdpSocket, target: Target) -> io::Result<()> {
+        let socket = Arc::new(socket);
+        let wrap: Wrap = Arc::new(|_: &Target, payload: &[u8]| payload.to_vec());
+        let cfg = &self.inner.cfg;
+        let flows = Flows::new(socket.clone(), self.opener(), wrap, cfg.udp_idle_timeout, cfg.max_udp_flows);
+        let mut buf = vec![0u8; super::udp::MAX_DATAGRAM];
+        loop {
+            let (n, src) = socket.recv_from(&mut buf).await?;
+            flows.dispatch(src, target.clone(), &buf[..n]);
+        }
+    }
+
+    /// SOCKS5 UDP ASSOCIATE (RFC 1928 §7): a UDP socket on the control connection's local
+    /// address takes datagrams from the client's address only (and its `hint` port, unless 0);
+    /// each destination gets its flow; the association ends with the control connection.
+    async fn handle_socks_udp(&self, mut tcp: TcpStream, hint: Target) -> Result<(Target, Report), String> {
+        let (local, peer) = match (tcp.local_addr(), tcp.peer_addr()) {
+            (Ok(l), Ok(p)) => (l, p),
+            _ => return Err("SOCKS5 UDP ASSOCIATE: control connection gone".into()),
+        };
+        let socket = match UdpSocket::bind(SocketAddr::new(local.ip(), 0)).await.and_then(|s| Ok((s.local_addr()?, s)))
+        {
+            Ok(x) => x,
+            Err(e) => {
+                let _ = socks5_reply(&mut tcp, reply::GENERAL_FAILURE).await;
+                return Err(format!("SOCKS5 UDP ASSOCIATE: cannot bind a UDP socket: {e}"));
+            }
+        };
+        let (bound, socket) = (socket.0, Arc::new(socket.1));
+        socks5_reply_bound(&mut tcp, bound).await.map_err(|e| format!("SOCKS5 reply: {e}"))?;
+        debug!("tunnel: SOCKS5 UDP ASSOCIATE from {peer}: datagrams to {bound}");
+        let wrap: Wrap =
+            Arc::new(|from: &Target, payload: &[u8]| [&[0, 0, 0][..], &socks5_address(from), payload].concat());
+        let cfg = &self.inner.cfg;
+        let flows = Flows::new(socket.clone(), self.opener(), wrap, cfg.udp_idle_timeout, cfg.max_udp_flows);
+        let hint_port = hint.port();
+        let control = async {
+            let mut b = [0u8; 512];
+            while let Ok(n) = tcp.read(&mut b).await {
+                if n == 0 {
+                    break;
+                }
+            }
+        };
+        let datagrams = async {
+            let mut buf = vec![0u8; super::udp::MAX_DATAGRAM];
+            loop {
+                let Ok((n, src)) = socket.recv_from(&mut buf).await else { continue };
+                if src.ip() != peer.ip() || (hint_port != 0 && src.port() != hint_port) {
+                    continue;
+                }
+                match socks5_udp_header(&buf[..n]) {
+                    Some((target, at)) => flows.dispatch(src, target, &buf[at..n]),
+                    None => debug!("tunnel: SOCKS5 UDP datagram from {src} dropped: bad header or fragment"),
+                }
+            }
+        };
+        tokio::select! {
+            _ = control => {}
+            _ = datagrams => {}
+        }
+        flows.stop();
+        let report = Report { sent: 0, received: 0, outcome: Outcome::Closed, answered: true };
+        Ok((hint, report))
     }
 
     async fn handle_socks(&self, mut tcp: TcpStream) -> Result<(Target, Report), String> {
         let timeout = self.inner.cfg.handshake_timeout;
-        let target = match tokio::time::timeout(timeout, socks5_request(&mut tcp)).await {
-            Ok(Ok(t)) => t,
+        let commands = [command::CONNECT, command::UDP_ASSOCIATE];
+        let target = match tokio::time::timeout(timeout, socks5_request_for(&mut tcp, &commands)).await {
+            Ok(Ok((command::UDP_ASSOCIATE, hint))) => return self.handle_socks_udp(tcp, hint).await,
+            Ok(Ok((_, t))) => t,
             Ok(Err(e)) => return Err(format!("SOCKS5: {e}")),
             Err(_) => return Err("SOCKS5 request timed out".into()),
         };
@@ -312,6 +724,7 @@ impl TunnelClient {
                 self.count_failure(&e);
                 let code = match e {
                     OpenError::Refused(ERR_CONNECTION_FAILURE) => reply::CONNECTION_REFUSED,
+                    OpenError::Refused(ERR_DESTINATION_REFUSED) => reply::NOT_ALLOWED,
                     _ => reply::GENERAL_FAILURE,
                 };
                 let _ = socks5_reply(&mut tcp, code).await;
@@ -321,11 +734,10 @@ impl TunnelClient {
     }
 }
 
-fn log_end(peer: SocketAddr, ended: Result<(Target, Report), String>) {
-    match ended {
-        Ok((target, r)) => {
-            debug!("tunnel: {peer} -> {target}: {:?} ({} bytes up, {} down)", r.outcome, r.sent, r.received)
-        }
-        Err(e) => info!("tunnel: connection from {peer}: {e}"),
+/// A host name the concentrator would refuse anyway is refused here.
+fn check_host_name(target: &Target) -> Result<(), OpenError> {
+    match target {
+        Target::Name(h, _) if !tlv::valid_host_name(h) => Err(OpenError::Failed(format!("'{h}' is not a host name"))),
+        _ => Ok(()),
     }
 }

@@ -27,17 +27,23 @@
 //! ```
 
 mod client;
+mod dial;
 mod order;
+pub mod reconnect;
 pub mod relay;
+mod reverse;
 mod server;
 mod stats;
 pub mod tlv;
+pub mod udp;
 
 use std::time::Duration;
 
 pub use crate::frontend::Target;
+pub use crate::policy::DestPolicy;
 pub use client::{Frontend, OpenError, TunnelClient};
-pub use server::{Concentrator, SessionHook, SessionSummary};
+pub use reconnect::Backoff;
+pub use server::{Concentrator, ConcentratorControl, SessionHook, SessionSummary};
 pub use stats::{Stats, StatsSnapshot};
 
 /// Tunables of both ends.
@@ -52,7 +58,39 @@ pub struct TunnelConfig {
     /// Time allowed for a stream's TLVs (concentrator) or the answer to them (client) and for
     /// a SOCKS5 request.
     pub handshake_timeout: Duration,
+    /// Concentrator: which destinations it connects to, checked on every address a name
+    /// resolves to (default: [`DestPolicy::safe`], no loopback, link-local, unspecified,
+    /// multicast or broadcast destination).
+    pub dest_policy: DestPolicy,
+    /// Concentrator: sessions served at once; a session beyond it is closed right after its
+    /// handshake (counted in [`StatsSnapshot::sessions_refused`]).
+    pub max_sessions: usize,
+    /// Concentrator: tunneled connections (peer-opened streams) per session at once; the
+    /// session refuses more with Stream Reset 0x1 (`SessionConfig::max_concurrent_streams`).
+    pub max_streams_per_session: usize,
+    /// Concentrator: name lookups in progress at once over all sessions (each holds a thread
+    /// of the blocking pool until the resolver answers); more wait, within `connect_timeout`.
+    pub max_lookups: usize,
+    /// Client: how long a new connection waits for the session while it is being re-established
+    /// ([`TunnelClient::keep_connected`]); then it is refused (SOCKS5 reply 0x01, HTTP 503, a
+    /// forwarded connection reset).
+    pub reconnect_wait: Duration,
+    /// Both ends: a UDP flow with no datagram either way for this long ends.
+    pub udp_idle_timeout: Duration,
+    /// Client: UDP flows at once per `--forward-udp` listener or SOCKS5 UDP association; a
+    /// datagram that would open one more is dropped.
+    pub max_udp_flows: usize,
+    /// Concentrator: the addresses clients may ask it to listen on (reverse forwards, Reverse
+    /// Bind); empty (default): none.
+    pub reverse_allowed: Vec<std::net::SocketAddr>,
 }
+
+/// Default of [`TunnelConfig::max_sessions`].
+pub const MAX_SESSIONS: usize = 256;
+/// Default of [`TunnelConfig::max_streams_per_session`].
+pub const MAX_STREAMS_PER_SESSION: usize = 1024;
+/// Default of [`TunnelConfig::max_lookups`].
+pub const MAX_LOOKUPS: usize = 32;
 
 /// Sealed bytes kept ready per TCP connection by the tunnel's sessions.
 pub const TRANSMIT_HIGH_WATER: usize = 64 << 10;
@@ -73,6 +111,14 @@ impl Default for TunnelConfig {
             },
             connect_timeout: Duration::from_secs(10),
             handshake_timeout: Duration::from_secs(10),
+            dest_policy: DestPolicy::safe(),
+            max_sessions: MAX_SESSIONS,
+            max_streams_per_session: MAX_STREAMS_PER_SESSION,
+            max_lookups: MAX_LOOKUPS,
+            reconnect_wait: Duration::from_secs(10),
+            udp_idle_timeout: Duration::from_secs(60),
+            max_udp_flows: 256,
+            reverse_allowed: Vec::new(),
         }
     }
 }

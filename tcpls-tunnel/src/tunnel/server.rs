@@ -1,37 +1,53 @@
 //! The concentrator: accepts TCPLS sessions, and on each stream the TLV request; opens the
 //! TCP connection asked for and relays.
 
-use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use rustls::ServerConfig;
 use tcpls::{JoinRegistry, RecvStream, SendStream, Session, TcplsListener};
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 use tracing::{debug, info, warn};
 
-use super::order::{ConnectOrder, Turn, MAX_ORDER_WAIT};
+use super::dial::{DialError, Dialer};
+use super::order::{ConnectOrder, Turn};
 use super::relay::{self, Outcome};
-use super::tlv::{self, ReadError, Tlv, ERR_CONNECTION_FAILURE};
-use super::{Stats, StatsSnapshot, Target, TunnelConfig};
+use super::tlv::{self, ReadError, Tlv, Transport, ERR_CONNECTION_FAILURE, ERR_DESTINATION_REFUSED};
+use super::Target;
+use super::{DestPolicy, Stats, StatsSnapshot, TunnelConfig};
 
 /// Listens on one or more addresses (one TCPLS listener each, sharing a join registry, so a
 /// client can add paths to any of them).
 pub struct Concentrator {
     listeners: Vec<TcplsListener>,
-    cfg: Arc<TunnelConfig>,
-    stats: Arc<Stats>,
+    ctx: Arc<Ctx>,
     on_session_start: Option<Arc<SessionHook>>,
 }
 
 /// Sees each new session before it is served; what it returns is dropped when the session is
 /// over (metrics keep a session counted as live this way).
 pub type SessionHook = dyn Fn(&Session) -> Box<dyn Send> + Send + Sync;
+
+/// What every session of a concentrator shares.
+struct Ctx {
+    cfg: TunnelConfig,
+    stats: Arc<Stats>,
+    dialer: Dialer,
+    /// Sessions being served (bounded by `cfg.max_sessions`).
+    sessions: AtomicUsize,
+}
+
+/// Releases a session's place when its task ends, however it ends.
+struct SessionSlot(Arc<Ctx>);
+
+impl Drop for SessionSlot {
+    fn drop(&mut self) {
+        self.0.sessions.fetch_sub(1, Ordering::SeqCst);
+    }
+}
 
 /// One ended session (the concentrator's `--json` line).
 #[derive(Debug, Clone)]
@@ -59,6 +75,7 @@ impl Concentrator {
             sockets.push(l);
         }
         let mut settings = cfg.session.clone();
+        settings.max_concurrent_streams = cfg.max_streams_per_session.max(1);
         let bound: Vec<SocketAddr> = sockets.iter().filter_map(|l| l.local_addr().ok()).collect();
         let specific: Vec<SocketAddr> = bound.iter().copied().filter(|a| !a.ip().is_unspecified()).collect();
         if specific.len() >= 2 {
@@ -69,7 +86,9 @@ impl Concentrator {
             .into_iter()
             .map(|l| TcplsListener::from_listener(l, tls.clone(), settings.clone(), registry.clone()))
             .collect();
-        Ok(Concentrator { listeners, cfg: Arc::new(cfg), stats: Arc::new(Stats::default()), on_session_start: None })
+        let dialer = Dialer::new(cfg.dest_policy.clone(), cfg.max_lookups, cfg.connect_timeout);
+        let ctx = Ctx { cfg, stats: Arc::new(Stats::default()), dialer, sessions: AtomicUsize::new(0) };
+        Ok(Concentrator { listeners, ctx: Arc::new(ctx), on_session_start: None })
     }
 
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
@@ -78,7 +97,7 @@ impl Concentrator {
 
     /// Counters over all sessions.
     pub fn stats(&self) -> Arc<Stats> {
-        self.stats.clone()
+        self.ctx.stats.clone()
     }
 
     /// The join registry all listeners share (its `listener_stats()`: sessions, joins, refusals).
@@ -91,6 +110,30 @@ impl Concentrator {
         self.on_session_start = Some(hook);
     }
 
+    /// A handle to change the running concentrator's settings (e.g. on SIGHUP).
+    pub fn control(&self) -> ConcentratorControl {
+        ConcentratorControl { ctx: self.ctx.clone() }
+    }
+}
+
+/// Changes a running [`Concentrator`]: sessions and connections in progress are kept.
+#[derive(Clone)]
+pub struct ConcentratorControl {
+    ctx: Arc<Ctx>,
+}
+
+impl ConcentratorControl {
+    /// The destination policy for every request from now on (connections already made stay).
+    pub fn set_dest_policy(&self, policy: DestPolicy) {
+        self.ctx.dialer.set_policy(policy);
+    }
+
+    pub fn dest_policy(&self) -> Arc<DestPolicy> {
+        self.ctx.dialer.policy()
+    }
+}
+
+impl Concentrator {
     /// Serves sessions until every listener failed; `on_session_end` sees each ended session.
     pub async fn run<F>(self, on_session_end: F) -> io::Result<()>
     where
@@ -99,15 +142,25 @@ impl Concentrator {
         let on_end = Arc::new(on_session_end);
         let mut loops = tokio::task::JoinSet::new();
         for l in self.listeners {
-            let (cfg, stats, on_end) = (self.cfg.clone(), self.stats.clone(), on_end.clone());
+            let (ctx, on_end) = (self.ctx.clone(), on_end.clone());
             let on_start = self.on_session_start.clone();
             loops.spawn(async move {
                 while let Some((session, peer)) = l.accept().await {
-                    let (cfg, stats, on_end) = (cfg.clone(), stats.clone(), on_end.clone());
+                    let Some(slot) = take_session_slot(&ctx) else {
+                        warn!(
+                            "tunnel: session from {peer} refused: {} sessions are being served (--max-sessions)",
+                            ctx.cfg.max_sessions
+                        );
+                        ctx.stats.session_refused();
+                        session.abort();
+                        continue;
+                    };
+                    let on_end = on_end.clone();
                     let started = on_start.as_ref().map(|hook| hook(&session));
                     tokio::spawn(async move {
-                        let summary = serve_session(session, peer, cfg, stats).await;
+                        let summary = serve_session(session, peer, &slot.0).await;
                         drop(started);
+                        drop(slot);
                         on_end(summary);
                     });
                 }
@@ -123,13 +176,15 @@ impl Concentrator {
     }
 }
 
+/// A place among the `max_sessions`, or None when all are taken.
+fn take_session_slot(ctx: &Arc<Ctx>) -> Option<SessionSlot> {
+    let max = ctx.cfg.max_sessions.max(1);
+    ctx.sessions.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < max).then_some(n + 1)).ok()?;
+    Some(SessionSlot(ctx.clone()))
+}
+
 /// Serves one session's streams until the session is over.
-pub async fn serve_session(
-    session: Session,
-    peer: SocketAddr,
-    cfg: Arc<TunnelConfig>,
-    all: Arc<Stats>,
-) -> SessionSummary {
+async fn serve_session(session: Session, peer: SocketAddr, ctx: &Arc<Ctx>) -> SessionSummary {
     let started = Instant::now();
     info!("tunnel: session from {peer}");
     let mine = Arc::new(Stats::default());
@@ -141,8 +196,10 @@ pub async fn serve_session(
             accepted = session.accept_stream() => {
                 let Some((send, recv)) = accepted else { break };
                 steer_round_robin(&session, &send, &next_path);
-                let (cfg, all, mine, turn) = (cfg.clone(), all.clone(), mine.clone(), order.ticket());
-                tasks.spawn(async move { serve_stream(send, recv, turn, &cfg, &[&all, &mine], peer).await });
+                let (ctx, mine, session, turn) = (ctx.clone(), mine.clone(), session.clone(), order.ticket());
+                tasks.spawn(async move {
+                    serve_stream(session, send, recv, turn, &ctx, &[&ctx.stats, &mine], peer).await
+                });
             }
             // Reap finished stream tasks so a long session does not accumulate them.
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
@@ -158,7 +215,7 @@ pub async fn serve_session(
         error,
     };
     info!(
-        "tunnel: session from {peer} ended after {:.1} s: {}{}",
+        "tunnel: session from {peer} ended after {:.1} s: {:?}{}",
         summary.duration.as_secs_f64(),
         summary.stats,
         summary.error.as_ref().map(|e| format!(", error: {e}")).unwrap_or_default()
@@ -183,16 +240,18 @@ fn each(stats: &[&Arc<Stats>], f: impl Fn(&Stats)) {
 }
 
 async fn serve_stream(
+    session: Session,
     mut send: SendStream,
     mut recv: RecvStream,
     turn: Turn,
-    cfg: &TunnelConfig,
+    ctx: &Ctx,
     stats: &[&Arc<Stats>],
     peer: SocketAddr,
 ) {
+    let cfg = &ctx.cfg;
     each(stats, Stats::stream);
     let id = send.id();
-    let target = match tokio::time::timeout(cfg.handshake_timeout, tlv::read_request(&mut recv)).await {
+    let (target, transport) = match tokio::time::timeout(cfg.handshake_timeout, tlv::read_request(&mut recv)).await {
         Ok(Ok(t)) => t,
         Ok(Err(ReadError::Bad(e))) => {
             // Hostile or broken request: answer why, end this stream only.
@@ -214,9 +273,30 @@ async fn serve_stream(
             return;
         }
     };
-    let tcp = match connect(&target, cfg.connect_timeout, turn).await {
+    match (transport, &target) {
+        (Transport::Tcp, _) => {}
+        (Transport::Udp, _) => return serve_udp_stream(send, recv, ctx, stats, peer, target).await,
+        (Transport::ReverseBind, Target::Addr(addr)) => {
+            let (allowed, timeout) = (&cfg.reverse_allowed, cfg.handshake_timeout);
+            return super::reverse::serve_bind(session, send, recv, *addr, allowed, timeout, peer).await;
+        }
+        _ => {
+            debug!("tunnel: {peer} stream {id}: a {transport:?} request from a client: refused");
+            each(stats, Stats::rejected);
+            answer_and_finish(&mut send, tlv::ERR_PROTOCOL_VIOLATION).await;
+            return;
+        }
+    }
+    let tcp = match ctx.dialer.dial(&target, turn).await {
         Ok(s) => s,
-        Err(e) => {
+        Err(DialError::Refused(r)) => {
+            // Worth a line without -v: someone tried to reach what this host protects.
+            info!("tunnel: {peer} stream {id} -> {target}: {r}");
+            each(stats, Stats::refused_dest);
+            answer_and_finish(&mut send, ERR_DESTINATION_REFUSED).await;
+            return;
+        }
+        Err(DialError::Failed(e)) => {
             debug!("tunnel: {peer} stream {id} -> {target}: {e}");
             each(stats, Stats::connect_failed);
             answer_and_finish(&mut send, ERR_CONNECTION_FAILURE).await;
@@ -247,41 +327,43 @@ async fn serve_stream(
     }
 }
 
+/// A UDP flow: the destination policy, a connected UDP socket, then datagrams both ways.
+async fn serve_udp_stream(
+    mut send: SendStream,
+    recv: RecvStream,
+    ctx: &Ctx,
+    stats: &[&Arc<Stats>],
+    peer: SocketAddr,
+    target: Target,
+) {
+    let id = send.id();
+    let sock = match ctx.dialer.dial_udp(&target).await {
+        Ok(s) => s,
+        Err(DialError::Refused(r)) => {
+            info!("tunnel: {peer} stream {id} -> udp {target}: {r}");
+            each(stats, Stats::refused_dest);
+            answer_and_finish(&mut send, ERR_DESTINATION_REFUSED).await;
+            return;
+        }
+        Err(DialError::Failed(e)) => {
+            debug!("tunnel: {peer} stream {id} -> udp {target}: {e}");
+            each(stats, Stats::connect_failed);
+            answer_and_finish(&mut send, ERR_CONNECTION_FAILURE).await;
+            return;
+        }
+    };
+    if send.write_all(&tlv::encode_all(&[Tlv::ConnectOk, Tlv::End])).await.is_err() {
+        each(stats, Stats::rejected);
+        return;
+    }
+    each(stats, Stats::connected);
+    let r = super::udp::relay_socket(sock, send, recv, ctx.cfg.udp_idle_timeout).await;
+    debug!("tunnel: {peer} stream {id} -> udp {target}: ended ({} datagrams up, {} down)", r.up, r.down);
+}
+
 /// Error and End, then FIN: the stream's reading half was already dropped or is dropped by the
 /// caller (what else the client sends is discarded).
 async fn answer_and_finish(send: &mut SendStream, code: u16) {
     let _ = send.write_all(&tlv::encode_all(&[Tlv::Error(code), Tlv::End])).await;
     let _ = send.finish();
-}
-
-/// Connects to the target (a name: each of its addresses in turn), within `timeout` overall.
-/// The first connection attempt starts in stream order (`turn`, see [`super::order`]).
-async fn connect(target: &Target, timeout: Duration, turn: Turn) -> io::Result<TcpStream> {
-    let attempt = async {
-        let addrs: Vec<SocketAddr> = match target {
-            Target::Addr(a) => vec![*a],
-            Target::Name(host, port) => tokio::net::lookup_host((host.as_str(), *port)).await?.collect(),
-        };
-        turn.wait(MAX_ORDER_WAIT).await;
-        let mut turn = Some(turn);
-        let mut last = io::Error::new(io::ErrorKind::NotFound, format!("{target} has no address"));
-        for a in addrs {
-            let mut connecting = std::pin::pin!(TcpStream::connect(a));
-            // The first poll sends the SYN; the next stream may start its own after that.
-            let first = std::future::poll_fn(|cx| Poll::Ready(connecting.as_mut().poll(cx))).await;
-            drop(turn.take());
-            let connected = match first {
-                Poll::Ready(r) => r,
-                Poll::Pending => connecting.await,
-            };
-            match connected {
-                Ok(s) => return Ok(s),
-                Err(e) => last = e,
-            }
-        }
-        Err(last)
-    };
-    tokio::time::timeout(timeout, attempt)
-        .await
-        .unwrap_or_else(|_| Err(io::Error::new(io::ErrorKind::TimedOut, "connection timed out")))
 }

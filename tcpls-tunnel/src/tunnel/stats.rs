@@ -12,6 +12,8 @@ pub struct Stats {
     connected: AtomicU64,
     connect_failed: AtomicU64,
     rejected: AtomicU64,
+    refused_dest: AtomicU64,
+    sessions_refused: AtomicU64,
     closed: AtomicU64,
     local_resets: AtomicU64,
     peer_resets: AtomicU64,
@@ -32,6 +34,11 @@ pub struct StatsSnapshot {
     pub connect_failed: u64,
     /// Bad TLVs, handshake timeouts, refused SOCKS requests.
     pub rejected: u64,
+    /// Refused by the concentrator's destination policy (Error 0x3): nothing was connected.
+    pub refused_dest: u64,
+    /// Concentrator totals only: sessions closed right after their handshake because
+    /// `max_sessions` were being served.
+    pub sessions_refused: u64,
     /// Ended with FIN both ways.
     pub closed: u64,
     /// Ended by a TCP RST on this side (sent on as Stream Reset 0x2).
@@ -73,6 +80,8 @@ impl Stats {
             connected: self.connected.load(Relaxed),
             connect_failed: self.connect_failed.load(Relaxed),
             rejected: self.rejected.load(Relaxed),
+            refused_dest: self.refused_dest.load(Relaxed),
+            sessions_refused: self.sessions_refused.load(Relaxed),
             closed: self.closed.load(Relaxed),
             local_resets: self.local_resets.load(Relaxed),
             peer_resets: self.peer_resets.load(Relaxed),
@@ -91,6 +100,14 @@ impl Stats {
 
     pub(crate) fn rejected(&self) {
         self.rejected.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn refused_dest(&self) {
+        self.refused_dest.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn session_refused(&self) {
+        self.sessions_refused.fetch_add(1, Relaxed);
     }
 
     pub(crate) fn connected(&self) {
@@ -113,6 +130,7 @@ impl Stats {
             Outcome::LocalReset => &self.local_resets,
             Outcome::PeerReset => &self.peer_resets,
             Outcome::Refused(super::tlv::ERR_CONNECTION_FAILURE) => &self.connect_failed,
+            Outcome::Refused(super::tlv::ERR_DESTINATION_REFUSED) => &self.refused_dest,
             Outcome::Refused(_) | Outcome::NoAnswer => &self.rejected,
         }
         .fetch_add(1, Relaxed);

@@ -13,12 +13,25 @@ pub const TYPE_CONNECT: u8 = 0x00;
 pub const TYPE_CONNECT_OK: u8 = 0x01;
 pub const TYPE_ERROR: u8 = 0x02;
 pub const TYPE_CONNECT_BY_NAME: u8 = 0x03;
+/// This project's addition: a UDP flow (PROTOCOL.md §8.1), value as TCP Connect.
+pub const TYPE_UDP_ASSOCIATE: u8 = 0x04;
+/// This project's addition: a UDP flow to a name, value as TCP Connect by Name.
+pub const TYPE_UDP_ASSOCIATE_BY_NAME: u8 = 0x05;
+/// This project's addition: the client asks the concentrator to listen on this address and
+/// send it the connections (a reverse forward); value as TCP Connect.
+pub const TYPE_REVERSE_BIND: u8 = 0x06;
+/// This project's addition: the concentrator's stream for one connection accepted by a reverse
+/// forward's listener; value: the bind's address, as TCP Connect.
+pub const TYPE_REVERSE_CONNECTION: u8 = 0x07;
 pub const TYPE_END: u8 = 0xFF;
 
 /// Error codes of the Error message.
 pub const ERR_PROTOCOL_VIOLATION: u16 = 0x0000;
 pub const ERR_MALFORMED_TLV: u16 = 0x0001;
 pub const ERR_CONNECTION_FAILURE: u16 = 0x0002;
+/// This project's addition: the concentrator's destination policy refuses the destination
+/// (every address it resolves to); nothing was connected.
+pub const ERR_DESTINATION_REFUSED: u16 = 0x0003;
 
 /// Stream Reset error code for a TCP RST on either side (§8.1, §4.4).
 pub const RESET_CODE: u32 = 0x2;
@@ -32,7 +45,29 @@ pub enum Tlv {
     Error(u16),
     /// TCP Connect by Name: host name and port, resolved by the concentrator.
     ConnectByName(String, u16),
+    /// UDP Associate: the stream carries datagrams to and from this address (§8.1).
+    UdpAssociate(SocketAddr),
+    /// UDP Associate by Name.
+    UdpAssociateByName(String, u16),
+    /// Reverse Bind: listen on this address of the concentrator (§8.1).
+    ReverseBind(SocketAddr),
+    /// Reverse Connection: a connection accepted on this bound address.
+    ReverseConnection(SocketAddr),
     End,
+}
+
+/// What a stream carries after its request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// A TCP connection's bytes.
+    Tcp,
+    /// Datagrams, each `Length(16)` + payload ([`super::udp`]).
+    Udp,
+    /// A reverse forward's control stream: nothing after End; its end closes the listener.
+    ReverseBind,
+    /// A connection accepted by a reverse forward (concentrator → client): a TCP connection's
+    /// bytes, the target being the bind's address.
+    ReverseConnection,
 }
 
 /// Why the bytes at the start of a stream are not a valid TLV sequence; the code to answer with.
@@ -93,9 +128,23 @@ impl From<TlvError> for ReadError {
 impl Tlv {
     /// The request for `target`.
     pub fn connect_to(target: &Target) -> Tlv {
-        match target {
-            Target::Addr(a) => Tlv::Connect(*a),
-            Target::Name(h, p) => Tlv::ConnectByName(h.clone(), *p),
+        Tlv::request(target, Transport::Tcp)
+    }
+
+    /// The request for `target` over `transport`.
+    pub fn request(target: &Target, transport: Transport) -> Tlv {
+        match (target, transport) {
+            (Target::Addr(a), Transport::Tcp) => Tlv::Connect(*a),
+            (Target::Name(h, p), Transport::Tcp) => Tlv::ConnectByName(h.clone(), *p),
+            (Target::Addr(a), Transport::Udp) => Tlv::UdpAssociate(*a),
+            (Target::Name(h, p), Transport::Udp) => Tlv::UdpAssociateByName(h.clone(), *p),
+            // Reverse requests name an address of the concentrator; a name cannot be bound.
+            (Target::Addr(a), Transport::ReverseBind) => Tlv::ReverseBind(*a),
+            (Target::Addr(a), Transport::ReverseConnection) => Tlv::ReverseConnection(*a),
+            (Target::Name(_, p), Transport::ReverseBind) => Tlv::ReverseBind(SocketAddr::from(([0u8; 4], *p))),
+            (Target::Name(_, p), Transport::ReverseConnection) => {
+                Tlv::ReverseConnection(SocketAddr::from(([0u8; 4], *p)))
+            }
         }
     }
 
@@ -103,12 +152,18 @@ impl Tlv {
     /// check names first: [`valid_host_name`]).
     pub fn encode(&self, out: &mut Vec<u8>) {
         match self {
-            Tlv::Connect(a) => {
+            Tlv::Connect(a) | Tlv::UdpAssociate(a) | Tlv::ReverseBind(a) | Tlv::ReverseConnection(a) => {
                 let ip = match a.ip() {
                     IpAddr::V4(v4) => v4.to_ipv6_mapped(),
                     IpAddr::V6(v6) => v6,
                 };
-                out.extend_from_slice(&[TYPE_CONNECT, 18]);
+                let ty = match self {
+                    Tlv::Connect(_) => TYPE_CONNECT,
+                    Tlv::UdpAssociate(_) => TYPE_UDP_ASSOCIATE,
+                    Tlv::ReverseBind(_) => TYPE_REVERSE_BIND,
+                    _ => TYPE_REVERSE_CONNECTION,
+                };
+                out.extend_from_slice(&[ty, 18]);
                 out.extend_from_slice(&a.port().to_be_bytes());
                 out.extend_from_slice(&ip.octets());
             }
@@ -117,9 +172,14 @@ impl Tlv {
                 out.extend_from_slice(&[TYPE_ERROR, 2]);
                 out.extend_from_slice(&code.to_be_bytes());
             }
-            Tlv::ConnectByName(host, port) => {
+            Tlv::ConnectByName(host, port) | Tlv::UdpAssociateByName(host, port) => {
                 let host = &host.as_bytes()[..host.len().min(253)];
-                out.extend_from_slice(&[TYPE_CONNECT_BY_NAME, (2 + host.len()) as u8]);
+                let ty = if matches!(self, Tlv::ConnectByName(..)) {
+                    TYPE_CONNECT_BY_NAME
+                } else {
+                    TYPE_UDP_ASSOCIATE_BY_NAME
+                };
+                out.extend_from_slice(&[ty, (2 + host.len()) as u8]);
                 out.extend_from_slice(&port.to_be_bytes());
                 out.extend_from_slice(host);
             }
@@ -137,8 +197,8 @@ impl Tlv {
             }
         };
         match ty {
-            TYPE_CONNECT => {
-                want(18, "TCP Connect")?;
+            TYPE_CONNECT | TYPE_UDP_ASSOCIATE | TYPE_REVERSE_BIND | TYPE_REVERSE_CONNECTION => {
+                want(18, "an address message")?;
                 let port = u16::from_be_bytes([value[0], value[1]]);
                 let mut ip = [0u8; 16];
                 ip.copy_from_slice(&value[2..18]);
@@ -147,23 +207,33 @@ impl Tlv {
                     Some(v4) => IpAddr::V4(v4),
                     None => IpAddr::V6(ip),
                 };
-                Ok(Tlv::Connect(SocketAddr::new(ip, port)))
+                let a = SocketAddr::new(ip, port);
+                Ok(match ty {
+                    TYPE_CONNECT => Tlv::Connect(a),
+                    TYPE_UDP_ASSOCIATE => Tlv::UdpAssociate(a),
+                    TYPE_REVERSE_BIND => Tlv::ReverseBind(a),
+                    _ => Tlv::ReverseConnection(a),
+                })
             }
             TYPE_CONNECT_OK => want(0, "TCP Connect OK").map(|_| Tlv::ConnectOk),
             TYPE_ERROR => {
                 want(2, "Error")?;
                 Ok(Tlv::Error(u16::from_be_bytes([value[0], value[1]])))
             }
-            TYPE_CONNECT_BY_NAME => {
+            TYPE_CONNECT_BY_NAME | TYPE_UDP_ASSOCIATE_BY_NAME => {
                 if value.len() < 3 {
-                    return Err(TlvError::Malformed("TCP Connect by Name without a host name".into()));
+                    return Err(TlvError::Malformed("Connect by Name without a host name".into()));
                 }
                 let port = u16::from_be_bytes([value[0], value[1]]);
                 let host = std::str::from_utf8(&value[2..])
                     .ok()
                     .filter(|h| valid_host_name(h))
-                    .ok_or_else(|| TlvError::Malformed("TCP Connect by Name: not a host name".into()))?;
-                Ok(Tlv::ConnectByName(host.to_string(), port))
+                    .ok_or_else(|| TlvError::Malformed("Connect by Name: not a host name".into()))?;
+                Ok(if ty == TYPE_CONNECT_BY_NAME {
+                    Tlv::ConnectByName(host.to_string(), port)
+                } else {
+                    Tlv::UdpAssociateByName(host.to_string(), port)
+                })
             }
             TYPE_END => want(0, "End").map(|_| Tlv::End),
             t => Err(TlvError::Malformed(format!("unknown TLV type {t:#04x}"))),
@@ -186,12 +256,16 @@ pub async fn read_tlv<R: AsyncRead + Unpin>(r: &mut R) -> Result<Tlv, ReadError>
     Ok(Tlv::decode(head[0], value)?)
 }
 
-/// Concentrator: the request at the start of a client's stream, `Connect` or `ConnectByName`
-/// followed by `End`.
-pub async fn read_request<R: AsyncRead + Unpin>(r: &mut R) -> Result<Target, ReadError> {
+/// Concentrator: the request at the start of a client's stream, `Connect`, `ConnectByName`,
+/// `UdpAssociate` or `UdpAssociateByName`, followed by `End`.
+pub async fn read_request<R: AsyncRead + Unpin>(r: &mut R) -> Result<(Target, Transport), ReadError> {
     let target = match read_tlv(r).await? {
-        Tlv::Connect(a) => Target::Addr(a),
-        Tlv::ConnectByName(h, p) => Target::Name(h, p),
+        Tlv::Connect(a) => (Target::Addr(a), Transport::Tcp),
+        Tlv::ConnectByName(h, p) => (Target::Name(h, p), Transport::Tcp),
+        Tlv::UdpAssociate(a) => (Target::Addr(a), Transport::Udp),
+        Tlv::UdpAssociateByName(h, p) => (Target::Name(h, p), Transport::Udp),
+        Tlv::ReverseBind(a) => (Target::Addr(a), Transport::ReverseBind),
+        Tlv::ReverseConnection(a) => (Target::Addr(a), Transport::ReverseConnection),
         other => return Err(TlvError::Violation(format!("stream starts with {other:?}, not a TCP Connect")).into()),
     };
     match read_tlv(r).await? {
@@ -241,7 +315,23 @@ mod tests {
         round_trip(Tlv::ConnectByName("example.org".into(), 8080));
         round_trip(Tlv::ConnectOk);
         round_trip(Tlv::Error(ERR_CONNECTION_FAILURE));
+        round_trip(Tlv::Error(ERR_DESTINATION_REFUSED));
+        assert_eq!(encode_all(&[Tlv::Error(ERR_DESTINATION_REFUSED)]), [0x02, 2, 0x00, 0x03]);
         round_trip(Tlv::End);
+        round_trip(Tlv::UdpAssociate("10.1.2.3:53".parse().unwrap()));
+        round_trip(Tlv::UdpAssociate("[2001:db8::1]:443".parse().unwrap()));
+        round_trip(Tlv::UdpAssociateByName("dns.example".into(), 53));
+        round_trip(Tlv::ReverseBind("127.0.0.1:8022".parse().unwrap()));
+        round_trip(Tlv::ReverseConnection("[::]:8022".parse().unwrap()));
+        assert_eq!(encode_all(&[Tlv::ReverseBind("0.0.0.0:8022".parse().unwrap())])[..4], [0x06, 18, 0x1f, 0x56]);
+        // PROTOCOL.md §8.1 vectors.
+        let mut v = vec![0x04, 18, 0x00, 0x35];
+        v.extend_from_slice(&Ipv6Addr::from([0, 0, 0, 0, 0, 0xffff, 0x7f00, 1]).octets());
+        assert_eq!(encode_all(&[Tlv::UdpAssociate("127.0.0.1:53".parse().unwrap())]), v);
+        assert_eq!(
+            encode_all(&[Tlv::UdpAssociateByName("localhost".into(), 53)]),
+            [&[0x05, 11, 0x00, 0x35][..], b"localhost"].concat()
+        );
     }
 
     #[test]
@@ -273,7 +363,12 @@ mod tests {
     #[tokio::test]
     async fn sequences() {
         let req = encode_all(&[Tlv::ConnectByName("localhost".into(), 80), Tlv::End]);
-        assert_eq!(read_request(&mut &req[..]).await.unwrap(), Target::Name("localhost".into(), 80));
+        assert_eq!(read_request(&mut &req[..]).await.unwrap(), (Target::Name("localhost".into(), 80), Transport::Tcp));
+        let udp = encode_all(&[Tlv::UdpAssociate("127.0.0.1:53".parse().unwrap()), Tlv::End]);
+        assert_eq!(
+            read_request(&mut &udp[..]).await.unwrap(),
+            (Target::Addr("127.0.0.1:53".parse().unwrap()), Transport::Udp)
+        );
         let bad = encode_all(&[Tlv::End]);
         assert!(matches!(read_request(&mut &bad[..]).await, Err(ReadError::Bad(TlvError::Violation(_)))));
         let twice = encode_all(&[Tlv::ConnectOk, Tlv::ConnectOk]);

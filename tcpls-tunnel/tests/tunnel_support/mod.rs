@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
-use tcpls_tunnel::tunnel::{Concentrator, Frontend, Stats, Target, TunnelClient, TunnelConfig};
+use tcpls_tunnel::tunnel::{Concentrator, DestPolicy, Frontend, Stats, Target, TunnelClient, TunnelConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -40,6 +40,12 @@ impl Pki {
     }
 }
 
+/// The default configuration, except that the concentrator may connect to loopback (the
+/// tests' destinations), which its default destination policy refuses.
+pub fn loopback_allowed() -> TunnelConfig {
+    TunnelConfig { dest_policy: DestPolicy::allow_all(), ..TunnelConfig::default() }
+}
+
 /// A running concentrator (on `listen`, usually 127.0.0.1:0 once or twice) and a client
 /// session to its first address, with the other addresses joined as paths.
 pub struct Tunnel {
@@ -51,7 +57,7 @@ pub struct Tunnel {
 
 impl Tunnel {
     pub async fn start(listen: &[&str]) -> Tunnel {
-        Self::start_with(listen, TunnelConfig::default()).await
+        Self::start_with(listen, loopback_allowed()).await
     }
 
     pub async fn start_with(listen: &[&str], cfg: TunnelConfig) -> Tunnel {

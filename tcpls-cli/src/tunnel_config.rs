@@ -1,0 +1,171 @@
+//! The tunnel's configuration file (TOML, docs/TUNNEL.md): a `[server]` table for `tcpls tunnel
+//! server --config FILE` and a `[client]` table for `tcpls tunnel client --config FILE`, one key
+//! per command-line flag (same name, without the dashes in front). Flags given on the command
+//! line win over the file; relative paths in the file are relative to the file's directory.
+//! Unknown keys are errors (a typo must not silently leave a default in place).
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub server: Option<ServerFile>,
+    pub client: Option<ClientFile>,
+}
+
+/// The `[server]` table: the flags of `tcpls tunnel server`.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ServerFile {
+    pub listen: Vec<String>,
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+    pub client_ca: Option<PathBuf>,
+    pub allow_dest: Vec<String>,
+    pub deny_dest: Vec<String>,
+    pub allow_reverse: Vec<String>,
+    pub max_sessions: Option<usize>,
+    pub max_streams: Option<usize>,
+    pub max_lookups: Option<usize>,
+    pub json: Option<bool>,
+    pub verbose: Option<bool>,
+}
+
+/// The `[client]` table: the flags of `tcpls tunnel client`.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ClientFile {
+    pub concentrator: Option<String>,
+    pub path: Vec<String>,
+    pub ca: Option<PathBuf>,
+    pub insecure: Option<bool>,
+    pub server_name: Option<String>,
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+    pub socks: Option<String>,
+    pub http: Option<String>,
+    pub forward: Vec<String>,
+    pub forward_udp: Vec<String>,
+    pub reverse: Vec<String>,
+    pub transparent: Option<u16>,
+    pub no_reconnect: Option<bool>,
+    pub reconnect_wait: Option<f64>,
+    pub reconnect_max: Option<f64>,
+    pub keepalive: Option<f64>,
+    pub verbose: Option<bool>,
+}
+
+/// Largest configuration file read (it is small; a bigger one is a mistake).
+const MAX_FILE: u64 = 1 << 20;
+
+/// Reads and parses `path`; paths inside are made relative to its directory.
+pub fn load(path: &Path) -> Result<FileConfig, String> {
+    let len = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?.len();
+    if len > MAX_FILE {
+        return Err(format!("{}: {len} bytes, more than a configuration file should be", path.display()));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut cfg: FileConfig = toml::from_str(&text).map_err(|e| {
+        // toml's message spans several lines (with the offending line quoted): keep one.
+        let msg = e.message().to_string();
+        match e.span() {
+            Some(span) => format!("{}: line {}: {msg}", path.display(), line_of(&text, span.start)),
+            None => format!("{}: {msg}", path.display()),
+        }
+    })?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let rel = |p: &mut Option<PathBuf>| {
+        if let Some(x) = p.as_mut() {
+            if x.is_relative() {
+                *x = dir.join(&*x);
+            }
+        }
+    };
+    if let Some(s) = cfg.server.as_mut() {
+        rel(&mut s.cert);
+        rel(&mut s.key);
+        rel(&mut s.client_ca);
+    }
+    if let Some(c) = cfg.client.as_mut() {
+        rel(&mut c.ca);
+        rel(&mut c.cert);
+        rel(&mut c.key);
+    }
+    Ok(cfg)
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].bytes().filter(|b| *b == b'\n').count() + 1
+}
+
+/// The command line's value if given, else the file's.
+pub fn pick<T>(cli: Option<T>, file: Option<T>) -> Option<T> {
+    cli.or(file)
+}
+
+/// The command line's list if not empty, else the file's.
+pub fn pick_list(cli: Vec<String>, file: Vec<String>) -> Vec<String> {
+    if cli.is_empty() {
+        file
+    } else {
+        cli
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn parse(text: &str) -> Result<FileConfig, String> {
+        let dir = std::env::temp_dir().join(format!("tcpls-tunnel-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join(format!("t{}.toml", text.len()));
+        std::fs::write(&f, text).unwrap();
+        let r = load(&f);
+        let _ = std::fs::remove_file(&f);
+        r
+    }
+
+    #[test]
+    fn keys_are_the_flags() {
+        let cfg = parse(
+            "[server]\nlisten = [\"127.0.0.1:4443\"]\ncert = \"c.pem\"\nkey = \"/k.pem\"\nallow-dest = [\"127.0.0.0/8\"]\n\
+             max-sessions = 3\n[client]\nconcentrator = \"h:1\"\nforward-udp = [\"1=h:53\"]\nreconnect-max = 2.5\n",
+        )
+        .unwrap();
+        let s = cfg.server.unwrap();
+        assert_eq!(s.listen, ["127.0.0.1:4443"]);
+        assert!(s.cert.unwrap().ends_with("c.pem") && s.key.unwrap() == Path::new("/k.pem"));
+        assert_eq!((s.allow_dest.len(), s.max_sessions), (1, Some(3)));
+        let c = cfg.client.unwrap();
+        assert_eq!((c.forward_udp.len(), c.reconnect_max), (1, Some(2.5)));
+    }
+
+    #[test]
+    fn mistakes_are_one_line_errors_with_a_line_number() {
+        let e = parse("[server]\nlisten = [\"a\"]\nalow-dest = [\"x\"]\n").unwrap_err();
+        assert!(e.contains("line 3") && e.contains("alow-dest") && !e.contains('\n'), "{e}");
+        let e = parse("[server]\nmax-sessions = \"ten\"\n").unwrap_err();
+        assert!(e.contains("line 2") && !e.contains('\n'), "{e}");
+        assert!(parse("[nonsense]\n").unwrap_err().contains("nonsense"));
+    }
+
+    #[test]
+    fn the_example_file_uses_only_known_keys() {
+        let cfg: FileConfig = toml::from_str(include_str!("../../tools/systemd/tunnel.toml")).unwrap();
+        let (s, c) = (cfg.server.unwrap(), cfg.client.unwrap());
+        assert_eq!(s.deny_dest.len(), 2);
+        assert_eq!(c.forward_udp, ["127.0.0.1:5353=9.9.9.9:53"]);
+    }
+
+    #[test]
+    fn the_command_line_wins() {
+        assert_eq!(pick(Some(1), Some(2)), Some(1));
+        assert_eq!(pick(None, Some(2)), Some(2));
+        assert_eq!(pick_list(vec![], vec!["f".into()]), ["f"]);
+        assert_eq!(pick_list(vec!["c".into()], vec!["f".into()]), ["c"]);
+    }
+}
