@@ -154,3 +154,49 @@ mod tests {
         assert_eq!(host_of("example.org"), "example.org");
     }
 }
+
+/// A `--path` value: `[LOCAL@]REMOTE`, where LOCAL is a local address (`10.0.0.2`) or an
+/// interface (`dev:wlan0`) and REMOTE a server address as for the first connection. Without
+/// LOCAL the kernel picks the source by its routes.
+pub fn parse_path(spec: &str) -> Result<(SocketAddr, tcpls::PathOptions), String> {
+    let (local, remote) = match spec.split_once('@') {
+        Some((local, remote)) => (Some(local), remote),
+        None => (None, spec),
+    };
+    let remote = *resolve(remote)?.first().ok_or_else(|| format!("{remote} resolved to no address"))?;
+    let options = match local {
+        None => tcpls::PathOptions::new(),
+        Some(l) => match l.strip_prefix("dev:") {
+            Some("") => return Err(format!("--path {spec}: `dev:` needs an interface name, e.g. dev:wlan0")),
+            Some(dev) => tcpls::PathOptions::new().device(dev),
+            None => {
+                let ip: std::net::IpAddr = l.trim_start_matches('[').trim_end_matches(']').parse().map_err(|_| {
+                    format!("--path {spec}: '{l}' is neither a local address (10.0.0.2) nor an interface (dev:wlan0)")
+                })?;
+                tcpls::PathOptions::new().local(ip)
+            }
+        },
+    };
+    Ok((remote, options))
+}
+
+#[cfg(test)]
+mod path_spec_tests {
+    use super::parse_path;
+
+    #[test]
+    fn local_sides() {
+        let (remote, p) = parse_path("127.0.0.1:4443").unwrap();
+        assert_eq!((remote.to_string(), p), ("127.0.0.1:4443".to_string(), tcpls::PathOptions::new()));
+        let (_, p) = parse_path("10.0.0.2@127.0.0.1:4443").unwrap();
+        assert_eq!(p.local_address().map(|a| a.ip().to_string()), Some("10.0.0.2".into()));
+        let (remote, p) = parse_path("dev:wlan0@[::1]:4443").unwrap();
+        assert_eq!((remote.to_string(), p.device_name()), ("[::1]:4443".to_string(), Some("wlan0")));
+        let (_, p) = parse_path("[fe80::1]@[::1]:4443").unwrap();
+        assert!(p.local_address().is_some_and(|a| a.is_ipv6()));
+        for bad in ["dev:@127.0.0.1:1", "wlan0@127.0.0.1:1"] {
+            let e = parse_path(bad).unwrap_err();
+            assert!(e.contains("dev:"), "{bad}: {e}");
+        }
+    }
+}

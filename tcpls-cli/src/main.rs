@@ -404,6 +404,7 @@ async fn demo(bytes: u64, json: bool) -> Result<(), String> {
             perf::PerfOptions {
                 addrs: vec![addr],
                 paths: Vec::new(),
+                path_manager: None,
                 aggregate: false,
                 migrate_at: None,
                 server_name: name,

@@ -48,8 +48,11 @@ impl Mode {
 pub struct PerfOptions {
     /// The server's addresses (several: happy eyeballs picks the first that answers).
     pub addrs: Vec<SocketAddr>,
-    /// Extra connections (joined with the server's tokens) towards these addresses.
-    pub paths: Vec<SocketAddr>,
+    /// Extra connections (joined with the server's tokens) towards these addresses, from these
+    /// local sides.
+    pub paths: Vec<(SocketAddr, tcpls::PathOptions)>,
+    /// Keep the paths up with a path manager of this policy (None: join each path once).
+    pub path_manager: Option<tcpls::PathPolicy>,
     /// Spread every stream over all connections instead of one connection per stream.
     pub aggregate: bool,
     /// Move every stream to the next connection after this long.
@@ -102,9 +105,17 @@ pub async fn run(opts: PerfOptions, interrupted: watch::Receiver<bool>) -> Resul
         ));
     }
     let mut conns = vec![0u32];
-    for path in &opts.paths {
-        let id = session.join(*path).await.map_err(|e| format!("cannot add a connection to {path}: {e}"))?;
-        conns.push(id);
+    match opts.path_manager {
+        None => {
+            for (remote, local) in &opts.paths {
+                let id = session
+                    .join_with(*remote, local)
+                    .await
+                    .map_err(|e| format!("cannot add a connection {local}to {remote}: {e}"))?;
+                conns.push(id);
+            }
+        }
+        Some(policy) => conns.extend(start_path_manager(&session, &opts, policy).await?),
     }
     if opts.migrate_at.is_some() && conns.len() < 2 {
         return Err("--migrate-at needs a second connection (--path)".into());
@@ -448,4 +459,52 @@ fn summarize(
         })
         .collect();
     (omit_seconds, summaries)
+}
+
+/// Starts the path manager over the --path list and waits (a few seconds at most) for its
+/// paths; returns the connections it made. Paths still down keep being retried in the
+/// background.
+async fn start_path_manager(
+    session: &tcpls::Session,
+    opts: &PerfOptions,
+    policy: tcpls::PathPolicy,
+) -> Result<Vec<u32>, String> {
+    let initial = match opts.bind {
+        Some(local) => tcpls::PathOptions::new().local_addr(local),
+        None => tcpls::PathOptions::new(),
+    };
+    let mut endpoints = vec![tcpls::Endpoint::new(initial.clone())];
+    for (_, local) in &opts.paths {
+        if !endpoints.iter().any(|e| e.path == *local) {
+            endpoints.push(tcpls::Endpoint::new(local.clone()));
+        }
+    }
+    let config = tcpls::PathManagerConfig {
+        policy,
+        endpoints,
+        paths: opts.paths.iter().map(|(r, l)| (*r, tcpls::Endpoint::new(l.clone()))).collect(),
+        initial,
+        ..Default::default()
+    };
+    let origin = opts.addrs.first().copied().ok_or("no server address")?;
+    let manager = tcpls::PathManager::start(session, origin, config);
+    #[cfg(target_os = "linux")]
+    if let Err(e) = manager.follow_interfaces() {
+        crate::logging::warn("perf", &format!("no interface events (paths are still retried): {e}"));
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let paths = manager.paths();
+        if !paths.is_empty() && paths.iter().all(|p| p.conn.is_some()) || tokio::time::Instant::now() >= deadline {
+            for p in paths.iter().filter(|p| p.conn.is_none()) {
+                let why = p.last_error.as_deref().unwrap_or("not connected yet");
+                crate::logging::warn(
+                    "perf",
+                    &format!("path {}{} is down ({why}); retrying", p.endpoint.path, p.remote),
+                );
+            }
+            return Ok(paths.iter().filter_map(|p| p.conn).filter(|c| *c != 0).collect());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }

@@ -24,9 +24,17 @@ pub struct PerfArgs {
     /// Server port, when the address has none (iperf3's -p; default 4443).
     #[arg(short = 'p', long)]
     port: Option<u16>,
-    /// Add a connection to the session towards another server address (joined with a token).
-    #[arg(long)]
+    /// Add a connection to the session: [LOCAL@]REMOTE, towards another (or the same) server
+    /// address, from a local address or interface: `--path 10.0.0.9:4443`,
+    /// `--path dev:wwan0@203.0.113.5:4443`, `--path 192.168.8.2@203.0.113.5:4443`.
+    #[arg(long, value_name = "[LOCAL@]REMOTE")]
     path: Vec<String>,
+    /// Keep the paths up with a path manager: `manual` (the --path list) or `fullmesh` (every
+    /// local side of the --path list and of the first connection × every server address,
+    /// advertised ones included). Lost paths are re-joined with backoff; on Linux interface
+    /// and address events drop or bring back paths at once.
+    #[arg(long, value_name = "POLICY", value_parser = ["manual", "fullmesh"])]
+    path_manager: Option<String>,
     /// The server sends (iperf3's -R/--reverse; default: the client sends).
     #[arg(short = 'R', long, visible_alias = "reverse", conflicts_with_all = ["upload", "bidir"])]
     download: bool,
@@ -141,10 +149,7 @@ pub async fn run(a: PerfArgs) -> Result<Ended, String> {
     let (_, server_name, mut tls) = client_setup(&addr, &a.trust, &[])?;
     tls.enable_early_data = a.zero_rtt;
     let addrs = resolve(&addr)?;
-    let mut paths = Vec::new();
-    for p in &a.path {
-        paths.push(*resolve(p)?.first().ok_or_else(|| format!("{p} resolved to no address"))?);
-    }
+    let paths = a.path.iter().map(|p| crate::args::parse_path(p)).collect::<Result<Vec<_>, _>>()?;
     if (a.aggregate || a.migrate_at.is_some()) && paths.is_empty() {
         return Err("--aggregate and --migrate-at need at least one --path".into());
     }
@@ -201,6 +206,13 @@ pub async fn run(a: PerfArgs) -> Result<Ended, String> {
     let opts = perf::PerfOptions {
         addrs,
         paths,
+        path_manager: a.path_manager.as_deref().map(|p| {
+            if p == "fullmesh" {
+                tcpls::PathPolicy::Fullmesh
+            } else {
+                tcpls::PathPolicy::Manual
+            }
+        }),
         aggregate: a.aggregate,
         migrate_at: a.migrate_at,
         server_name,

@@ -18,7 +18,8 @@
 //!
 //! Not run, because they need a second host or a network namespace (documented exceptions):
 //! commands naming the documentation address ranges 203.0.113.0/24 and 198.51.100.0/24 (RFC
-//! 5737) or example.org, which stand for other machines; `tunnel client`/`tm3 lp` examples
+//! 5737) or example.org, which stand for other machines; `--config /etc/...` examples, which stand
+//! for an installed host (tunnel_cli.rs covers configuration files); `tunnel client`/`tm3 lp` examples
 //! all do. The namespace tests (tunnel_cli.rs, tm3_cli.rs, netns_ext.rs) cover those modes.
 //! Non-`tcpls` lines (`cargo`, `curl`, `iptables`) are not run either.
 #![allow(clippy::unwrap_used)]
@@ -33,6 +34,10 @@ use support::{free_port, ipv6_available, run, tcpls, Proc, TempDir, LOCALHOST_V4
 
 /// Addresses that stand for other hosts in the examples.
 const OTHER_HOSTS: [&str; 3] = ["203.0.113.", "198.51.100.", "example.org"];
+
+/// A deployment's configuration file (`--config /etc/tcpls/...`): those examples stand for an
+/// installed host; tunnel_cli.rs runs the tunnel from a configuration file and `check-config`.
+const INSTALLED_CONFIG: &str = "--config /etc/";
 
 /// Ports written in the examples, replaced by free ones.
 const DOC_PORTS: [&str; 8] = ["4443", "4444", "5201", "6000", "7000", "1080", "8080", "9000"];
@@ -138,7 +143,7 @@ fn is_synopsis(line: &str) -> bool {
 }
 
 fn needs_another_host(line: &str) -> bool {
-    OTHER_HOSTS.iter().any(|h| line.contains(h))
+    OTHER_HOSTS.iter().any(|h| line.contains(h)) || line.contains(INSTALLED_CONFIG)
 }
 
 /// What a command is.
