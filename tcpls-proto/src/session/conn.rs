@@ -73,6 +73,8 @@ pub(crate) struct Connection {
     /// Records sealed on this connection whose frames the peer has not acknowledged yet,
     /// oldest first (kept only with failover on): what a failover re-sends elsewhere.
     pub(crate) sent_log: std::collections::VecDeque<SentRecord>,
+    /// Bytes of control frames held in `sent_log`.
+    pub(crate) sent_log_control: usize,
     /// TCPLS records (content type 23) received: the first one may carry a Join.
     pub(crate) app_records: u64,
     /// Client side of a joining connection: the token its first record must carry.
@@ -175,6 +177,7 @@ impl Connection {
             error: None,
             records_opened: 0,
             sent_log: std::collections::VecDeque::new(),
+            sent_log_control: 0,
             app_records: 0,
             join_token: None,
             awaiting_join_ack: false,

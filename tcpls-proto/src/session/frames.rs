@@ -20,6 +20,11 @@ use super::{Core, Inbound, RecordSink, Side};
 const MAX_TOKENS: usize = 64;
 const MAX_PEER_ADDRESSES: usize = 32;
 
+/// Most ranges of refused stream IDs remembered until a frame for one of them is answered;
+/// beyond, the lowest range is forgotten (its streams then get no Stream Reset: only a peer
+/// that opened far more streams than allowed, in a scattered order, gets there).
+const MAX_REFUSED_RANGES: usize = 4096;
+
 /// Work a frame asks for that needs the connection table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ConnAction {
@@ -178,6 +183,8 @@ impl Core {
                     }
                     self.notify_readable(stream_id);
                     self.maybe_remove(stream_id);
+                } else {
+                    self.answer_refused(stream_id);
                 }
             }
             Frame::MaxStreamData { stream_id, maximum_offset } => {
@@ -186,6 +193,8 @@ impl Core {
                 if let Some(s) = self.streams.get_mut(&stream_id) {
                     s.send.set_max_data(maximum_offset);
                     self.schedule(stream_id);
+                } else {
+                    self.answer_refused(stream_id);
                 }
             }
             Frame::UserTimeout { timeout_ms } => {
@@ -261,13 +270,28 @@ impl Core {
             next += 2;
         }
         if next <= u64::from(id) {
-            // The rest is refused, in one step: queueing a Stream Reset per ID let one 15-byte
-            // frame cost thousands of queued frames (and a record full of them, gigabytes).
+            // The rest is refused. Each refused stream gets its Stream Reset when a frame naming
+            // it arrives (this one now, the others when their own frames come), so that we send
+            // one reset per frame received: answering every ID at once made one 15-byte frame
+            // cost 4096 resets sent and kept for failover (issue #14).
             self.stats.streams_refused += (u64::from(id) - next) / 2 + 1;
-            self.control.push_refused(next as StreamId, id);
+            self.refused_streams.insert(next..u64::from(id) + 1);
+            while self.refused_streams.len() > MAX_REFUSED_RANGES {
+                self.refused_streams.pop_first();
+            }
         }
         self.next_peer_stream = u64::from(id) + 2;
         Ok(())
+    }
+
+    /// A frame named a peer stream we refused and did not answer yet: Stream Reset 0x1 for it
+    /// (PROTOCOL.md §4.3), once.
+    fn answer_refused(&mut self, id: StreamId) {
+        let id64 = u64::from(id);
+        if !self.is_local(id) && self.refused_streams.contains(id64) {
+            self.refused_streams.remove(id64..id64 + 1);
+            self.control.push_refused(id, id);
+        }
     }
 
     fn on_stream_frame(&mut self, id: StreamId, offset: u64, data: &[u8], fin: bool) -> Result<(), TransportError> {
@@ -275,6 +299,7 @@ impl Core {
         self.open_peer_streams(id)?;
         let Some(s) = self.streams.get_mut(&id) else {
             // Closed and forgotten, or refused: late bytes are dropped.
+            self.answer_refused(id);
             return Ok(());
         };
         if s.recv_reset.is_some() {

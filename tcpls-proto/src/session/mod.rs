@@ -118,6 +118,9 @@ pub(crate) struct Core {
     pub(crate) ext: ext::ExtState,
     /// 0-RTT state, see `early.rs`.
     pub(crate) early: early::EarlyState,
+    /// Peer stream IDs refused over our concurrency limit whose Stream Reset is not sent yet
+    /// (`frames.rs`: each is answered when a frame names it).
+    pub(crate) refused_streams: crate::stream::RangeSet,
 }
 
 /// Session-wide counters.
@@ -134,6 +137,10 @@ pub struct SessionStats {
     pub zero_copy_bytes: u64,
     /// Stream bytes decrypted elsewhere and then copied into their stream's receive buffer.
     pub copied_bytes: u64,
+    /// Sent records released unacknowledged because the peer let more than
+    /// `SessionConfig::max_unacked_records` (or `max_unacked_control` bytes) pile up: their
+    /// failover guarantee is lost.
+    pub unacked_released: u64,
 }
 
 pub struct Session {
@@ -243,6 +250,7 @@ impl Session {
                 orphan_error: None,
                 ext: ext::ExtState::default(),
                 early: early::EarlyState::default(),
+                refused_streams: crate::stream::RangeSet::new(),
             },
         }
     }
@@ -492,7 +500,7 @@ impl Session {
                 frames::ConnAction::EchoRtt { conn, timestamp_us } => {
                     if self.conn(conn).is_some_and(Connection::is_usable) {
                         let echo = crate::frame::Frame::RttEcho { connection_id: conn, timestamp_us };
-                        self.core.control.push(&echo, Some(conn));
+                        self.core.control.push_answer(&echo, conn, Some(conn));
                     }
                 }
                 frames::ConnAction::Ack { conn, highest } => {
@@ -510,7 +518,7 @@ impl Session {
                 frames::ConnAction::EchoAddress { on, about } => {
                     if let Some(addr) = self.conn(about).and_then(|c| c.remote) {
                         let echo = crate::frame::Frame::AddressEcho { connection_id: about, addr };
-                        self.core.control.push(&echo, Some(on));
+                        self.core.control.push_answer(&echo, about, Some(on));
                     }
                 }
             }
