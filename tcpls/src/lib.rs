@@ -12,6 +12,7 @@
 //! See `examples/echo.rs` for a complete client and server.
 
 mod connector;
+mod danger;
 mod driver;
 mod ext;
 pub mod fallback;

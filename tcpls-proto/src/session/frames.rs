@@ -20,6 +20,9 @@ use super::{Core, Inbound, RecordSink, Side};
 const MAX_TOKENS: usize = 64;
 const MAX_PEER_ADDRESSES: usize = 32;
 
+/// Most answers to our probes waiting to be polled (see `push_answer_event`).
+const MAX_ANSWER_EVENTS: usize = 64;
+
 /// Most ranges of refused stream IDs remembered until a frame for one of them is answered;
 /// beyond, the lowest range is forgotten (its streams then get no Stream Reset: only a peer
 /// that opened far more streams than allowed, in a scattered order, gets there).
@@ -209,20 +212,20 @@ impl Core {
             Frame::RttEcho { connection_id, timestamp_us } => {
                 let now_us = self.micros_since_start();
                 if let Some(rtt_us) = now_us.checked_sub(timestamp_us) {
-                    self.events.push_back(Event::RttMeasured { conn: connection_id, rtt_us });
+                    self.push_answer_event(Event::RttMeasured { conn: connection_id, rtt_us });
                 }
             }
             Frame::TcpInfoRequest { connection_id } => {
                 self.events.push_back(Event::TcpInfoRequested { conn: connection_id });
             }
             Frame::TcpInfo { connection_id, info } => {
-                self.events.push_back(Event::PeerTcpInfo { conn: connection_id, info })
+                self.push_answer_event(Event::PeerTcpInfo { conn: connection_id, info })
             }
             Frame::AddressProbe { connection_id } => {
                 self.actions.push(ConnAction::EchoAddress { on: conn, about: connection_id })
             }
             Frame::AddressEcho { connection_id, addr } => {
-                self.events.push_back(Event::AddressEchoed { conn: connection_id, addr });
+                self.push_answer_event(Event::AddressEchoed { conn: connection_id, addr });
             }
             Frame::RateLimit { connection_id, bytes_per_second } => {
                 let now = self.now.unwrap_or_else(Instant::now);
@@ -241,6 +244,24 @@ impl Core {
             }
         }
         Ok(())
+    }
+
+    /// Reports an answer to one of our probes. Answers come from the peer, as many as it likes
+    /// and about any connection ID: at most one per kind and connection is kept until the
+    /// application polls it (the newest), and at most [`MAX_ANSWER_EVENTS`] in all.
+    fn push_answer_event(&mut self, event: Event) {
+        let key = |e: &Event| match e {
+            Event::RttMeasured { conn, .. } => Some((0, *conn)),
+            Event::PeerTcpInfo { conn, .. } => Some((1, *conn)),
+            Event::AddressEchoed { conn, .. } => Some((2, *conn)),
+            _ => None,
+        };
+        let k = key(&event);
+        if let Some(slot) = self.answer_events.iter_mut().find(|e| key(e) == k) {
+            *slot = event;
+        } else if self.answer_events.len() < MAX_ANSWER_EVENTS {
+            self.answer_events.push(event);
+        }
     }
 
     /// A locally-initiated ID we never opened cannot appear in a peer's frame.

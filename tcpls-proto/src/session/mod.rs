@@ -60,6 +60,10 @@ pub const HANDSHAKE_READ_CHUNK: usize = 16 * 1024;
 /// Queued control frames beyond which we stop reading (see [`Session::read_buffer`]).
 const MAX_QUEUED_CONTROL: usize = 4096;
 
+/// Events not yet polled beyond which we stop reading: most events answer a peer's frame one
+/// for one, so an IO layer that polls them only between reads must not see them pile up.
+const MAX_QUEUED_EVENTS: usize = 4096;
+
 /// Everything of a session except its connections, so frame handling can borrow both.
 pub(crate) struct Core {
     pub(crate) side: Side,
@@ -121,6 +125,9 @@ pub(crate) struct Core {
     /// Peer stream IDs refused over our concurrency limit whose Stream Reset is not sent yet
     /// (`frames.rs`: each is answered when a frame names it).
     pub(crate) refused_streams: crate::stream::RangeSet,
+    /// Answers to our probes not polled yet, at most one per kind and connection
+    /// (`frames.rs`); [`Session::poll_event`] hands them out after `events`.
+    pub(crate) answer_events: Vec<Event>,
 }
 
 /// Session-wide counters.
@@ -251,6 +258,7 @@ impl Session {
                 ext: ext::ExtState::default(),
                 early: early::EarlyState::default(),
                 refused_streams: crate::stream::RangeSet::new(),
+                answer_events: Vec::new(),
             },
         }
     }
@@ -351,7 +359,8 @@ impl Session {
     pub fn read_buffer(&mut self, conn: ConnId) -> &mut [u8] {
         // Stop reading while answers to the peer pile up (it sends probes or KeyUpdate requests
         // but does not read): TCP then pushes back on it instead of our memory growing.
-        let replies_backed_up = self.core.control.entries() > MAX_QUEUED_CONTROL;
+        let replies_backed_up =
+            self.core.control.entries() > MAX_QUEUED_CONTROL || self.core.events.len() > MAX_QUEUED_EVENTS;
         let backpressure = replies_backed_up || (self.core.fallback && self.core.fallback_stream_full());
         let tx_cap = 2 * self.core.config.transmit_high_water;
         match self.conns.iter_mut().find(|c| c.id == conn) {
@@ -444,7 +453,14 @@ impl Session {
     }
 
     pub fn poll_event(&mut self) -> Option<Event> {
-        self.core.events.pop_front()
+        if let Some(event) = self.core.events.pop_front() {
+            return Some(event);
+        }
+        if self.core.events.capacity() > MAX_QUEUED_EVENTS {
+            // A burst of peer-triggered events is over: do not keep its memory.
+            self.core.events = VecDeque::new();
+        }
+        self.core.answer_events.pop()
     }
 
     /// Runs the handshake or record layer of `conn` over what it has buffered.
