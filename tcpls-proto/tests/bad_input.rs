@@ -776,3 +776,50 @@ fn tokens_that_would_reuse_a_connection_id_are_ignored() {
     assert_eq!(p.client.tokens(), &before[..], "neither token was taken");
     assert!(p.client.error().is_none());
 }
+
+/// KeyUpdate requests (RFC 8446 §4.6.3) from a peer that sends them back to back: a receiver
+/// that stayed silent answers them with a single update, so a peer cannot make us rotate (and
+/// send) once per request; once we sent something, the next request is answered again.
+#[test]
+fn repeated_key_update_requests_get_one_answer_while_we_are_silent() {
+    for v in BOTH {
+        let mut p = Pair::established();
+        for _ in 0..100 {
+            sides(&mut p, v).1.update_keys(0, true).unwrap();
+        }
+        deliver(&mut p, v);
+        assert_alive(&mut p, v);
+        assert_eq!(sides(&mut p, v).0.key_updates(0), (1, 100), "victim {v:?}");
+        // The victim sends data: a later request is answered.
+        let victim = sides(&mut p, v).0;
+        let id = victim.open_stream().unwrap();
+        victim.write(id, b"data").unwrap();
+        p.drive();
+        sides(&mut p, v).1.update_keys(0, true).unwrap();
+        p.drive();
+        assert_eq!(sides(&mut p, v).0.key_updates(0), (2, 101), "victim {v:?}");
+        assert_alive(&mut p, v);
+    }
+}
+
+/// After our close_notify nothing more may be sent on the connection: a KeyUpdate request that
+/// arrives then still rotates the peer's key on our side but is not answered (issue #14).
+#[test]
+fn no_key_update_answer_after_our_close_notify() {
+    for v in BOTH {
+        let mut p = Pair::established();
+        let now = p.now;
+        let victim = sides(&mut p, v).0;
+        victim.close();
+        victim.prepare_transmit(now);
+        let closing = victim.transmit_data(0).len();
+        assert!(closing > 0, "close_notify sealed");
+        sides(&mut p, v).1.update_keys(0, true).unwrap();
+        deliver(&mut p, v);
+        let victim = sides(&mut p, v).0;
+        assert_eq!(victim.key_updates(0), (0, 1), "victim {v:?}");
+        victim.prepare_transmit(now);
+        assert_eq!(victim.transmit_data(0).len(), closing, "nothing sealed after close_notify");
+        assert!(!matches!(victim.error(), Some(Error::Local(_))), "victim {v:?}: {:?}", victim.error());
+    }
+}

@@ -52,6 +52,24 @@ impl Session {
         self.core.control.entries()
     }
 
+    /// **Dangerous, for tests only.** A client session whose handshake offers `content` (any
+    /// bytes, meant as TCPLS frames) as its TLS early data, to test what a server accepts
+    /// before the client Finished.
+    #[doc(hidden)]
+    pub fn danger_client_with_early_content(
+        config: std::sync::Arc<rustls::ClientConfig>,
+        server_name: rustls::pki_types::ServerName<'static>,
+        settings: crate::SessionConfig,
+        content: Vec<u8>,
+    ) -> Result<Self, Error> {
+        let mut session = Self::new(super::Side::Client, settings);
+        session.core.client_tls = Some((config.clone(), server_name.clone()));
+        let handshake = crate::tls::Handshake::client_with_early_data(config, server_name, content)?;
+        session.conns.push(super::Connection::new(0, handshake));
+        session.drive_handshakes();
+        Ok(session)
+    }
+
     /// **Dangerous, for tests only.** Starts a joining connection that presents `token`, used
     /// or not, under connection ID `id` (to replay or forge tokens against a server).
     #[doc(hidden)]
