@@ -76,6 +76,11 @@ pub struct SessionConfig {
     /// is considered failed (and fails over). None (default): rely on TCP (RST, FIN, user timeout).
     pub keepalive: Option<std::time::Duration>,
     pub ping_timeout: std::time::Duration,
+    /// Server sessions end after this long without receiving anything on any connection
+    /// (close_notify, then `Error::ConnectionLost`), so that silent clients cannot hold them for
+    /// ever (issue #14). Default 5 minutes; None: never. Client sessions ignore it (they use
+    /// `keepalive`). A client that idles longer on purpose sets `keepalive` below it.
+    pub idle_timeout: Option<std::time::Duration>,
     /// Decrypt stream records straight into their stream's receive buffer (ARCHITECTURE.md,
     /// "The receive path"). Off forces the copying path (decrypt in the connection's buffer, then
     /// copy), which exists for comparison; the bytes delivered are the same.
@@ -109,6 +114,7 @@ impl Default for SessionConfig {
             ack_delay: std::time::Duration::from_millis(25),
             keepalive: None,
             ping_timeout: std::time::Duration::from_secs(1),
+            idle_timeout: Some(std::time::Duration::from_secs(300)),
             zero_copy: true,
             notsent_lowat: None,
         }

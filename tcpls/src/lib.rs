@@ -11,6 +11,7 @@
 //!
 //! See `examples/echo.rs` for a complete client and server.
 
+mod admission;
 mod connector;
 mod danger;
 mod driver;
@@ -25,6 +26,7 @@ mod sockopt;
 mod stream;
 mod tcp_info;
 
+pub use admission::{FIRST_BYTE_TIMEOUT, MAX_AWAITING_HELLO, MAX_AWAITING_PER_SOURCE, MAX_HANDSHAKES_PER_SOURCE};
 pub use connector::{server_name_for, HappyEyeballs, TcplsConnector};
 pub use ext::{NatReport, PROBE_TIMEOUT};
 pub use fallback::{ConnectOutcome, FallbackMemory};

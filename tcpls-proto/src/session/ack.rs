@@ -189,6 +189,36 @@ impl Session {
         }
     }
 
+    /// Server idle timeout (`SessionConfig::idle_timeout`): a session that received nothing on
+    /// any connection for that long ends (close_notify, then `Error::ConnectionLost`), so
+    /// silent clients do not hold server sessions for ever (issue #14).
+    pub(crate) fn check_idle(&mut self, now: Instant) {
+        let Some(deadline) = self.idle_deadline() else { return };
+        if now < deadline {
+            return;
+        }
+        let limit = self.core.config.idle_timeout.unwrap_or_default();
+        let reason = format!("nothing received from the peer for {limit:?} (idle timeout)");
+        // Closing: an idle session does not wait for a rejoin.
+        self.core.closing = true;
+        for c in &mut self.conns {
+            let _ = c.send_close_notify();
+            c.fail(crate::Error::ConnectionLost(reason.clone()));
+        }
+        self.after_connection_change();
+    }
+
+    /// When the server idle timeout would end the session, if it applies.
+    pub(crate) fn idle_deadline(&self) -> Option<Instant> {
+        let limit = self.core.config.idle_timeout?;
+        let core = &self.core;
+        if core.side != super::Side::Server || core.closed || !core.established || core.orphaned_since.is_some() {
+            return None;
+        }
+        let last = self.conns.iter().filter_map(|c| c.last_rx).max().or(core.start)?;
+        Some(last + limit)
+    }
+
     /// The next keepalive event (a Ping to send or a Ping's deadline).
     pub(crate) fn keepalive_deadline(&self) -> Option<Instant> {
         let idle = self.core.config.keepalive?;
