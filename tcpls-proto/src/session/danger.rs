@@ -52,6 +52,22 @@ impl Session {
         self.core.control.entries()
     }
 
+    /// **For tests and fuzzing.** What the sent-record logs (kept for failover until the peer
+    /// acknowledges) hold at most on one connection: (records, bytes of control frames). Bounded
+    /// by `SessionConfig::max_unacked_records` and `max_unacked_control`.
+    #[doc(hidden)]
+    pub fn danger_retained(&self) -> (usize, usize) {
+        let records = self.conns.iter().map(|c| c.sent_log.len()).max().unwrap_or(0);
+        let control = self.conns.iter().map(|c| c.sent_log_control).max().unwrap_or(0);
+        (records, control)
+    }
+
+    /// **For tests and fuzzing.** Events not yet polled (ordinary ones and answers to probes).
+    #[doc(hidden)]
+    pub fn danger_queued_events(&self) -> usize {
+        self.core.events.len() + self.core.answer_events.len()
+    }
+
     /// **Dangerous, for tests only.** A client session whose handshake offers `content` (any
     /// bytes, meant as TCPLS frames) as its TLS early data, to test what a server accepts
     /// before the client Finished.
