@@ -823,3 +823,43 @@ fn no_key_update_answer_after_our_close_notify() {
         assert!(!matches!(victim.error(), Some(Error::Local(_))), "victim {v:?}: {:?}", victim.error());
     }
 }
+
+/// Requests about one connection (TCP Info, User Timeout, Congestion Control, Rate Limit) and
+/// unsolicited answers, by the thousand in one record: the victim reports the latest of each
+/// kind per connection once, so its IO layer makes one socket call per kind, not one per frame,
+/// and answers about connections that do not exist stop at a small bound (issue #14).
+#[test]
+fn per_connection_requests_and_answers_are_reported_once_per_kind() {
+    for v in BOTH {
+        let mut p = Pair::established();
+        let mut frames = Vec::new();
+        for i in 0..300u32 {
+            frames.push(Frame::TcpInfoRequest { connection_id: 0 });
+            frames.push(Frame::UserTimeout { timeout_ms: 1000 + i });
+            frames.push(Frame::CongestionControl { connection_id: 0, name: b"reno" });
+            frames.push(Frame::RateLimit { connection_id: 0, bytes_per_second: 1_000_000 + u64::from(i) });
+            frames.push(Frame::RttEcho { connection_id: 1000 + i, timestamp_us: 0 });
+        }
+        send_frames(&mut p, v, &frames);
+        assert_alive(&mut p, v);
+        let victim = sides(&mut p, v).0;
+        let mut events = Vec::new();
+        while let Some(e) = victim.poll_event() {
+            events.push(e);
+        }
+        let count = |f: fn(&Event) -> bool| events.iter().filter(|e| f(e)).count();
+        assert_eq!(count(|e| matches!(e, Event::TcpInfoRequested { .. })), 1);
+        assert_eq!(count(|e| matches!(e, Event::CongestionControlRequested { .. })), 1);
+        // The latest processed wins (frames are read last to first: the first one encoded).
+        let timeouts: Vec<_> = events
+            .iter()
+            .filter_map(
+                |e| if let Event::UserTimeoutRequested { timeout_ms, .. } = e { Some(*timeout_ms) } else { None },
+            )
+            .collect();
+        assert_eq!(timeouts, [1000]);
+        assert_eq!(count(|e| matches!(e, Event::RateLimited { .. })), 1);
+        let rtts = count(|e| matches!(e, Event::RttMeasured { .. }));
+        assert!(rtts <= 64, "{rtts} RTT answers about made-up connections reported");
+    }
+}

@@ -20,7 +20,8 @@ use super::{Core, Inbound, RecordSink, Side};
 const MAX_TOKENS: usize = 64;
 const MAX_PEER_ADDRESSES: usize = 32;
 
-/// Most answers to our probes waiting to be polled (see `push_answer_event`).
+/// Most answers to our probes and per-connection requests waiting to be polled (see
+/// `push_answer_event`).
 const MAX_ANSWER_EVENTS: usize = 64;
 
 /// Most ranges of refused stream IDs remembered until a frame for one of them is answered;
@@ -201,7 +202,7 @@ impl Core {
                 }
             }
             Frame::UserTimeout { timeout_ms } => {
-                self.events.push_back(Event::UserTimeoutRequested { conn, timeout_ms })
+                self.push_answer_event(Event::UserTimeoutRequested { conn, timeout_ms })
             }
             Frame::RttProbe { connection_id, timestamp_us } => {
                 // The echo must come back on the probed connection for the RTT to mean anything.
@@ -216,7 +217,7 @@ impl Core {
                 }
             }
             Frame::TcpInfoRequest { connection_id } => {
-                self.events.push_back(Event::TcpInfoRequested { conn: connection_id });
+                self.push_answer_event(Event::TcpInfoRequested { conn: connection_id });
             }
             Frame::TcpInfo { connection_id, info } => {
                 self.push_answer_event(Event::PeerTcpInfo { conn: connection_id, info })
@@ -230,11 +231,11 @@ impl Core {
             Frame::RateLimit { connection_id, bytes_per_second } => {
                 let now = self.now.unwrap_or_else(Instant::now);
                 self.ext.set_rate(connection_id, bytes_per_second, now);
-                self.events.push_back(Event::RateLimited { conn: connection_id, bytes_per_second });
+                self.push_answer_event(Event::RateLimited { conn: connection_id, bytes_per_second });
             }
             Frame::CongestionControl { connection_id, name } => {
                 let name = String::from_utf8_lossy(name).into_owned();
-                self.events.push_back(Event::CongestionControlRequested { conn: connection_id, name });
+                self.push_answer_event(Event::CongestionControlRequested { conn: connection_id, name });
             }
             Frame::StreamSteer { stream_id, connection_id } => {
                 self.check_stream_id(stream_id)?;
@@ -246,14 +247,21 @@ impl Core {
         Ok(())
     }
 
-    /// Reports an answer to one of our probes. Answers come from the peer, as many as it likes
-    /// and about any connection ID: at most one per kind and connection is kept until the
-    /// application polls it (the newest), and at most [`MAX_ANSWER_EVENTS`] in all.
+    /// Reports an answer to one of our probes, or a peer's request about one connection (TCP
+    /// Info, User Timeout, Congestion Control, Rate Limit). They come as many as the peer likes
+    /// and about any connection ID, and only the latest of each kind matters: at most one per
+    /// kind and connection is kept until the application polls it (the newest), and at most
+    /// [`MAX_ANSWER_EVENTS`] in all. So a flood costs one event (and, in the IO layer, one
+    /// socket call) per kind and connection, not one per frame.
     fn push_answer_event(&mut self, event: Event) {
         let key = |e: &Event| match e {
             Event::RttMeasured { conn, .. } => Some((0, *conn)),
             Event::PeerTcpInfo { conn, .. } => Some((1, *conn)),
             Event::AddressEchoed { conn, .. } => Some((2, *conn)),
+            Event::TcpInfoRequested { conn } => Some((3, *conn)),
+            Event::UserTimeoutRequested { conn, .. } => Some((4, *conn)),
+            Event::CongestionControlRequested { conn, .. } => Some((5, *conn)),
+            Event::RateLimited { conn, .. } => Some((6, *conn)),
             _ => None,
         };
         let k = key(&event);
