@@ -252,9 +252,16 @@ const KEY_PKCS8_DER: &[u8] = &[
 /// so most streams stay at the initial 64 KiB credit.
 const WINDOW: u64 = 128 << 10;
 
-/// Most bytes one stream's receive half may hold: its window of storage plus the out-of-order
-/// bitmap (an eighth of it) and rounding.
-const PER_STREAM_BOUND: usize = (WINDOW as usize) + (WINDOW as usize) / 8 + 64;
+/// Most bytes one stream's receive half may hold: storage over at most its window, the
+/// out-of-order bitmap (an eighth of it), and sparse segments for bytes past the storage that
+/// cost less than the span they would need (so at most about the window again; see
+/// `stream/recv.rs`), plus rounding.
+const PER_STREAM_BOUND: usize = 2 * (WINDOW as usize) + (WINDOW as usize) / 8 + 256;
+
+/// Most receive memory per byte the victim received on the wire (`RECV_MEMORY_PER_WIRE_BYTE`
+/// in tcpls-proto's stream tests; PROTOCOL.md §4.2), plus a small allocation per stream.
+const RECV_MEMORY_PER_WIRE_BYTE: usize = 8;
+const PER_STREAM_FLOOR: usize = 256;
 
 /// The fuzzer attacks the record layer and the session, not certificate checks: the client
 /// accepts the fixed certificate without looking (and without a signature check, which also
@@ -436,6 +443,15 @@ fn check_victim(victim: &Session, handshake_done: bool) {
     let held = victim.danger_buffered_bytes();
     let bound = victim.stream_count() * PER_STREAM_BOUND;
     assert!(held <= bound, "{held} bytes buffered for {} streams", victim.stream_count());
+    // Memory follows what arrived (issue #14): never the window for a byte at its far edge.
+    let wire = victim.connection_stats(0).map_or(0, |s| s.bytes_received) as usize;
+    let by_wire = RECV_MEMORY_PER_WIRE_BYTE * wire + victim.stream_count() * PER_STREAM_FLOOR;
+    assert!(held <= by_wire, "{held} bytes buffered for {wire} bytes received");
+    // What the victim keeps for failover and what waits to be polled stay bounded.
+    let (records, control) = victim.danger_retained();
+    let config = victim.settings();
+    assert!(records <= config.max_unacked_records && control <= config.max_unacked_control);
+    assert!(victim.danger_queued_events() <= 4096 + 64 + 2 * MAX_PLAINTEXT, "events pile up");
 }
 
 /// Splits `data` into pieces of varied sizes (a socket's reads).

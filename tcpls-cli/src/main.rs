@@ -175,6 +175,10 @@ struct ServeArgs {
     /// reno, bbr).
     #[arg(long)]
     allow_cc: Vec<String>,
+    /// End a session after this many seconds without receiving anything from its client
+    /// (0: never). Clients that idle longer on purpose use keepalive.
+    #[arg(long, default_value_t = 300)]
+    idle_timeout: u64,
 }
 
 /// Exit status after Ctrl-C (128 + SIGINT, as shells report it), for every subcommand.
@@ -331,7 +335,8 @@ async fn serve_cmd(a: ServeArgs) -> Result<Ended, String> {
         advertise.extend(resolve(l)?.into_iter().take(1));
     }
     advertise.dedup();
-    let settings = SessionConfig { tokens: a.tokens, advertise, ..SessionConfig::default() };
+    let idle_timeout = (a.idle_timeout > 0).then(|| std::time::Duration::from_secs(a.idle_timeout));
+    let settings = SessionConfig { tokens: a.tokens, advertise, idle_timeout, ..SessionConfig::default() };
     let settings = probe::serve_settings(settings, &a.allow_cc);
     let listeners = serve::bind(&listen, tls, settings).await?;
     let metrics = match (&a.metrics, listeners.first()) {

@@ -58,6 +58,15 @@ pub struct SessionConfig {
     /// With failover, how long a session whose every connection was lost waits for the client
     /// to join a new one (break-before-make); zero: the session ends with its last connection.
     pub rejoin_timeout: std::time::Duration,
+    /// With failover, most sent records kept per connection until the peer acknowledges them;
+    /// beyond, the oldest are released unacknowledged (their failover guarantee is lost,
+    /// counted in `SessionStats::unacked_released`). A peer that reads without acknowledging
+    /// cannot grow what we keep past this (issue #14). Default 65536 (1 GiB of full records in
+    /// flight; a log entry costs about 64 bytes).
+    pub max_unacked_records: usize,
+    /// Same bound on the control frames kept in those records (bytes per connection;
+    /// default 1 MiB).
+    pub max_unacked_control: usize,
     /// ACK after this many ack-eliciting records (PROTOCOL.md §5; default 16).
     pub ack_every_records: u32,
     /// ... or this long after the first unacknowledged one (default 25 ms).
@@ -67,6 +76,11 @@ pub struct SessionConfig {
     /// is considered failed (and fails over). None (default): rely on TCP (RST, FIN, user timeout).
     pub keepalive: Option<std::time::Duration>,
     pub ping_timeout: std::time::Duration,
+    /// Server sessions end after this long without receiving anything on any connection
+    /// (close_notify, then `Error::ConnectionLost`), so that silent clients cannot hold them for
+    /// ever (issue #14). Default 5 minutes; None: never. Client sessions ignore it (they use
+    /// `keepalive`). A client that idles longer on purpose sets `keepalive` below it.
+    pub idle_timeout: Option<std::time::Duration>,
     /// Decrypt stream records straight into their stream's receive buffer (ARCHITECTURE.md,
     /// "The receive path"). Off forces the copying path (decrypt in the connection's buffer, then
     /// copy), which exists for comparison; the bytes delivered are the same.
@@ -94,10 +108,13 @@ impl Default for SessionConfig {
             random: system_random(),
             failover: true,
             rejoin_timeout: std::time::Duration::from_secs(10),
+            max_unacked_records: 65536,
+            max_unacked_control: 1 << 20,
             ack_every_records: 16,
             ack_delay: std::time::Duration::from_millis(25),
             keepalive: None,
             ping_timeout: std::time::Duration::from_secs(1),
+            idle_timeout: Some(std::time::Duration::from_secs(300)),
             zero_copy: true,
             notsent_lowat: None,
         }

@@ -277,3 +277,59 @@ fn ticket_store_lifetime_rotation_and_single_use() {
     assert!(again.client.is_established() && !again.client.handshake_info().unwrap().resumed);
     assert_eq!(expired.stats().resumed, 0);
 }
+
+/// PROTOCOL.md §1.7: early data carries Stream frames only. Anything else (here a Rate Limit,
+/// a Stream Reset, a Congestion Control request or a Join next to the Stream frame) is a
+/// protocol violation: the server fails the connection with unexpected_message before acting
+/// on any of it (issue #14, observation 7: they used to be acted on before the client Finished).
+#[test]
+fn early_data_with_anything_but_stream_frames_is_a_protocol_violation() {
+    use tcpls_proto::frame::Frame;
+    use tcpls_proto::{AlertCode, Error};
+    let pki = Pki::new();
+    let (client_cfg, server_cfg) = configs(&pki);
+    let server_cfg = Arc::new(server_cfg);
+    let extras: [Frame<'_>; 4] = [
+        Frame::RateLimit { connection_id: 0, bytes_per_second: 1 },
+        Frame::StreamReset { stream_id: 0, final_size: 5, error_code: 9 },
+        Frame::CongestionControl { connection_id: 0, name: b"reno" },
+        Frame::Ping,
+    ];
+    for extra in extras {
+        refresh_tickets(&client_cfg, &server_cfg);
+        let mut content = Vec::new();
+        Frame::Stream { stream_id: 0, offset: 0, fin: false, data: b"GET /" }.encode(&mut content);
+        extra.encode(&mut content);
+        let client =
+            Session::danger_client_with_early_content(client_cfg.clone(), name(), test_config(), content).unwrap();
+        let server = Session::server(server_cfg.clone(), test_config()).unwrap();
+        let mut p = pair_of(client, server);
+        let now = p.now;
+        flush(&mut p.client, &mut p.server, now);
+        match p.server.error() {
+            Some(Error::Local(e)) => assert_eq!(e.alert, AlertCode::UnexpectedMessage, "{extra:?}: {e:?}"),
+            other => panic!("{extra:?} in early data: expected a protocol violation, got {other:?}"),
+        }
+        assert_eq!(p.server.send_rate_limit(0), None, "{extra:?}: nothing was acted on");
+        assert_eq!(p.server.accept_stream(), None, "{extra:?}: not even the Stream frame");
+    }
+    // Stream frames alone are fine.
+    refresh_tickets(&client_cfg, &server_cfg);
+    let mut content = Vec::new();
+    Frame::Stream { stream_id: 0, offset: 0, fin: false, data: b"GET /" }.encode(&mut content);
+    let client = Session::danger_client_with_early_content(client_cfg, name(), test_config(), content).unwrap();
+    let server = Session::server(server_cfg, test_config()).unwrap();
+    let mut p = pair_of(client, server);
+    let now = p.now;
+    flush(&mut p.client, &mut p.server, now);
+    assert_eq!(p.server.error(), None);
+    assert!(p.server.early_data_accepted());
+    assert_eq!(p.server.accept_stream(), Some(0));
+}
+
+/// A session that leaves fresh (single-use) tickets in the client config's cache.
+fn refresh_tickets(client: &Arc<ClientConfig>, server: &Arc<ServerConfig>) {
+    let mut p = Pair::from_arcs(client.clone(), server.clone(), test_config());
+    p.drive();
+    assert!(p.client.is_established());
+}

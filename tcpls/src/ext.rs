@@ -28,13 +28,31 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Most events kept for the application (as in `shared.rs`).
 const MAX_APP_EVENTS: usize = 1024;
 
-/// Answers to our probes, per connection, each with the sequence number of its arrival.
+/// Answers to our probes, per connection, each with the sequence number of its arrival. The
+/// connection IDs come from the peer's frames: only connections that have a socket here are
+/// recorded, and their entries go when they close, so the maps never hold more entries than
+/// the session has connections (issue #14: unsolicited echoes about made-up IDs grew them by
+/// hundreds of MiB).
 #[derive(Debug, Default)]
 pub(crate) struct ExtResults {
     seq: u64,
     rtt: HashMap<ConnId, (u64, u64)>,
     tcp_info: HashMap<ConnId, (u64, TcpInfo)>,
     addr: HashMap<ConnId, (u64, SocketAddr)>,
+}
+
+impl ExtResults {
+    /// Connection `conn` ended: its answers go.
+    fn forget(&mut self, conn: ConnId) {
+        self.rtt.remove(&conn);
+        self.tcp_info.remove(&conn);
+        self.addr.remove(&conn);
+    }
+
+    /// Entries held over all maps.
+    pub(crate) fn entries(&self) -> usize {
+        self.rtt.len() + self.tcp_info.len() + self.addr.len()
+    }
 }
 
 /// The result of [`Session::probe_nat`].
@@ -52,17 +70,22 @@ pub struct NatReport {
 pub(crate) fn observe(inner: &mut Inner, event: &Event) {
     let mut wake = true;
     match event {
-        Event::RttMeasured { conn, rtt_us } => {
+        Event::RttMeasured { conn, rtt_us } if inner.fds.contains_key(conn) => {
             inner.ext.seq += 1;
             inner.ext.rtt.insert(*conn, (inner.ext.seq, *rtt_us));
         }
-        Event::PeerTcpInfo { conn, info } => {
+        Event::PeerTcpInfo { conn, info } if inner.fds.contains_key(conn) => {
             inner.ext.seq += 1;
             inner.ext.tcp_info.insert(*conn, (inner.ext.seq, *info));
         }
-        Event::AddressEchoed { conn, addr } => {
+        Event::AddressEchoed { conn, addr } if inner.fds.contains_key(conn) => {
             inner.ext.seq += 1;
             inner.ext.addr.insert(*conn, (inner.ext.seq, *addr));
+        }
+        Event::ConnectionClosed { conn, .. } => {
+            inner.ext.forget(*conn);
+            // The dispatch wakes the waiters of this event itself.
+            wake = false;
         }
         Event::UserTimeoutRequested { conn, timeout_ms } => {
             let result = if *timeout_ms != 0 && !PEER_USER_TIMEOUT_MS.contains(timeout_ms) {

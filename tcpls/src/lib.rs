@@ -51,7 +51,9 @@
 //! # fn main() {}
 //! ```
 
+mod admission;
 mod connector;
+mod danger;
 mod driver;
 mod ext;
 pub mod fallback;
@@ -70,6 +72,7 @@ mod stream;
 mod tcp_info;
 mod trace;
 
+pub use admission::{FIRST_BYTE_TIMEOUT, MAX_AWAITING_HELLO, MAX_AWAITING_PER_SOURCE, MAX_HANDSHAKES_PER_SOURCE};
 pub use connector::{server_name_for, HappyEyeballs, TcplsConnector};
 pub use ext::{NatReport, PROBE_TIMEOUT};
 pub use fallback::{ConnectOutcome, FallbackMemory};

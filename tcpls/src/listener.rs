@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use crate::admission::Admission;
 use crate::connector::handshake_error;
 use crate::driver::{register_tokens, Driver};
 use crate::listener_stats::{ListenerStats, Outcome};
@@ -48,6 +49,7 @@ pub struct TcplsListener {
     registry: JoinRegistry,
     sessions: tokio::sync::Mutex<mpsc::Receiver<(Session, SocketAddr)>>,
     errors: Arc<std::sync::atomic::AtomicU64>,
+    admission: Admission,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -95,9 +97,16 @@ impl TcplsListener {
         let config = Arc::new(tcpls_proto::tcpls_server_config(&config));
         let (tx, rx) = mpsc::channel(128);
         let errors = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let ctx = AcceptCtx { config, settings, registry: registry.clone(), errors: errors.clone() };
+        let admission = Admission::default();
+        let ctx = AcceptCtx {
+            config,
+            settings,
+            registry: registry.clone(),
+            errors: errors.clone(),
+            admission: admission.clone(),
+        };
         let task = tokio::spawn(accept_loop(listener, ctx, tx));
-        Self { local, registry, sessions: tokio::sync::Mutex::new(rx), errors, task }
+        Self { local, registry, sessions: tokio::sync::Mutex::new(rx), errors, admission, task }
     }
 
     /// The registry this listener routes joins with.
@@ -114,7 +123,13 @@ impl TcplsListener {
         self.sessions.lock().await.recv().await
     }
 
-    /// Handshakes that failed or timed out so far.
+    /// Accepted connections that have not sent their first byte yet (at most
+    /// [`MAX_AWAITING_HELLO`](crate::MAX_AWAITING_HELLO)).
+    pub fn connections_awaiting_hello(&self) -> usize {
+        self.admission.awaiting()
+    }
+
+    /// Handshakes that failed or timed out so far (including silent connections dropped).
     pub fn failed_handshakes(&self) -> u64 {
         self.errors.load(std::sync::atomic::Ordering::Relaxed)
     }
@@ -138,18 +153,18 @@ struct AcceptCtx {
     settings: SessionConfig,
     registry: JoinRegistry,
     errors: Arc<std::sync::atomic::AtomicU64>,
+    admission: Admission,
 }
 
-/// Handshakes in progress at once per listener. Beyond it the listener stops accepting for a
-/// moment and the kernel's backlog holds new connections, so connections that never finish
-/// their handshake cost bounded memory (each pending one holds a 16 KiB buffer at most for
-/// HANDSHAKE_TIMEOUT).
+/// Handshakes in progress at once per listener, counted from the first byte a connection
+/// sends (`admission.rs`: silent connections wait in a pool of their own, where the oldest
+/// make room for new ones, so they cannot hold these slots). Each pending handshake holds a
+/// 16 KiB buffer at most for HANDSHAKE_TIMEOUT.
 pub const MAX_PENDING_HANDSHAKES: usize = 1024;
 
 async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, tx: mpsc::Sender<(Session, SocketAddr)>) {
     let pending = Arc::new(tokio::sync::Semaphore::new(MAX_PENDING_HANDSHAKES));
     loop {
-        let Ok(permit) = pending.clone().acquire_owned().await else { return };
         let (stream, peer) = match listener.accept().await {
             Ok(s) => s,
             Err(e) => {
@@ -159,10 +174,20 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, tx: mpsc::Sender<(Se
                 continue;
             }
         };
-        let (ctx, tx) = (ctx.clone(), tx.clone());
+        let (ctx, tx, pending) = (ctx.clone(), tx.clone(), pending.clone());
         tokio::spawn(async move {
-            let outcome = tokio::time::timeout(HANDSHAKE_TIMEOUT, accept_one(stream, &ctx)).await;
-            drop(permit);
+            let Ok(slot) = ctx.admission.admit(&stream, peer.ip()).await else {
+                // Silent (no ClientHello in time) or pushed out by newer connections.
+                ctx.errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                ctx.registry.counters().count(Outcome::TimedOut);
+                return;
+            };
+            let outcome = tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
+                let _permit = pending.acquire_owned().await.map_err(io::Error::other)?;
+                accept_one(stream, &ctx).await
+            })
+            .await;
+            drop(slot);
             let counters = ctx.registry.counters();
             match outcome {
                 Ok(Ok(Some(session))) => {

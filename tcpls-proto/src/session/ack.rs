@@ -83,11 +83,21 @@ impl Core {
         if !self.config.failover {
             return;
         }
-        // ACKs and Padding are not worth re-sending; the rest of the control frames are.
+        // ACKs and Padding are not worth re-sending, nor answers about one connection (probe
+        // echoes, TCP Info, Ping), which mean nothing once it failed: keeping them let a peer
+        // that probes and never acknowledges grow this log (issue #14). The rest is kept.
         let mut kept = Vec::new();
         if !control.is_empty() {
             for frame in FrameReader::new(control).flatten() {
-                if !matches!(frame, Frame::Ack { .. } | Frame::Padding) {
+                if !matches!(
+                    frame,
+                    Frame::Ack { .. }
+                        | Frame::Padding
+                        | Frame::Ping
+                        | Frame::RttEcho { .. }
+                        | Frame::AddressEcho { .. }
+                        | Frame::TcpInfo { .. }
+                ) {
                     frame.encode(&mut kept);
                 }
             }
@@ -95,19 +105,30 @@ impl Core {
         if stream.is_none() && kept.is_empty() {
             return;
         }
+        c.sent_log_control += kept.len();
         c.sent_log.push_back(SentRecord { number, stream, control: kept });
+        // Bounded: a peer that reads but does not acknowledge (ACKs are a default, not a duty,
+        // PROTOCOL.md §5) must not grow it for ever. The oldest records are released as if
+        // acknowledged; only their failover guarantee is lost, and it is counted.
+        let (max_records, max_control) = (self.config.max_unacked_records, self.config.max_unacked_control);
+        while c.sent_log.len() > max_records || c.sent_log_control > max_control {
+            let Some(record) = c.sent_log.pop_front() else { break };
+            self.stats.unacked_released += 1;
+            self.release(c, record);
+        }
     }
 
     /// Releases what the peer acknowledged on `c` (records numbered up to `highest`).
     pub(crate) fn on_acked(&mut self, c: &mut Connection, highest: u64) {
         while c.sent_log.front().is_some_and(|r| r.number <= highest) {
             if let Some(record) = c.sent_log.pop_front() {
-                self.release(record);
+                self.release(c, record);
             }
         }
     }
 
-    fn release(&mut self, record: SentRecord) {
+    fn release(&mut self, c: &mut Connection, record: SentRecord) {
+        c.sent_log_control -= record.control.len();
         if let Some((id, offset, len, fin)) = record.stream {
             if let Some(s) = self.streams.get_mut(&id) {
                 s.send.ack(offset, len, fin);
@@ -121,6 +142,7 @@ impl Core {
     /// the other connections. Returns whether anything had to be re-sent.
     pub(crate) fn fail_over(&mut self, c: &mut Connection) -> bool {
         let resent = !c.sent_log.is_empty();
+        c.sent_log_control = 0;
         for record in std::mem::take(&mut c.sent_log) {
             if let Some((id, offset, len, fin)) = record.stream {
                 if let Some(s) = self.streams.get_mut(&id) {
@@ -165,6 +187,36 @@ impl Session {
         if failed {
             self.after_connection_change();
         }
+    }
+
+    /// Server idle timeout (`SessionConfig::idle_timeout`): a session that received nothing on
+    /// any connection for that long ends (close_notify, then `Error::ConnectionLost`), so
+    /// silent clients do not hold server sessions for ever (issue #14).
+    pub(crate) fn check_idle(&mut self, now: Instant) {
+        let Some(deadline) = self.idle_deadline() else { return };
+        if now < deadline {
+            return;
+        }
+        let limit = self.core.config.idle_timeout.unwrap_or_default();
+        let reason = format!("nothing received from the peer for {limit:?} (idle timeout)");
+        // Closing: an idle session does not wait for a rejoin.
+        self.core.closing = true;
+        for c in &mut self.conns {
+            let _ = c.send_close_notify();
+            c.fail(crate::Error::ConnectionLost(reason.clone()));
+        }
+        self.after_connection_change();
+    }
+
+    /// When the server idle timeout would end the session, if it applies.
+    pub(crate) fn idle_deadline(&self) -> Option<Instant> {
+        let limit = self.core.config.idle_timeout?;
+        let core = &self.core;
+        if core.side != super::Side::Server || core.closed || !core.established || core.orphaned_since.is_some() {
+            return None;
+        }
+        let last = self.conns.iter().filter_map(|c| c.last_rx).max().or(core.start)?;
+        Some(last + limit)
     }
 
     /// The next keepalive event (a Ping to send or a Ping's deadline).

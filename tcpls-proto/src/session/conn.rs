@@ -30,6 +30,11 @@ pub(crate) struct RecordLayer {
     rx_base: u64,
     pub(crate) key_updates_sent: u64,
     pub(crate) key_updates_received: u64,
+    /// `key_updates_sent` after our last KeyUpdate that answered a request: while nothing was
+    /// sealed since, further requests get no new answer (RFC 8446 §4.6.3: a silent receiver of
+    /// several requests responds with a single update), so a peer cannot make us rotate keys
+    /// once per request it sends.
+    answered_update: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -73,6 +78,8 @@ pub(crate) struct Connection {
     /// Records sealed on this connection whose frames the peer has not acknowledged yet,
     /// oldest first (kept only with failover on): what a failover re-sends elsewhere.
     pub(crate) sent_log: std::collections::VecDeque<SentRecord>,
+    /// Bytes of control frames held in `sent_log`.
+    pub(crate) sent_log_control: usize,
     /// TCPLS records (content type 23) received: the first one may carry a Join.
     pub(crate) app_records: u64,
     /// Client side of a joining connection: the token its first record must carry.
@@ -178,6 +185,7 @@ impl Connection {
             error: None,
             records_opened: 0,
             sent_log: std::collections::VecDeque::new(),
+            sent_log_control: 0,
             app_records: 0,
             join_token: None,
             awaiting_join_ack: false,
@@ -260,6 +268,7 @@ impl Connection {
                             rx_base: 0,
                             key_updates_sent: 0,
                             key_updates_received: 0,
+                            answered_update: None,
                         }));
                         info
                     }
@@ -335,7 +344,9 @@ impl Connection {
                             return Err(Error::PeerAlert(desc));
                         }
                     }
-                    CT_HANDSHAKE => post_handshake(layer, content, &mut self.tx)?,
+                    // After our close_notify nothing more may be sent: a KeyUpdate request is
+                    // then processed (the peer's key still rotates) but not answered.
+                    CT_HANDSHAKE => post_handshake(layer, content, &mut self.tx, !self.close_sent)?,
                     other => {
                         return Err(TransportError::unexpected(format!("inner content type {other}")).into());
                     }
@@ -475,7 +486,12 @@ fn send_key_update(layer: &mut RecordLayer, request_update: bool, tx: &mut TxBuf
 }
 
 /// Handshake messages after the handshake: session tickets and KeyUpdate (RFC 8446 §4.6).
-fn post_handshake(layer: &mut RecordLayer, mut content: &[u8], tx: &mut TxBuf) -> Result<(), TransportError> {
+fn post_handshake(
+    layer: &mut RecordLayer,
+    mut content: &[u8],
+    tx: &mut TxBuf,
+    may_send: bool,
+) -> Result<(), TransportError> {
     if content.is_empty() {
         return Err(TransportError::unexpected("empty handshake record"));
     }
@@ -506,8 +522,11 @@ fn post_handshake(layer: &mut RecordLayer, mut content: &[u8], tx: &mut TxBuf) -
                 layer.rx_base += layer.rx.seq();
                 layer.rx = layer.kernel.next_rx_key()?;
                 layer.key_updates_received += 1;
-                if request {
+                let silent_since_answer =
+                    layer.answered_update == Some(layer.key_updates_sent) && layer.tx.seq() == layer.tx_key_since;
+                if request && may_send && !silent_since_answer {
                     send_key_update(layer, false, tx)?;
+                    layer.answered_update = Some(layer.key_updates_sent);
                 }
             }
             other => return Err(TransportError::unexpected(format!("handshake message {other} after the handshake"))),

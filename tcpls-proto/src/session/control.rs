@@ -33,6 +33,18 @@ pub(crate) struct ControlQueue {
     /// `(first, last)` of IDs of one parity, each owed a Stream Reset 0x1. A single Stream
     /// frame may refuse thousands of streams (every lower ID it opens).
     refused: VecDeque<(StreamId, StreamId)>,
+    /// Answers to the peer's probes (RTT Echo, Address Echo, TCP Info), at most one per kind
+    /// and connection asked about: a newer answer replaces the queued one, so a flood of probes
+    /// costs one answer per record we send, never one per probe (issue #14).
+    answers: Vec<Answer>,
+}
+
+#[derive(Debug)]
+struct Answer {
+    /// Frame type and the connection the answer is about.
+    key: (FrameType, ConnId),
+    conn: Option<ConnId>,
+    bytes: Vec<u8>,
 }
 
 impl ControlQueue {
@@ -40,6 +52,18 @@ impl ControlQueue {
         let mut bytes = Vec::with_capacity(frame.encoded_len());
         frame.encode(&mut bytes);
         self.frames.push_back(Queued { conn, bytes });
+    }
+
+    /// Queues an answer to a probe about connection `about`, to travel on `conn` (or any),
+    /// replacing a queued answer of the same kind about the same connection.
+    pub(crate) fn push_answer(&mut self, frame: &Frame<'_>, about: ConnId, conn: Option<ConnId>) {
+        let mut bytes = Vec::with_capacity(frame.encoded_len());
+        frame.encode(&mut bytes);
+        let key = (frame.frame_type(), about);
+        match self.answers.iter_mut().find(|a| a.key == key) {
+            Some(a) => *a = Answer { key, conn, bytes },
+            None => self.answers.push(Answer { key, conn, bytes }),
+        }
     }
 
     /// Queues an ACK of record `seq` of connection `conn` (answering a Ping), or raises the one
@@ -70,11 +94,11 @@ impl ControlQueue {
     /// Entries held (a range of refusals or a coalesced ACK counts as one): what the queue's
     /// memory grows with.
     pub(crate) fn entries(&self) -> usize {
-        self.frames.len() + self.acks.len() + self.refused.len()
+        self.frames.len() + self.acks.len() + self.refused.len() + self.answers.len()
     }
 
     pub(crate) fn is_empty(&self) -> bool {
-        self.frames.is_empty() && self.acks.is_empty() && self.refused.is_empty()
+        self.frames.is_empty() && self.acks.is_empty() && self.refused.is_empty() && self.answers.is_empty()
     }
 
     /// Whether something is waiting that `conn` may carry.
@@ -82,6 +106,7 @@ impl ControlQueue {
         self.acks.iter().any(|(c, _, bound)| !bound || *c == conn)
             || !self.refused.is_empty()
             || self.frames.iter().any(|f| f.conn.is_none_or(|c| c == conn))
+            || self.answers.iter().any(|a| a.conn.is_none_or(|c| c == conn))
     }
 
     /// Appends to `out` the queued frames `conn` may carry, in order, while they fit in
@@ -116,6 +141,17 @@ impl ControlQueue {
             }
         }
         let mut i = 0;
+        while i < self.answers.len() {
+            let a = &self.answers[i];
+            if a.conn.is_none_or(|c| c == conn) && used + a.bytes.len() <= budget {
+                used += a.bytes.len();
+                out.extend_from_slice(&a.bytes);
+                self.answers.swap_remove(i);
+            } else {
+                i += 1;
+            }
+        }
+        let mut i = 0;
         while i < self.frames.len() {
             let f = &self.frames[i];
             if f.conn.is_none_or(|c| c == conn) && used + f.bytes.len() <= budget {
@@ -136,6 +172,7 @@ impl ControlQueue {
     /// backlog limit for ever.
     pub(crate) fn forget_conn(&mut self, conn: ConnId) {
         self.acks.retain(|(c, _, bound)| !(*bound && *c == conn));
+        self.answers.retain(|a| a.conn != Some(conn) && a.key.1 != conn);
         self.frames.retain_mut(|f| {
             if f.conn != Some(conn) {
                 return true;

@@ -52,6 +52,40 @@ impl Session {
         self.core.control.entries()
     }
 
+    /// **For tests and fuzzing.** What the sent-record logs (kept for failover until the peer
+    /// acknowledges) hold at most on one connection: (records, bytes of control frames). Bounded
+    /// by `SessionConfig::max_unacked_records` and `max_unacked_control`.
+    #[doc(hidden)]
+    pub fn danger_retained(&self) -> (usize, usize) {
+        let records = self.conns.iter().map(|c| c.sent_log.len()).max().unwrap_or(0);
+        let control = self.conns.iter().map(|c| c.sent_log_control).max().unwrap_or(0);
+        (records, control)
+    }
+
+    /// **For tests and fuzzing.** Events not yet polled (ordinary ones and answers to probes).
+    #[doc(hidden)]
+    pub fn danger_queued_events(&self) -> usize {
+        self.core.events.len() + self.core.answer_events.len()
+    }
+
+    /// **Dangerous, for tests only.** A client session whose handshake offers `content` (any
+    /// bytes, meant as TCPLS frames) as its TLS early data, to test what a server accepts
+    /// before the client Finished.
+    #[doc(hidden)]
+    pub fn danger_client_with_early_content(
+        config: std::sync::Arc<rustls::ClientConfig>,
+        server_name: rustls::pki_types::ServerName<'static>,
+        settings: crate::SessionConfig,
+        content: Vec<u8>,
+    ) -> Result<Self, Error> {
+        let mut session = Self::new(super::Side::Client, settings);
+        session.core.client_tls = Some((config.clone(), server_name.clone()));
+        let handshake = crate::tls::Handshake::client_with_early_data(config, server_name, content)?;
+        session.conns.push(super::Connection::new(0, handshake));
+        session.drive_handshakes();
+        Ok(session)
+    }
+
     /// **Dangerous, for tests only.** Starts a joining connection that presents `token`, used
     /// or not, under connection ID `id` (to replay or forge tokens against a server).
     #[doc(hidden)]

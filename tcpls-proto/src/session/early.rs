@@ -20,7 +20,7 @@ use rustls::ClientConfig;
 use crate::config::SessionConfig;
 use crate::error::{Error, TransportError};
 use crate::event::StreamId;
-use crate::frame::{write_stream_trailer, STREAM_FRAME_OVERHEAD};
+use crate::frame::{write_stream_trailer, Frame, FrameReader, STREAM_FRAME_OVERHEAD};
 use crate::tls::{Handshake, MAX_EARLY_DATA};
 
 use super::conn::{ConnState, Connection};
@@ -143,12 +143,25 @@ impl Session {
 
 impl Core {
     /// Server: hands a connection's accepted early-data records to the session, as its first
-    /// TCPLS records. A Join in early data is refused: joins must not be replayable.
+    /// TCPLS records. Early data carries Stream frames only (PROTOCOL.md §1.7): anything else
+    /// (a Join, which must not be replayable, or frames that would act on the session, such as
+    /// Rate Limit or Stream Reset, before the client proved it holds the handshake keys) is a
+    /// protocol violation, checked before any frame of the record is acted on.
     pub(crate) fn deliver_early_data(&mut self, c: &mut Connection) -> Result<(), Error> {
         if c.early_received.is_empty() {
             return Ok(());
         }
         for plaintext in std::mem::take(&mut c.early_received) {
+            for frame in FrameReader::new(&plaintext) {
+                match frame {
+                    Ok(Frame::Stream { .. }) => {}
+                    Ok(other) => {
+                        let kind = other.frame_type();
+                        return Err(TransportError::unexpected(format!("{kind:?} frame in early data")).into());
+                    }
+                    Err(e) => return Err(TransportError::decode(format!("early data: {e}")).into()),
+                }
+            }
             let first = c.app_records == 0;
             c.app_records += 1;
             self.early.received += plaintext.len();

@@ -176,7 +176,10 @@ impl Session {
             return None;
         }
         let paced = if self.core.ready.is_empty() { None } else { self.core.ext.next_ready() };
-        [paced, self.ack_timeout(), self.orphan_deadline(), self.keepalive_deadline()].into_iter().flatten().min()
+        [paced, self.ack_timeout(), self.orphan_deadline(), self.keepalive_deadline(), self.idle_deadline()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     fn usable(&self, conn: ConnId) -> Result<(), Error> {

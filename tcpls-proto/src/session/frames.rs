@@ -20,6 +20,15 @@ use super::{Core, Inbound, RecordSink, Side};
 const MAX_TOKENS: usize = 64;
 const MAX_PEER_ADDRESSES: usize = 32;
 
+/// Most answers to our probes and per-connection requests waiting to be polled (see
+/// `push_answer_event`).
+const MAX_ANSWER_EVENTS: usize = 64;
+
+/// Most ranges of refused stream IDs remembered until a frame for one of them is answered;
+/// beyond, the lowest range is forgotten (its streams then get no Stream Reset: only a peer
+/// that opened far more streams than allowed, in a scattered order, gets there).
+const MAX_REFUSED_RANGES: usize = 4096;
+
 /// Work a frame asks for that needs the connection table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ConnAction {
@@ -180,6 +189,8 @@ impl Core {
                     }
                     self.notify_readable(stream_id);
                     self.maybe_remove(stream_id);
+                } else {
+                    self.answer_refused(stream_id);
                 }
             }
             Frame::MaxStreamData { stream_id, maximum_offset } => {
@@ -188,10 +199,12 @@ impl Core {
                 if let Some(s) = self.streams.get_mut(&stream_id) {
                     s.send.set_max_data(maximum_offset);
                     self.schedule(stream_id);
+                } else {
+                    self.answer_refused(stream_id);
                 }
             }
             Frame::UserTimeout { timeout_ms } => {
-                self.events.push_back(Event::UserTimeoutRequested { conn, timeout_ms })
+                self.push_answer_event(Event::UserTimeoutRequested { conn, timeout_ms })
             }
             Frame::RttProbe { connection_id, timestamp_us } => {
                 // The echo must come back on the probed connection for the RTT to mean anything.
@@ -202,29 +215,29 @@ impl Core {
             Frame::RttEcho { connection_id, timestamp_us } => {
                 let now_us = self.micros_since_start();
                 if let Some(rtt_us) = now_us.checked_sub(timestamp_us) {
-                    self.events.push_back(Event::RttMeasured { conn: connection_id, rtt_us });
+                    self.push_answer_event(Event::RttMeasured { conn: connection_id, rtt_us });
                 }
             }
             Frame::TcpInfoRequest { connection_id } => {
-                self.events.push_back(Event::TcpInfoRequested { conn: connection_id });
+                self.push_answer_event(Event::TcpInfoRequested { conn: connection_id });
             }
             Frame::TcpInfo { connection_id, info } => {
-                self.events.push_back(Event::PeerTcpInfo { conn: connection_id, info })
+                self.push_answer_event(Event::PeerTcpInfo { conn: connection_id, info })
             }
             Frame::AddressProbe { connection_id } => {
                 self.actions.push(ConnAction::EchoAddress { on: conn, about: connection_id })
             }
             Frame::AddressEcho { connection_id, addr } => {
-                self.events.push_back(Event::AddressEchoed { conn: connection_id, addr });
+                self.push_answer_event(Event::AddressEchoed { conn: connection_id, addr });
             }
             Frame::RateLimit { connection_id, bytes_per_second } => {
                 let now = self.now.unwrap_or_else(Instant::now);
                 self.ext.set_rate(connection_id, bytes_per_second, now);
-                self.events.push_back(Event::RateLimited { conn: connection_id, bytes_per_second });
+                self.push_answer_event(Event::RateLimited { conn: connection_id, bytes_per_second });
             }
             Frame::CongestionControl { connection_id, name } => {
                 let name = String::from_utf8_lossy(name).into_owned();
-                self.events.push_back(Event::CongestionControlRequested { conn: connection_id, name });
+                self.push_answer_event(Event::CongestionControlRequested { conn: connection_id, name });
             }
             Frame::StreamSteer { stream_id, connection_id } => {
                 self.check_stream_id(stream_id)?;
@@ -237,6 +250,31 @@ impl Core {
             }
         }
         Ok(())
+    }
+
+    /// Reports an answer to one of our probes, or a peer's request about one connection (TCP
+    /// Info, User Timeout, Congestion Control, Rate Limit). They come as many as the peer likes
+    /// and about any connection ID, and only the latest of each kind matters: at most one per
+    /// kind and connection is kept until the application polls it (the newest), and at most
+    /// [`MAX_ANSWER_EVENTS`] in all. So a flood costs one event (and, in the IO layer, one
+    /// socket call) per kind and connection, not one per frame.
+    fn push_answer_event(&mut self, event: Event) {
+        let key = |e: &Event| match e {
+            Event::RttMeasured { conn, .. } => Some((0, *conn)),
+            Event::PeerTcpInfo { conn, .. } => Some((1, *conn)),
+            Event::AddressEchoed { conn, .. } => Some((2, *conn)),
+            Event::TcpInfoRequested { conn } => Some((3, *conn)),
+            Event::UserTimeoutRequested { conn, .. } => Some((4, *conn)),
+            Event::CongestionControlRequested { conn, .. } => Some((5, *conn)),
+            Event::RateLimited { conn, .. } => Some((6, *conn)),
+            _ => None,
+        };
+        let k = key(&event);
+        if let Some(slot) = self.answer_events.iter_mut().find(|e| key(e) == k) {
+            *slot = event;
+        } else if self.answer_events.len() < MAX_ANSWER_EVENTS {
+            self.answer_events.push(event);
+        }
     }
 
     /// A locally-initiated ID we never opened cannot appear in a peer's frame.
@@ -266,13 +304,28 @@ impl Core {
             next += 2;
         }
         if next <= u64::from(id) {
-            // The rest is refused, in one step: queueing a Stream Reset per ID let one 15-byte
-            // frame cost thousands of queued frames (and a record full of them, gigabytes).
+            // The rest is refused. Each refused stream gets its Stream Reset when a frame naming
+            // it arrives (this one now, the others when their own frames come), so that we send
+            // one reset per frame received: answering every ID at once made one 15-byte frame
+            // cost 4096 resets sent and kept for failover (issue #14).
             self.stats.streams_refused += (u64::from(id) - next) / 2 + 1;
-            self.control.push_refused(next as StreamId, id);
+            self.refused_streams.insert(next..u64::from(id) + 1);
+            while self.refused_streams.len() > MAX_REFUSED_RANGES {
+                self.refused_streams.pop_first();
+            }
         }
         self.next_peer_stream = u64::from(id) + 2;
         Ok(())
+    }
+
+    /// A frame named a peer stream we refused and did not answer yet: Stream Reset 0x1 for it
+    /// (PROTOCOL.md §4.3), once.
+    fn answer_refused(&mut self, id: StreamId) {
+        let id64 = u64::from(id);
+        if !self.is_local(id) && self.refused_streams.contains(id64) {
+            self.refused_streams.remove(id64..id64 + 1);
+            self.control.push_refused(id, id);
+        }
     }
 
     fn on_stream_frame(&mut self, id: StreamId, offset: u64, data: &[u8], fin: bool) -> Result<(), TransportError> {
@@ -280,6 +333,7 @@ impl Core {
         self.open_peer_streams(id)?;
         let Some(s) = self.streams.get_mut(&id) else {
             // Closed and forgotten, or refused: late bytes are dropped.
+            self.answer_refused(id);
             return Ok(());
         };
         if s.recv_reset.is_some() {

@@ -60,6 +60,10 @@ pub const HANDSHAKE_READ_CHUNK: usize = 16 * 1024;
 /// Queued control frames beyond which we stop reading (see [`Session::read_buffer`]).
 const MAX_QUEUED_CONTROL: usize = 4096;
 
+/// Events not yet polled beyond which we stop reading: most events answer a peer's frame one
+/// for one, so an IO layer that polls them only between reads must not see them pile up.
+const MAX_QUEUED_EVENTS: usize = 4096;
+
 /// Everything of a session except its connections, so frame handling can borrow both.
 pub(crate) struct Core {
     pub(crate) side: Side,
@@ -118,6 +122,12 @@ pub(crate) struct Core {
     pub(crate) ext: ext::ExtState,
     /// 0-RTT state, see `early.rs`.
     pub(crate) early: early::EarlyState,
+    /// Peer stream IDs refused over our concurrency limit whose Stream Reset is not sent yet
+    /// (`frames.rs`: each is answered when a frame names it).
+    pub(crate) refused_streams: crate::stream::RangeSet,
+    /// Answers to our probes not polled yet, at most one per kind and connection
+    /// (`frames.rs`); [`Session::poll_event`] hands them out after `events`.
+    pub(crate) answer_events: Vec<Event>,
 }
 
 /// Session-wide counters.
@@ -134,6 +144,10 @@ pub struct SessionStats {
     pub zero_copy_bytes: u64,
     /// Stream bytes decrypted elsewhere and then copied into their stream's receive buffer.
     pub copied_bytes: u64,
+    /// Sent records released unacknowledged because the peer let more than
+    /// `SessionConfig::max_unacked_records` (or `max_unacked_control` bytes) pile up: their
+    /// failover guarantee is lost.
+    pub unacked_released: u64,
 }
 
 pub struct Session {
@@ -243,6 +257,8 @@ impl Session {
                 orphan_error: None,
                 ext: ext::ExtState::default(),
                 early: early::EarlyState::default(),
+                refused_streams: crate::stream::RangeSet::new(),
+                answer_events: Vec::new(),
             },
         }
     }
@@ -343,7 +359,8 @@ impl Session {
     pub fn read_buffer(&mut self, conn: ConnId) -> &mut [u8] {
         // Stop reading while answers to the peer pile up (it sends probes or KeyUpdate requests
         // but does not read): TCP then pushes back on it instead of our memory growing.
-        let replies_backed_up = self.core.control.entries() > MAX_QUEUED_CONTROL;
+        let replies_backed_up =
+            self.core.control.entries() > MAX_QUEUED_CONTROL || self.core.events.len() > MAX_QUEUED_EVENTS;
         let backpressure = replies_backed_up || (self.core.fallback && self.core.fallback_stream_full());
         let tx_cap = 2 * self.core.config.transmit_high_water;
         match self.conns.iter_mut().find(|c| c.id == conn) {
@@ -436,7 +453,14 @@ impl Session {
     }
 
     pub fn poll_event(&mut self) -> Option<Event> {
-        self.core.events.pop_front()
+        if let Some(event) = self.core.events.pop_front() {
+            return Some(event);
+        }
+        if self.core.events.capacity() > MAX_QUEUED_EVENTS {
+            // A burst of peer-triggered events is over: do not keep its memory.
+            self.core.events = VecDeque::new();
+        }
+        self.core.answer_events.pop()
     }
 
     /// Runs the handshake or record layer of `conn` over what it has buffered.
@@ -492,7 +516,7 @@ impl Session {
                 frames::ConnAction::EchoRtt { conn, timestamp_us } => {
                     if self.conn(conn).is_some_and(Connection::is_usable) {
                         let echo = crate::frame::Frame::RttEcho { connection_id: conn, timestamp_us };
-                        self.core.control.push(&echo, Some(conn));
+                        self.core.control.push_answer(&echo, conn, Some(conn));
                     }
                 }
                 frames::ConnAction::Ack { conn, highest } => {
@@ -516,7 +540,7 @@ impl Session {
                 frames::ConnAction::EchoAddress { on, about } => {
                     if let Some(addr) = self.conn(about).and_then(|c| c.remote) {
                         let echo = crate::frame::Frame::AddressEcho { connection_id: about, addr };
-                        self.core.control.push(&echo, Some(on));
+                        self.core.control.push_answer(&echo, about, Some(on));
                     }
                 }
             }

@@ -300,7 +300,7 @@ impl Session {
 
     /// Answers a TCP Info Request: our kernel's view of connection `about`.
     pub fn send_tcp_info(&mut self, about: ConnId, info: crate::frame::PeerTcpInfo) {
-        self.core.control.push(&Frame::TcpInfo { connection_id: about, info }, None);
+        self.core.control.push_answer(&Frame::TcpInfo { connection_id: about, info }, about, None);
     }
 
     /// Asks the peer for its view of connection `about` (answered with a TCP Info frame, reported

@@ -36,6 +36,7 @@ impl Session {
         self.core.flush_delayed_acks(now);
         self.check_orphan_timeout(now);
         self.check_keepalive(now);
+        self.check_idle(now);
         if self.core.closed {
             return;
         }

@@ -11,6 +11,7 @@
 mod ranges;
 mod recv;
 mod send;
+mod sparse;
 
 pub use ranges::{Gaps, RangeSet};
 pub use recv::{RecvBuf, RecvError};
@@ -22,3 +23,6 @@ pub const INITIAL_MAX_STREAM_DATA: u64 = 65536;
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod tests_sparse;

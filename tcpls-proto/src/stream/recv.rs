@@ -5,10 +5,17 @@
 //! decrypted straight to its place ([`RecvBuf::direct_slot`], see ARCHITECTURE.md, "The
 //! receive path"). Which bytes past the in-order prefix have arrived is tracked by a
 //! [`Bitmap`] over the same indices, whose size a hostile peer cannot inflate.
+//!
+//! The storage grows only as far as data justifies: up to bytes that continue the in-order
+//! prefix, or up to twice what is buffered. Bytes that arrive further ahead (one byte at the
+//! far edge of the window, say) are kept in [`Sparse`] segments sized to them, and moved into
+//! the storage when it reaches them. So memory follows what arrived, never the window alone
+//! (PROTOCOL.md §4.2, ARCHITECTURE.md "Memory model").
 
 use std::fmt;
 
 use super::ranges::Bitmap;
+use super::sparse::Sparse;
 use super::INITIAL_MAX_STREAM_DATA;
 use RecvError::{BeyondFinalSize, FinalSize, FlowControl};
 
@@ -18,8 +25,9 @@ use RecvError::{BeyondFinalSize, FinalSize, FlowControl};
 /// i.e. amortised over more than this many bytes.
 const RETAIN: usize = INITIAL_MAX_STREAM_DATA as usize;
 
-/// Smallest allocation, so that the first records do not grow the buffer byte by byte.
-const MIN_ALLOC: usize = 4096;
+/// Smallest allocation (storage then doubles), so that the first bytes do not grow it byte by
+/// byte; small, because a peer can make every stream allocate it with one byte.
+const MIN_ALLOC: usize = 64;
 
 /// A peer violated the stream's flow control or final size rules (a fatal protocol error).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,6 +74,8 @@ pub struct RecvBuf {
     /// Received bytes at or past `contig_end`, by index into `buf`. Bits below `contig_end`
     /// are kept clear, so a stream received in order never touches it.
     ooo: Bitmap,
+    /// Received bytes past the storage's end (`span_end`); none below it.
+    sparse: Sparse,
     final_size: Option<u64>,
     /// Limit advertised to the peer.
     limit: u64,
@@ -91,6 +101,7 @@ impl RecvBuf {
             max_end: 0,
             received: 0,
             ooo: Bitmap::default(),
+            sparse: Sparse::default(),
             final_size: None,
             limit: INITIAL_MAX_STREAM_DATA,
             window,
@@ -115,21 +126,87 @@ impl RecvBuf {
         if data.is_empty() || end <= self.contig_end {
             return Ok(());
         }
-        self.reserve(end, 0)?;
+        if self.may_grow_to(offset, end, data.len()) {
+            self.reserve(self.grow_end(end, data.len()), 0)?;
+        } else {
+            self.compact_towards(end)?;
+        }
+        // What the storage spans goes there; the rest is kept sparse.
+        let split = self.span_end().clamp(offset, end);
         let mut pos = offset.max(self.contig_end);
-        while pos < end {
-            let from = self.next_clear(pos, end);
-            if from >= end {
+        while pos < split {
+            let from = self.next_clear(pos, split);
+            if from >= split {
                 break;
             }
-            let to = self.next_set(from, end);
+            let to = self.next_set(from, split);
             let src = &data[(from - offset) as usize..(to - offset) as usize];
             let dst = self.index(from);
             self.buf[dst..dst + src.len()].copy_from_slice(src);
             self.mark(from, to);
             pos = to.max(self.contig_end);
         }
+        if split < end {
+            let from = split.max(self.contig_end);
+            let new = self.sparse.insert(from, &data[(from - offset) as usize..]);
+            self.received += new;
+            self.max_end = self.max_end.max(end);
+            self.densify_if_cheaper()?;
+        }
+        self.absorb_sparse()
+    }
+
+    /// Whether the storage may grow to span `..end` for bytes at `offset` (plus `extra` bytes
+    /// about to arrive): for bytes that continue the in-order prefix, or when the storage would
+    /// be no larger than what is held (so out-of-order data near the prefix, as multipath
+    /// reordering brings, goes straight to its place once some arrived).
+    fn may_grow_to(&self, offset: u64, end: u64, extra: usize) -> bool {
+        // Out of order, the storage grows over the sparse segments too (or not at all), so
+        // that held memory is never counted twice.
+        let end = end.max(self.sparse.last_end().unwrap_or(0));
+        offset <= self.contig_end || end - self.read_offset <= self.held(extra)
+    }
+
+    /// How far to grow the storage for bytes ending at `end` (plus `extra` arriving): also over
+    /// the sparse segments, if what is held pays for spanning them.
+    fn grow_end(&self, end: u64, extra: usize) -> u64 {
+        match self.sparse.last_end() {
+            Some(last) if last > end && last - self.read_offset <= self.held(extra) => last,
+            _ => end,
+        }
+    }
+
+    /// Memory the data held justifies: buffered bytes (plus `extra` arriving) and what the
+    /// sparse segments cost.
+    fn held(&self, extra: usize) -> u64 {
+        (self.buffered() + extra + self.sparse.allocated()) as u64
+    }
+
+    /// Moves the sparse segments into the storage once spanning them costs no more than they
+    /// do (many tiny segments cost more than the storage over them).
+    fn densify_if_cheaper(&mut self) -> Result<(), RecvError> {
+        let Some(last) = self.sparse.last_end() else { return Ok(()) };
+        if last - self.read_offset <= self.held(0) {
+            self.reserve(last, 0)?;
+        }
         Ok(())
+    }
+
+    /// Moves into the storage the sparse segment that the in-order prefix reached.
+    fn absorb_sparse(&mut self) -> Result<(), RecvError> {
+        while let Some(first) = self.sparse.first_offset() {
+            if first != self.contig_end {
+                break;
+            }
+            let upto = self.sparse.segment_end(first).unwrap_or(first);
+            self.reserve(upto, 0)?;
+        }
+        Ok(())
+    }
+
+    /// Stream offset just past the storage.
+    fn span_end(&self) -> u64 {
+        self.read_offset + (self.buf.len() - self.start) as u64
     }
 
     /// The in-order readable bytes, all of them, as one slice.
@@ -200,6 +277,7 @@ impl RecvBuf {
         self.reset = true;
         self.buf = Vec::new();
         self.ooo.release();
+        self.sparse.clear();
         self.start = 0;
         self.contig_end = self.read_offset;
         self.max_end = self.read_offset;
@@ -267,11 +345,11 @@ impl RecvBuf {
         (self.received - self.read_offset) as usize
     }
 
-    /// Bytes of memory allocated (storage plus the out-of-order bitmap). Storage never exceeds
-    /// `limit - read_offset` (plus the `slack` of a direct slot) at the time it grows; the
-    /// bitmap adds at most an eighth of that.
+    /// Bytes of memory allocated (storage, out-of-order bitmap, sparse segments). Storage
+    /// never exceeds `limit - read_offset` (plus the `slack` of a direct slot) at the time it
+    /// grows, nor about twice what arrived; the bitmap adds at most an eighth of it.
     pub fn allocated(&self) -> usize {
-        self.buf.capacity() + self.ooo.allocated()
+        self.buf.capacity() + self.ooo.allocated() + self.sparse.allocated()
     }
 
     /// A writable window of the storage for stream bytes `offset..offset + len`, so a
@@ -285,10 +363,23 @@ impl RecvBuf {
         if self.reset || offset < self.read_offset || end > self.limit.checked_add(slack as u64)? {
             return None;
         }
-        if len > 0 && (offset < self.contig_end || self.next_set(offset, end) < end) {
+        if len == 0 {
+            // Nothing to place (a FIN alone): no storage needed.
+            self.slot = Some((offset, 0));
+            return Some(&mut []);
+        }
+        if offset < self.contig_end {
             return None;
         }
-        self.reserve(end, slack).ok()?;
+        if self.start + (end - self.read_offset) as usize > self.buf.len() {
+            if !self.may_grow_to(offset, end, len) {
+                return None;
+            }
+            self.reserve(self.grow_end(end, len), slack).ok()?;
+        }
+        if self.next_set(offset, end) < end {
+            return None;
+        }
         self.slot = Some((offset, len));
         let i = self.index(offset);
         Some(&mut self.buf[i..i + len])
@@ -315,7 +406,7 @@ impl RecvBuf {
         if data_len > 0 {
             self.mark(offset, end);
         }
-        Ok(())
+        self.absorb_sparse()
     }
 
     /// Checks `offset..offset + len` (with `fin`) against the final size and flow control
@@ -342,6 +433,11 @@ impl RecvBuf {
     /// Records the new bytes `from..to` (none of them received before) as received.
     fn mark(&mut self, from: u64, to: u64) {
         self.received += to - from;
+        self.place(from, to);
+    }
+
+    /// Records that the storage holds the received bytes `from..to`.
+    fn place(&mut self, from: u64, to: u64) {
         self.max_end = self.max_end.max(to);
         if from == self.contig_end {
             self.contig_end = to;
@@ -358,8 +454,8 @@ impl RecvBuf {
 
     /// First offset in `from..to` (both >= `contig_end`) received out of order, or `to`.
     fn next_set(&self, from: u64, to: u64) -> u64 {
-        // Nothing at or past `max_end` was received.
-        let upto = to.min(self.max_end);
+        // Nothing at or past `max_end` was received (and this looks at the storage only).
+        let upto = to.min(self.max_end).min(self.span_end());
         if from >= upto {
             return to;
         }
@@ -372,7 +468,7 @@ impl RecvBuf {
 
     /// First offset in `from..to` (both >= `contig_end`) not yet received, or `to`.
     fn next_clear(&self, from: u64, to: u64) -> u64 {
-        let upto = to.min(self.max_end);
+        let upto = to.min(self.max_end).min(self.span_end());
         if from >= upto {
             return from.min(to);
         }
@@ -387,8 +483,23 @@ impl RecvBuf {
     }
 
     /// Makes the storage span `..end`, by compacting and/or growing, never past
-    /// `limit - read_offset + slack` bytes at allocation time.
+    /// `limit - read_offset + slack` bytes at allocation time; sparse segments it now spans
+    /// move in.
     fn reserve(&mut self, end: u64, slack: usize) -> Result<(), RecvError> {
+        self.make_room(end, slack, true)
+    }
+
+    /// [`reserve`](Self::reserve) without growing: compacts if that brings `end` (or closer
+    /// to it) into the storage, so consumed bytes at its front are reused before anything is
+    /// kept sparse.
+    fn compact_towards(&mut self, end: u64) -> Result<(), RecvError> {
+        if self.start == 0 {
+            return Ok(());
+        }
+        self.make_room(end, 0, false)
+    }
+
+    fn make_room(&mut self, end: u64, slack: usize, grow: bool) -> Result<(), RecvError> {
         let limit = self.limit;
         let too_big = || FlowControl { limit, end };
         let need = usize::try_from(end - self.read_offset).map_err(|_| too_big())?;
@@ -399,16 +510,23 @@ impl RecvBuf {
         if self.start + need <= self.buf.len() {
             return Ok(());
         }
-        let live = (self.max_end - self.read_offset) as usize;
+        let live = (self.max_end.min(self.span_end()) - self.read_offset) as usize;
         // Compact when it moves no more than what was consumed since the last compaction
         // (amortised O(1) per byte), or when growing in place would exceed the bound.
-        if self.start > 0 && (self.start >= live || self.start + need > bound) {
+        if self.start > 0 && (self.start >= live || self.start + need > bound || !grow) {
             self.compact(live);
         }
-        if self.start + need > self.buf.len() {
+        if grow && self.start + need > self.buf.len() {
             let target = (2 * self.buf.len()).max(MIN_ALLOC).min(bound).max(self.start + need);
             self.buf.reserve_exact(target - self.buf.len());
             self.buf.resize(target, 0);
+        }
+        if !self.sparse.is_empty() {
+            for (at, bytes) in self.sparse.take_below(self.span_end()) {
+                let i = self.index(at);
+                self.buf[i..i + bytes.len()].copy_from_slice(&bytes);
+                self.place(at, at + bytes.len() as u64);
+            }
         }
         Ok(())
     }
