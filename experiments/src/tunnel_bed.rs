@@ -173,10 +173,13 @@ pub fn tcpls_server(topo: &Topology, addr: SocketAddr, tls: Arc<ServerConfig>) -
     })
 }
 
-/// The tunnel concentrator with its default configuration.
+/// The tunnel concentrator with its default configuration, except the destination policy: the
+/// destination server shares the concentrator's namespace and address (the thesis's setup), which
+/// the default policy refuses as "this host".
 pub fn concentrator(topo: &Topology, addr: SocketAddr, tls: Arc<ServerConfig>) -> Result<ServerThread, String> {
+    let cfg = TunnelConfig { dest_policy: tcpls_tunnel::DestPolicy::allow_all(), ..TunnelConfig::default() };
     start(topo, "concentrator", move |ready| async move {
-        match Concentrator::bind(&[addr], tls, TunnelConfig::default()).await {
+        match Concentrator::bind(&[addr], tls, cfg).await {
             Ok(c) => {
                 let _ = ready.send(Ok(()));
                 let _ = c.run(|_| {}).await;

@@ -435,15 +435,18 @@ fn summarize(
                     }
                 }
                 Direction::Download => {
+                    // What the server sent: the final sizes its streams stated (a stream that
+                    // ended without one, e.g. on Ctrl-C, leaves the sender line without bytes).
+                    let sent: Option<u64> = mine.iter().map(|o| o.sent).sum();
+                    let sent = sent.map(|s| s.saturating_sub(from.download));
                     let received = received.saturating_sub(from.download);
                     DirectionSummary {
                         direction: "download",
-                        // The server does not report how much it queued; its TCP does report
-                        // retransmissions (TCP Info frame).
+                        // Its TCP's retransmissions come with a TCP Info frame.
                         sender: EndSummary {
-                            bytes: None,
+                            bytes: sent,
                             seconds,
-                            bits_per_second: None,
+                            bits_per_second: sent.map(rate),
                             retransmits: if opts.mode == Mode::Download { retransmits } else { None },
                         },
                         receiver: EndSummary {

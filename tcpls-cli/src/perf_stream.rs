@@ -15,7 +15,7 @@ use crate::transfer::{receive_pattern, send_pattern, until, RecvEnd, SendEnd, TI
 /// What one stream did.
 pub struct StreamOutcome {
     pub direction: Direction,
-    /// Bytes the sender queued (only known for our own uploads).
+    /// Bytes the sender queued (our uploads) or sent (a download: the stream's final size).
     pub sent: Option<u64>,
     /// Bytes the receiver read and verified.
     pub received: u64,
@@ -81,12 +81,19 @@ impl StreamTask {
                     RecvEnd::TimeUp => r.millis > 0,
                     RecvEnd::Stopped => true,
                 };
+                // What the server sent: the final size its FIN or TIME_UP reset stated (read
+                // before our side closes, which lets the session forget the stream).
+                let sent = match end {
+                    RecvEnd::Finished => Some(received),
+                    RecvEnd::TimeUp => recv.final_size(),
+                    RecvEnd::Stopped => None,
+                };
                 if end == RecvEnd::Stopped {
                     let _ = send.reset(TIME_UP);
                 } else {
                     let _ = send.shutdown().await;
                 }
-                Ok(StreamOutcome { direction: r.direction, sent: None, received, verified: verified && complete })
+                Ok(StreamOutcome { direction: r.direction, sent, received, verified: verified && complete })
             }
         }
     }

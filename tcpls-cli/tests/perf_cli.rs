@@ -195,6 +195,10 @@ fn iperf3_short_options_and_json_intervals() {
     let in_intervals: u64 = r.intervals.iter().filter(|i| !i.omitted).map(|i| i.bytes).sum();
     assert_eq!(received, in_intervals, "the summary is the sum of the measured intervals: {r:#?}");
     assert!(received < r.bytes, "the omitted second is left out of the summary: {r:#?}");
+    // The server's sender line: what its streams' final sizes say it sent, at least what
+    // arrived (in-flight bytes at the deadline are sent but not received).
+    let sent = s.sender.bytes.unwrap_or_else(|| panic!("no sender bytes on a download: {r:#?}"));
+    assert!(sent >= received && sent <= received + (64 << 20), "sent {sent}, received {received}");
     server.expect_exit();
 }
 

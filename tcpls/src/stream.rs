@@ -108,6 +108,13 @@ impl RecvStream {
         Self { shared, id, done: false }
     }
 
+    /// How many bytes the peer sent on this stream in all, once its FIN or Stream Reset has
+    /// arrived (a reset's final size counts bytes that were in flight and dropped); None before,
+    /// or once the stream is forgotten.
+    pub fn final_size(&self) -> Option<u64> {
+        self.shared.lock().proto.stream_final_size(self.id)
+    }
+
     pub fn id(&self) -> StreamId {
         self.id
     }

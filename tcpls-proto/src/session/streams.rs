@@ -325,6 +325,12 @@ impl Session {
         }
     }
 
+    /// The final size of the peer's direction of a stream, once its FIN or Stream Reset arrived:
+    /// how many bytes the peer sent on it (after a reset, more than were delivered).
+    pub fn stream_final_size(&self, id: StreamId) -> Option<u64> {
+        self.core.streams.get(&id).and_then(|s| s.recv.final_size())
+    }
+
     /// Number of streams currently known (open in at least one direction).
     pub fn stream_count(&self) -> usize {
         self.core.streams.len()
