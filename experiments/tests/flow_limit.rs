@@ -25,11 +25,10 @@ fn rate_limits_cap_three_flows_and_leave_the_fourth_alone() {
     let limit = |i: usize| flows[i]["limit_mb_s"].as_f64().unwrap();
     for (i, flow) in flows.iter().enumerate().take(2) {
         let ratio = after(i) / limit(i);
-        // Never above the limit. Below it only by what a busy sender loses: the token bucket
-        // holds about 4 ms of tokens, and a sender thread kept off the CPU longer than that on
-        // a loaded 2-core machine forfeits the rest (release runs here: 0.87-0.96 of the limit).
-        assert!(ratio <= 1.1, "flow {i}: {} MB/s with a limit of {} MB/s", after(i), limit(i));
-        assert!(ratio >= 0.5, "flow {i}: {} MB/s with a limit of {} MB/s", after(i), limit(i));
+        // The limit is met within 10% (issue #20). With a token bucket of 4 ms this was
+        // 0.84-0.88 on a busy machine (a sender kept off the CPU longer forfeited its tokens);
+        // with 20 ms it is 0.99-1.0.
+        assert!((0.9..=1.1).contains(&ratio), "flow {i}: {} MB/s with a limit of {} MB/s", after(i), limit(i));
         // It really was limited: well below what it moved before.
         assert!(after(i) < 0.8 * flow["goodput_before_mb_s"].as_f64().unwrap(), "flow {i}: {flow}");
     }
