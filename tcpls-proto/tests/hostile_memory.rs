@@ -4,13 +4,11 @@
 //! Memory is measured with a counting global allocator (every heap byte of this test process),
 //! not only with the session's own counters.
 #![allow(clippy::unwrap_used)]
-// The one use of unsafe: a global allocator that counts, forwarding to the system's.
-#![allow(unsafe_code)]
 
+#[path = "util/counting_alloc.rs"]
+mod counting_alloc;
 mod util;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -19,44 +17,11 @@ use tcpls_proto::record::{CT_APPLICATION_DATA, MAX_PLAINTEXT};
 use tcpls_proto::Session;
 use util::Pair;
 
-/// Counts the bytes currently allocated on the heap by the whole process.
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size(), Relaxed);
-        // SAFETY: the caller's contract is passed on unchanged.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size(), Relaxed);
-        // SAFETY: as above.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size(), Relaxed);
-        // SAFETY: as above.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(new_size, Relaxed);
-        LIVE.fetch_sub(layout.size(), Relaxed);
-        // SAFETY: as above.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
 /// The allocator counts the whole process: measurements run one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn live() -> usize {
-    LIVE.load(Relaxed)
+    counting_alloc::live()
 }
 
 /// Seals `frames` into as few records as they fit in, on the attacker's connection 0, and

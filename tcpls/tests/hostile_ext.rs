@@ -4,50 +4,16 @@
 //! recorded, and a closed connection's entries go. Memory is measured with a counting global
 //! allocator over the whole process.
 #![allow(clippy::unwrap_used)]
-// The one use of unsafe: a global allocator that counts, forwarding to the system's.
-#![allow(unsafe_code)]
 
 mod common;
+#[path = "../../tcpls-proto/tests/util/counting_alloc.rs"]
+mod counting_alloc;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
 use common::Pki;
 use tcpls::proto::frame::{Frame, PeerTcpInfo};
 use tcpls::{server_name_for, TcplsConnector, TcplsListener};
-
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size(), Relaxed);
-        // SAFETY: the caller's contract is passed on unchanged.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size(), Relaxed);
-        // SAFETY: as above.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size(), Relaxed);
-        // SAFETY: as above.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(new_size, Relaxed);
-        LIVE.fetch_sub(layout.size(), Relaxed);
-        // SAFETY: as above.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
 
 /// One record's worth of unsolicited answers about connection IDs `first..`.
 fn flood_record(first: u32) -> Vec<u8> {
@@ -76,7 +42,7 @@ async fn unsolicited_answers_about_made_up_connections_are_not_kept() {
     let (server, _) = accepted.unwrap();
     // Warm up (first probe allocates the maps), then measure.
     client.probe_rtt(0).await.unwrap();
-    let before = LIVE.load(Relaxed);
+    let before = counting_alloc::live();
     let records = 400u32;
     let mut frames = 0;
     for r in 0..records {
@@ -90,7 +56,7 @@ async fn unsolicited_answers_about_made_up_connections_are_not_kept() {
     }
     // Everything sent was processed once an RTT probe (sent after it) comes back.
     client.probe_rtt(0).await.unwrap();
-    let grown = LIVE.load(Relaxed).saturating_sub(before);
+    let grown = counting_alloc::live().saturating_sub(before);
     let entries = client.danger_probe_answer_entries();
     eprintln!("{records} records (~{frames} answers about made-up IDs): {entries} entries, heap +{grown} bytes");
     assert!(entries <= 3, "answers kept for connections that do not exist: {entries}");

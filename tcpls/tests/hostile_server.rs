@@ -4,51 +4,17 @@
 //! process's heap must grow by well under 64 MiB, and the other session's transfer must
 //! complete intact.
 #![allow(clippy::unwrap_used)]
-// The one use of unsafe: a global allocator that counts, forwarding to the system's.
-#![allow(unsafe_code)]
 
 mod common;
+#[path = "../../tcpls-proto/tests/util/counting_alloc.rs"]
+mod counting_alloc;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
 use common::{pattern, Pki};
 use tcpls::proto::frame::Frame;
 use tcpls::{server_name_for, TcplsConnector, TcplsListener};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size(), Relaxed);
-        // SAFETY: the caller's contract is passed on unchanged.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size(), Relaxed);
-        // SAFETY: as above.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size(), Relaxed);
-        // SAFETY: as above.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LIVE.fetch_add(new_size, Relaxed);
-        LIVE.fetch_sub(layout.size(), Relaxed);
-        // SAFETY: as above.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
 
 /// FNV-1a, 64 bits: the content check of the transfer (order and value of every byte).
 fn fnv1a(data: &[u8]) -> u64 {
@@ -94,7 +60,7 @@ async fn an_attacking_session_neither_grows_the_server_nor_stalls_another() {
     let attacker = connector.connect(addr, name.clone()).await.unwrap();
     let healthy = connector.connect(addr, name).await.unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let before = LIVE.load(Relaxed);
+    let before = counting_alloc::live();
 
     // The well-behaved session's transfer runs meanwhile.
     let data = pattern(32 << 20, 7);
@@ -133,7 +99,7 @@ async fn an_attacking_session_neither_grows_the_server_nor_stalls_another() {
     assert_eq!(digest, expected, "the other session's data arrived intact");
     // What the attack left behind once it was processed (an RTT probe comes back after it).
     attacker.probe_rtt(0).await.unwrap();
-    let grown = LIVE.load(Relaxed).saturating_sub(before);
+    let grown = counting_alloc::live().saturating_sub(before);
     eprintln!("attack of {sent} bytes: process heap +{grown} bytes");
     // Measured ~23 MB: the attacker's 4 096 streams with their server tasks (each accepted and
     // waiting to read) and both ends' state; the bound of issue #14 is 64 MiB per attacking
