@@ -252,19 +252,38 @@ fn run_scenario(examples: &[Example]) {
             eprintln!("SKIPPED (no IPv6 on this machine): {}", example.line);
             continue;
         }
-        let prepared = prepare(&example.line, &mut ports);
-        let what = format!("{} (from {}, run as tcpls {})", example.line, example.source, prepared.args.join(" "));
+        let mut prepared = prepare(&example.line, &mut ports);
+        let mut what = format!("{} (from {}, run as tcpls {})", example.line, example.source, prepared.args.join(" "));
         match prepared.kind {
             Kind::Server => {
-                // A new server may take the port of an earlier one (README: a second `serve` on
-                // 127.0.0.1:4443 with two paths), which then stops.
-                let mine = listen_ports(&prepared.args);
-                servers.retain(|(theirs, _)| !theirs.iter().any(|p| mine.contains(p)));
-                let mut p = Proc::spawn(tcpls().current_dir(dir.path()).args(&prepared.args), false);
-                p.stderr
-                    .wait_for(b"listening", SHORT)
-                    .unwrap_or_else(|e| panic!("server example did not start: {what}: {e}\n{}", p.diagnostics()));
-                servers.push((mine, p));
+                for attempt in 0.. {
+                    // A new server may take the port of an earlier one (README: a second `serve`
+                    // on 127.0.0.1:4443 with two paths), which then stops.
+                    let mine = listen_ports(&prepared.args);
+                    servers.retain(|(theirs, _)| !theirs.iter().any(|p| mine.contains(p)));
+                    let mut p = Proc::spawn(tcpls().current_dir(dir.path()).args(&prepared.args), false);
+                    match p.stderr.wait_for(b"listening", SHORT) {
+                        Ok(()) => {
+                            servers.push((mine, p));
+                            break;
+                        }
+                        // Another test took the free port between `free_port` and the bind:
+                        // this example's ports get new ones (later examples follow the map).
+                        Err(_) if attempt < 5 && p.stderr.text().contains("cannot listen") => {
+                            for doc_port in DOC_PORTS.iter().filter(|d| example.line.contains(*d)) {
+                                ports.remove(*doc_port);
+                            }
+                            prepared = prepare(&example.line, &mut ports);
+                            what = format!(
+                                "{} (from {}, run as tcpls {})",
+                                example.line,
+                                example.source,
+                                prepared.args.join(" ")
+                            );
+                        }
+                        Err(e) => panic!("server example did not start: {what}: {e}\n{}", p.diagnostics()),
+                    }
+                }
             }
             Kind::Client => {
                 if !has_own_server && servers.is_empty() && needs_server(&prepared.args) {
