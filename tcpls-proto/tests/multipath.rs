@@ -333,6 +333,19 @@ fn an_orphaned_session_ends_when_no_rejoin_comes() {
 }
 
 #[test]
+fn aborting_an_orphaned_session_ends_it_at_once() {
+    let mut p = MultiPair::default_pair();
+    p.kill(0);
+    assert!(p.client.is_orphaned() && p.server.is_orphaned());
+    let now = p.now;
+    for s in [&mut p.client, &mut p.server] {
+        s.abort(now);
+        assert!(s.is_closed() && !s.is_orphaned(), "not waiting for the rejoin deadline");
+        assert!(matches!(s.error(), Some(Error::SessionClosed)), "{:?}", s.error());
+    }
+}
+
+#[test]
 fn an_unanswered_keepalive_ping_fails_a_silent_connection_over() {
     let settings = tcpls_proto::SessionConfig {
         keepalive: Some(std::time::Duration::from_millis(50)),

@@ -684,6 +684,16 @@ impl Session {
     /// session ends with [`Error::SessionClosed`].
     pub fn abort(&mut self, now: Instant) {
         self.core.now = Some(now);
+        if self.core.orphaned_since.take().is_some() {
+            // No connection left to abort and no rejoin wanted any more: it ends here (it used
+            // to wait for the rejoin deadline).
+            self.core.orphan_error = None;
+            if !self.core.closed {
+                self.core.error.get_or_insert(Error::SessionClosed);
+                self.core.on_closed();
+            }
+            return;
+        }
         for c in &mut self.conns {
             let _ = c.send_close_notify();
             c.fail(Error::SessionClosed);
