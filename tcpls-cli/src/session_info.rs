@@ -3,63 +3,10 @@
 //! the connections).
 
 use std::fmt::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, SignatureScheme};
+use rustls::pki_types::CertificateDer;
 use tcpls::{ConnectOutcome, Session};
-
-/// The end-entity certificate of the last server verified in this process (the CLI makes one
-/// session at a time where it is shown).
-static PEER_CERTIFICATE: Mutex<Option<CertificateDer<'static>>> = Mutex::new(None);
-
-/// A certificate verifier that remembers the server's certificate, then asks `inner`.
-#[derive(Debug)]
-pub struct Recording(Arc<dyn ServerCertVerifier>);
-
-impl Recording {
-    pub fn wrap(inner: Arc<dyn ServerCertVerifier>) -> Arc<dyn ServerCertVerifier> {
-        Arc::new(Self(inner))
-    }
-}
-
-impl ServerCertVerifier for Recording {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        server_name: &ServerName<'_>,
-        ocsp: &[u8],
-        now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        *PEER_CERTIFICATE.lock().unwrap_or_else(|p| p.into_inner()) = Some(end_entity.clone().into_owned());
-        self.0.verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
-    }
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
-    }
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
-    }
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
-    }
-    fn requires_raw_public_keys(&self) -> bool {
-        self.0.requires_raw_public_keys()
-    }
-}
 
 /// How the server's certificate was checked (for the report).
 pub enum Trust<'a> {
@@ -97,7 +44,7 @@ pub fn describe(session: &Session, outcome: &ConnectOutcome, trust: Trust<'_>, h
         Trust::Ca(path) => format!("verified against --ca {}", path.display()),
         Trust::SystemRoots => "verified against the system's roots".to_string(),
     };
-    let certificate = PEER_CERTIFICATE.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let certificate = info.as_ref().and_then(|i| i.peer_certificates.first().cloned());
     match certificate {
         Some(der) => out.push_str(&certificate_lines(&der, &verified)),
         None if resumed => out.push_str("Server certificate: not sent again (resumed session)\n"),

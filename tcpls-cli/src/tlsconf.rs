@@ -156,7 +156,7 @@ pub fn client_config_with_identity(
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?;
     let mut config = if insecure {
-        let verifier = crate::session_info::Recording::wrap(Arc::new(NoVerification(provider(cipher)?)));
+        let verifier = Arc::new(NoVerification(provider(cipher)?));
         with_identity(builder.dangerous().with_custom_certificate_verifier(verifier))?
     } else {
         let mut roots = RootCertStore::empty();
@@ -172,18 +172,8 @@ pub fn client_config_with_identity(
                 }
             }
         }
-        if roots.is_empty() {
-            // Nothing to verify against: every certificate fails with UnknownIssuer.
-            with_identity(builder.with_root_certificates(roots))?
-        } else {
-            let webpki =
-                rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider(cipher)?)
-                    .build()
-                    .map_err(|e| format!("cannot use the CA certificates: {e}"))?;
-            // Keeps the server's certificate for `connect --show-session`.
-            let verifier = crate::session_info::Recording::wrap(webpki);
-            with_identity(builder.dangerous().with_custom_certificate_verifier(verifier))?
-        }
+        // With no roots at all every certificate fails with UnknownIssuer.
+        with_identity(builder.with_root_certificates(roots))?
     };
     config.alpn_protocols = alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
     config.key_log = key_log();

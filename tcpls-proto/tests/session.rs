@@ -328,6 +328,12 @@ fn tickets_reach_the_client_and_the_next_session_resumes() {
     second.drive();
     assert!(second.client.handshake_info().unwrap().resumed, "tickets from the first session were handed to rustls");
     assert!(!second.client.is_fallback());
+    // The server's certificate is known after a full and after a resumed handshake; the server
+    // has none from a client without client authentication.
+    for p in [&first, &second] {
+        assert_eq!(p.client.handshake_info().unwrap().peer_certificates, [pki.cert.clone()]);
+        assert!(p.server.handshake_info().unwrap().peer_certificates.is_empty());
+    }
 }
 
 /// A client that does not trust the server's certificate fails cleanly: an error, an alert for

@@ -41,6 +41,10 @@ pub struct HandshakeInfo {
     /// Client: the server accepted the early data we offered. Server: early data was accepted
     /// and delivered (it may be a replay, see RESUMPTION.md).
     pub early_data_accepted: bool,
+    /// The peer's certificate chain, end-entity first: the server's on a client (also after
+    /// resumption: rustls keeps it with the ticket); on a server, the client's under mutual
+    /// TLS, else empty. Verified by rustls before the handshake completed.
+    pub peer_certificates: Vec<rustls::pki_types::CertificateDer<'static>>,
 }
 
 /// How a connection continues after its handshake.
@@ -170,7 +174,12 @@ impl Handshake {
         };
         match self.side {
             Side::Client(c) => {
-                let info = with_early(info_of(c.alpn_protocol(), c.negotiated_cipher_suite(), c.handshake_kind()));
+                let info = with_early(info_of(
+                    c.alpn_protocol(),
+                    c.negotiated_cipher_suite(),
+                    c.handshake_kind(),
+                    c.peer_certificates(),
+                ));
                 if is_tcpls(c.alpn_protocol(), c.protocol_version()) {
                     let (secrets, kernel) = c.dangerous_into_kernel_connection().map_err(Error::Tls)?;
                     Ok(HandshakeOutcome::Tcpls {
@@ -184,7 +193,12 @@ impl Handshake {
                 }
             }
             Side::Server(s) => {
-                let info = with_early(info_of(s.alpn_protocol(), s.negotiated_cipher_suite(), s.handshake_kind()));
+                let info = with_early(info_of(
+                    s.alpn_protocol(),
+                    s.negotiated_cipher_suite(),
+                    s.handshake_kind(),
+                    s.peer_certificates(),
+                ));
                 if is_tcpls(s.alpn_protocol(), s.protocol_version()) {
                     let (secrets, kernel) = s.dangerous_into_kernel_connection().map_err(Error::Tls)?;
                     Ok(HandshakeOutcome::Tcpls {
@@ -219,12 +233,14 @@ fn info_of(
     alpn: Option<&[u8]>,
     suite: Option<rustls::SupportedCipherSuite>,
     kind: Option<HandshakeKind>,
+    peer_certificates: Option<&[rustls::pki_types::CertificateDer<'static>]>,
 ) -> HandshakeInfo {
     HandshakeInfo {
         alpn: alpn.map(<[u8]>::to_vec),
         cipher_suite: suite.map(|s| format!("{:?}", s.suite())).unwrap_or_default(),
         resumed: matches!(kind, Some(HandshakeKind::Resumed)),
         early_data_accepted: false,
+        peer_certificates: peer_certificates.map(<[_]>::to_vec).unwrap_or_default(),
     }
 }
 
