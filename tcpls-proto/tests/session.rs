@@ -331,7 +331,7 @@ fn tickets_reach_the_client_and_the_next_session_resumes() {
     // The server's certificate is known after a full and after a resumed handshake; the server
     // has none from a client without client authentication.
     for p in [&first, &second] {
-        assert_eq!(p.client.handshake_info().unwrap().peer_certificates, [pki.cert.clone()]);
+        assert_eq!(p.client.handshake_info().unwrap().peer_certificates, std::slice::from_ref(&pki.cert));
         assert!(p.server.handshake_info().unwrap().peer_certificates.is_empty());
     }
 }
