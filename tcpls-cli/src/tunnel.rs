@@ -126,8 +126,10 @@ struct ClientArgs {
     /// Concentrator address: HOST:PORT, [V6]:PORT or HOST (port 4443).
     #[arg(long)]
     concentrator: Option<String>,
-    /// Add a TCP connection to the session towards another concentrator address; repeatable.
-    #[arg(long, value_name = "ADDR")]
+    /// Add a TCP connection to the session: [LOCAL@]ADDR, towards another concentrator address
+    /// or the same one from another local address or interface (`dev:wwan0@ADDR`, a second
+    /// uplink); repeatable.
+    #[arg(long, value_name = "[LOCAL@]ADDR")]
     path: Vec<String>,
     /// CA certificate (PEM) to verify the concentrator with (default: the system's roots).
     #[arg(long, conflicts_with = "insecure")]
@@ -595,10 +597,8 @@ impl ClientSettings {
 async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
     let a = ClientSettings::from(a, file)?;
     let concentrator = *resolve(&a.concentrator)?.first().ok_or("no address")?;
-    let mut paths = Vec::new();
-    for p in &a.path {
-        paths.push(*resolve(p)?.first().ok_or_else(|| format!("{p} resolved to no address"))?);
-    }
+    // [LOCAL@]REMOTE: a second uplink towards the concentrator's one address, or another address.
+    let paths = a.path.iter().map(|p| crate::args::parse_path(p)).collect::<Result<Vec<_>, _>>()?;
     let mut frontends = Vec::new();
     if let Some(s) = &a.socks {
         frontends.push((tcpls_tunnel::cli::resolve(s, None).await?, Frontend::Socks));
@@ -641,7 +641,7 @@ async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
     // by the keepalive rather than by TCP's retransmission timeout (minutes).
     cfg.session.keepalive = Some(Duration::from_secs_f64(a.keepalive));
     let client =
-        TunnelClient::connect(concentrator, name, Arc::new(tls), &paths, cfg).await.map_err(|e| e.to_string())?;
+        TunnelClient::connect_paths(concentrator, name, Arc::new(tls), &paths, cfg).await.map_err(|e| e.to_string())?;
     let _reconnect = (!a.no_reconnect).then(|| {
         client.keep_connected(Backoff { max: Duration::from_secs_f64(a.reconnect_max), ..Backoff::default() })
     });

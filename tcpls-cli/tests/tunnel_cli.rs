@@ -190,6 +190,39 @@ fn curl_through_socks5_byte_exact_and_failures() {
     assert!(report["bytes_down"].as_u64().unwrap() > 2 * 5_000_000 + 2 * 800, "{report}");
 }
 
+/// Two uplinks to a concentrator with ONE address (issue #15): `--path LOCAL@ADDR` adds a
+/// connection from another local address (127.0.0.3 stands for a second interface's address);
+/// downloads through the tunnel stay byte-exact (its streams go round-robin over the two).
+#[test]
+fn a_second_uplink_from_another_local_address() {
+    require_curl();
+    let web = Web::start(&[("a.bin", 4_000_000), ("b.bin", 4_000_000)]);
+    let (_server, ports) = start_server(1);
+    let concentrator = format!("127.0.0.1:{}", ports[0]);
+    let (mut client, socks_port) = start("tcpls tunnel client", b"tcpls tunnel client: session to", |local| {
+        let mut cmd = tcpls();
+        cmd.args(["tunnel", "client", "-v", "--insecure", "--concentrator", &concentrator]);
+        cmd.args(["--path", &format!("127.0.0.3@{concentrator}"), "--socks", &format!("127.0.0.1:{local}")]);
+        cmd
+    });
+    let ready = client.stderr.text();
+    assert!(ready.contains("(2 connection(s))"), "two uplinks: {ready}");
+    let out = TempDir::new("tunnel-uplinks");
+    for file in ["a.bin", "b.bin"] {
+        let dst = out.path().join(file);
+        let url = format!("http://127.0.0.1:{}/{file}", web.port);
+        let done = curl(socks_port, false, &url, &dst, &[]);
+        assert!(done.status.success(), "curl {url}: {}\n{}", done.describe(), client.diagnostics());
+        assert_eq!(sha256(&dst), web.sha256(file), "{url} byte-exact over two uplinks");
+    }
+    // A local address this host does not have: the client says which path and why.
+    let mut cmd = tcpls();
+    cmd.args(["tunnel", "client", "--insecure", "--concentrator", &concentrator, "--no-reconnect"]);
+    cmd.args(["--path", &format!("192.0.2.1@{concentrator}"), "--socks", "127.0.0.1:0"]);
+    let done = run(&mut cmd, None, TIMEOUT);
+    assert!(!done.status.success() && done.stderr.contains("not an address of this host"), "{}", done.describe());
+}
+
 #[test]
 fn curl_over_two_paths_survives_killing_one() {
     require_curl();

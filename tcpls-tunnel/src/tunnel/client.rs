@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use rustls::pki_types::ServerName;
 use rustls::ClientConfig;
-use tcpls::{RecvStream, SendStream, Session, TcplsConnector};
+use tcpls::{PathOptions, RecvStream, SendStream, Session, TcplsConnector};
 use tokio::io::AsyncReadExt;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
@@ -109,7 +109,8 @@ struct Dial {
     connector: TcplsConnector,
     concentrator: SocketAddr,
     server_name: ServerName<'static>,
-    paths: Vec<SocketAddr>,
+    /// Extra connections: a concentrator address and the local side to leave from.
+    paths: Vec<(SocketAddr, PathOptions)>,
 }
 
 impl Dial {
@@ -128,12 +129,12 @@ impl Dial {
                 format!("{concentrator} speaks plain TLS, not TCPLS: is it a `tcpls tunnel server`?"),
             ));
         }
-        for p in &self.paths {
-            match session.join(*p).await {
-                Ok(id) => debug!("tunnel: path {p} joined as connection {id}"),
+        for (p, local) in &self.paths {
+            match session.join_with(*p, local).await {
+                Ok(id) => debug!("tunnel: path {local}to {p} joined as connection {id}"),
                 Err(e) => {
                     session.abort();
-                    return Err(io::Error::new(e.kind(), format!("path to {p}: {e}")));
+                    return Err(io::Error::new(e.kind(), format!("path {local}to {p}: {e}")));
                 }
             }
         }
@@ -189,6 +190,19 @@ impl TunnelClient {
         server_name: ServerName<'static>,
         tls: Arc<ClientConfig>,
         paths: &[SocketAddr],
+        cfg: TunnelConfig,
+    ) -> io::Result<TunnelClient> {
+        let paths: Vec<(SocketAddr, PathOptions)> = paths.iter().map(|p| (*p, PathOptions::new())).collect();
+        Self::connect_paths(concentrator, server_name, tls, &paths, cfg).await
+    }
+
+    /// [`connect`](Self::connect) with extra paths that may leave from a chosen local address
+    /// or interface ([`PathOptions`]), e.g. a second uplink towards a one-address concentrator.
+    pub async fn connect_paths(
+        concentrator: SocketAddr,
+        server_name: ServerName<'static>,
+        tls: Arc<ClientConfig>,
+        paths: &[(SocketAddr, PathOptions)],
         cfg: TunnelConfig,
     ) -> io::Result<TunnelClient> {
         // The connector keeps the TLS configuration and with it rustls' ticket store: a new
