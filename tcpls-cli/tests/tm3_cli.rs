@@ -42,19 +42,9 @@ fn echo_server() -> SocketAddr {
     addr
 }
 
-/// Spawns `make(port)` with a fresh port until its stderr shows `ready`; retries when someone
-/// else took the port between `free_port` and the bind ("cannot listen").
+/// Starts `make(port)` on fresh ports until `ready` shows on stderr.
 fn start(what: &str, ready: &[u8], make: impl Fn(u16) -> std::process::Command) -> (Proc, u16) {
-    for attempt in 0.. {
-        let port = free_port(LOCALHOST_V4);
-        let mut proc = Proc::spawn(&mut make(port), false);
-        match proc.stderr.wait_for(ready, SHORT) {
-            Ok(()) => return (proc, port),
-            Err(_) if attempt < 5 && proc.stderr.text().contains("cannot listen") => continue,
-            Err(e) => panic!("{what} did not start: {e}\n{}", proc.diagnostics()),
-        }
-    }
-    unreachable!()
+    support::start_on_free_port(what, ready, make)
 }
 
 /// `tcpls tm3 rp 4 --port P`; returns it and P.

@@ -62,19 +62,9 @@ fn require_curl() {
     }
 }
 
-/// Starts `make(port)` on fresh ports until its stderr shows `ready` (a lost race for a port
-/// shows "cannot listen").
-fn start(what: &str, ready: &[u8], make: impl Fn(u16) -> Command) -> (Proc, u16) {
-    for attempt in 0.. {
-        let port = free_port(LOCALHOST_V4);
-        let mut proc = Proc::spawn(&mut make(port), false);
-        match proc.stderr.wait_for(ready, SHORT) {
-            Ok(()) => return (proc, port),
-            Err(_) if attempt < 5 && proc.stderr.text().contains("cannot listen") => continue,
-            Err(e) => panic!("{what} did not start: {e}\n{}", proc.diagnostics()),
-        }
-    }
-    unreachable!()
+/// Starts `make(port)` on fresh ports until `ready` shows on stderr.
+fn start(what: &str, ready: &[u8], make: impl Fn(u16) -> std::process::Command) -> (Proc, u16) {
+    support::start_on_free_port(what, ready, make)
 }
 
 /// The destinations of these tests are on loopback, which the concentrator refuses by default.

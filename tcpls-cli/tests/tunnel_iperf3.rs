@@ -18,19 +18,9 @@ fn have_iperf3() -> bool {
     Command::new("iperf3").arg("--version").output().is_ok_and(|o| o.status.success())
 }
 
-/// Starts `make(port)` on fresh ports until `ready` shows on stderr (a lost race for a port
-/// shows "cannot listen").
-fn start(what: &str, ready: &[u8], make: impl Fn(u16) -> Command) -> (Proc, u16) {
-    for attempt in 0.. {
-        let port = free_port(LOCALHOST_V4);
-        let mut proc = Proc::spawn(&mut make(port), false);
-        match proc.stderr.wait_for(ready, SHORT) {
-            Ok(()) => return (proc, port),
-            Err(_) if attempt < 5 && proc.stderr.text().contains("cannot listen") => continue,
-            Err(e) => panic!("{what} did not start: {e}\n{}", proc.diagnostics()),
-        }
-    }
-    unreachable!()
+/// Starts `make(port)` on fresh ports until `ready` shows on stderr.
+fn start(what: &str, ready: &[u8], make: impl Fn(u16) -> std::process::Command) -> (Proc, u16) {
+    support::start_on_free_port(what, ready, make)
 }
 
 fn start_iperf3_server() -> (Proc, u16) {

@@ -448,3 +448,18 @@ pub fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
     out.truncate(len);
     out
 }
+
+/// Spawns `make(port)` on a fresh port until its stderr shows `ready`; retries with another port
+/// when someone else took it between `free_port` and the bind ("cannot listen").
+pub fn start_on_free_port(what: &str, ready: &[u8], make: impl Fn(u16) -> Command) -> (Proc, u16) {
+    for attempt in 0.. {
+        let port = free_port(LOCALHOST_V4);
+        let mut proc = Proc::spawn(&mut make(port), false);
+        match proc.stderr.wait_for(ready, SHORT) {
+            Ok(()) => return (proc, port),
+            Err(_) if attempt < 5 && proc.stderr.text().contains("cannot listen") => continue,
+            Err(e) => panic!("{what} did not start: {e}\n{}", proc.diagnostics()),
+        }
+    }
+    unreachable!()
+}
