@@ -179,6 +179,11 @@ struct ServeArgs {
     /// (0: never). Clients that idle longer on purpose use keepalive.
     #[arg(long, default_value_t = 300)]
     idle_timeout: u64,
+    /// Memory one session may hold in received stream data, over all its streams. Each open
+    /// stream is charged at least its 64 KiB initial window, so this also caps the streams a
+    /// client may have open at once: the default admits about 990 (e.g. 256M for 1000+).
+    #[arg(long, value_parser = parse_size, default_value = "64M", value_name = "SIZE")]
+    receive_budget: u64,
 }
 
 /// Exit status after Ctrl-C (128 + SIGINT, as shells report it), for every subcommand.
@@ -336,7 +341,13 @@ async fn serve_cmd(a: ServeArgs) -> Result<Ended, String> {
     }
     advertise.dedup();
     let idle_timeout = (a.idle_timeout > 0).then(|| std::time::Duration::from_secs(a.idle_timeout));
-    let settings = SessionConfig { tokens: a.tokens, advertise, idle_timeout, ..SessionConfig::default() };
+    let settings = SessionConfig {
+        tokens: a.tokens,
+        advertise,
+        idle_timeout,
+        receive_budget: a.receive_budget,
+        ..SessionConfig::default()
+    };
     let settings = probe::serve_settings(settings, &a.allow_cc);
     let listeners = serve::bind(&listen, tls, settings).await?;
     let metrics = match (&a.metrics, listeners.first()) {

@@ -67,6 +67,8 @@ pub struct TunnelConfig {
     pub max_sessions: usize,
     /// Concentrator: tunneled connections (peer-opened streams) per session at once; the
     /// session refuses more with Stream Reset 0x1 (`SessionConfig::max_concurrent_streams`).
+    /// The session's `receive_budget` also caps it: each stream is charged its 64 KiB initial
+    /// window, so the default 64 MiB admits about 990 (fewer while streams hold large windows).
     pub max_streams_per_session: usize,
     /// Concentrator: name lookups in progress at once over all sessions (each holds a thread
     /// of the blocking pool until the resolver answers); more wait, within `connect_timeout`.
