@@ -231,6 +231,10 @@ mod tests {
         let (s, c) = (cfg.server.unwrap(), cfg.client.unwrap());
         assert_eq!(s.deny_dest.len(), 2);
         assert_eq!(c.forward_udp, ["127.0.0.1:5353=9.9.9.9:53"]);
+        assert_eq!(s.unknown_clients.as_deref(), Some("refuse"));
+        let alice = cfg.clients["alice"].rule("alice").unwrap();
+        assert_eq!((alice.rate, alice.max_sessions), (Some(50_000_000), Some(2)));
+        assert_eq!(cfg.clients["backup.example.org"].rule("b").unwrap().only.len(), 1);
     }
 
     #[test]
