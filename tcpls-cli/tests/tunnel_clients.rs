@@ -239,7 +239,7 @@ fn per_client_destinations_rate_sessions_logs_and_metrics() {
     assert!(!m.keys().any(|k| k.contains("carol")), "an unconfigured name never becomes a label: {m:#?}");
 }
 
-/// SIGHUP with a changed entry: alice's download in flight (rate 1 MB/s) goes on byte-exact on
+/// SIGHUP with a changed entry: alice's download in flight (rate 500 kB/s) goes on byte-exact on
 /// the same session and speeds up once the reload lifts her rate; her next connection follows
 /// the new entry (its deny-dest refuses the destination), without a reconnection.
 #[test]
@@ -247,7 +247,7 @@ fn reload_changes_a_clients_policy_without_dropping_its_session() {
     let payload = pseudo_random(3 << 20, 7);
     let dest = destination(payload.clone());
     let bed = Bed::new("tunnel-clients-reload");
-    bed.write_config("[clients.\"alice\"]\nrate = \"1M\"\n");
+    bed.write_config("[clients.\"alice\"]\nrate = \"500K\"\n");
     let mut server = bed.server(&[]);
     let (mut alice, alice_port) = bed.client("alice", dest);
     let started = Instant::now();
@@ -264,8 +264,8 @@ fn reload_changes_a_clients_policy_without_dropping_its_session() {
     let got = downloading.join().unwrap().unwrap_or_else(|e| panic!("download: {e}\n{}", alice.diagnostics()));
     let took = started.elapsed();
     assert!(got == payload, "the download in flight differs ({} of {} bytes)", got.len(), payload.len());
-    eprintln!("3 MiB, rate 1 MB/s lifted after 0.7 s: {:.2} s (3.1 s at the old rate)", took.as_secs_f64());
-    assert!(took < Duration::from_millis(2600), "the new rate (none) did not apply to the live relay: {took:?}");
+    eprintln!("3 MiB, rate 500 kB/s lifted after 0.7 s: {:.2} s (6.3 s at the old rate)", took.as_secs_f64());
+    assert!(took < Duration::from_secs(4), "the new rate (none) did not apply to the live relay: {took:?}");
     assert_refused(alice_port, "alice after the reload", &mut alice);
     alice
         .stderr
