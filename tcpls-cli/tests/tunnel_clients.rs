@@ -169,6 +169,19 @@ fn per_client_destinations_rate_sessions_logs_and_metrics() {
             && summary.contains("unknown clients refused"),
         "{summary}"
     );
+    // Mistakes are one-line errors naming the client or the key.
+    let bad = bed.config.with_file_name("bad.toml");
+    for (text, says) in [
+        ("[server]\nclient-ca = \"ca.pem\"\nunknown-clients = \"maybe\"\n", "unknown-clients: 'maybe'"),
+        ("[server]\nlisten = [\"127.0.0.1:1\"]\n[clients.alice]\nrate = 5\n", "need client-ca"),
+        (
+            "[server]\nclient-ca = \"ca.pem\"\n[clients.alice]\nonly-dest = [\"nowhere\"]\n",
+            "client \"alice\": only-dest",
+        ),
+    ] {
+        std::fs::write(&bad, text).unwrap();
+        support::run(tcpls().args(["tunnel", "check-config"]).arg(&bad), None, SHORT).one_line_error(says);
+    }
     let mut server = bed.server(&["--metrics", "127.0.0.1:0"]);
     let err = server.stderr.text();
     let metrics: SocketAddr =
