@@ -71,8 +71,7 @@ pub(super) async fn serve_bind(
                     return;
                 }
                 let _ = tcp.set_nodelay(true);
-                let limiter = (limiter.rate() > 0).then_some(&*limiter);
-                let report = relay::relay_pipelined_limited(tcp, s, r, answer_timeout, limiter).await;
+                let report = relay::relay_pipelined_limited(tcp, s, r, answer_timeout, Some(&*limiter)).await;
                 debug!("tunnel: reverse {from} -> {addr}: {:?}", report.outcome);
             });
         }

@@ -528,7 +528,9 @@ async fn serve_stream(
         return;
     }
     let rules = clients.lookup(&who.id);
-    let limiter = (who.limiter.rate() > 0).then_some(&*who.limiter);
+    // Always the client's bucket (rate 0: no wait, one atomic load): a rate set by a reload
+    // applies to this relay at once, as does one lifted.
+    let limiter = Some(&*who.limiter);
     match (transport, &target) {
         (Transport::Tcp, _) => {}
         (Transport::Udp, _) => return serve_udp_stream(send, recv, ctx, stats, target, (peer, rules, limiter)).await,
