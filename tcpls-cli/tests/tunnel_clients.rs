@@ -287,3 +287,69 @@ fn reload_changes_a_clients_policy_without_dropping_its_session() {
     let text = alice.stderr.text();
     assert!(!text.contains("lost") && !text.contains("reconnect"), "no reconnection: {text}");
 }
+
+/// A UDP sink on 127.0.0.1: counts the distinct datagrams `d(i)` it receives (content checked)
+/// until 1.5 s pass without one, from the moment `start` is sent (a thread).
+fn udp_sink(d: fn(u32) -> Vec<u8>) -> (u16, std::thread::JoinHandle<usize>) {
+    let sock = std::net::UdpSocket::bind((LOCALHOST_V4, 0)).unwrap();
+    let port = sock.local_addr().unwrap().port();
+    let counting = std::thread::spawn(move || {
+        let mut got = std::collections::HashSet::new();
+        let mut buf = [0u8; 2048];
+        sock.set_read_timeout(Some(SHORT)).unwrap();
+        while let Ok(n) = sock.recv(&mut buf) {
+            sock.set_read_timeout(Some(Duration::from_millis(1500))).unwrap();
+            if &buf[..n] == b"warm-up" {
+                continue;
+            }
+            let i: u32 = std::str::from_utf8(&buf[..5]).unwrap().parse().unwrap();
+            assert_eq!(&buf[..n], &d(i)[..], "datagram {i} intact");
+            got.insert(i);
+        }
+        got.len()
+    });
+    (port, counting)
+}
+
+fn datagram(i: u32) -> Vec<u8> {
+    let mut d = format!("{i:05} ").into_bytes();
+    d.resize(1000, b'a' + (i % 26) as u8);
+    d
+}
+
+/// UDP under a client's rate drops rather than queues: 200 datagrams of 1000 bytes sent over
+/// ~1 s (200 kB/s) through `--forward-udp` with `rate = "100K"` (a 16 KiB burst, then 100 kB/s):
+/// about half reach the destination, intact; without a rate all do.
+#[test]
+fn udp_beyond_a_clients_rate_is_dropped() {
+    let bed = Bed::new("tunnel-clients-udp");
+    bed.write_config("[clients.\"alice\"]\nrate = \"100K\"\n\n[clients.\"bob\"]\n");
+    let _server = bed.server(&[]);
+    let through = |name: &str| {
+        let (sink, counting) = udp_sink(datagram);
+        let (cert, key) = bed.pki.cert(name);
+        let (_client, port) = support::start_on_free_port("tcpls tunnel client", b"session to", |local| {
+            let mut cmd = tcpls();
+            cmd.args(["tunnel", "client", "--concentrator", &format!("127.0.0.1:{}", bed.port)]);
+            cmd.args(["--server-name", "localhost", "--ca"]).arg(&bed.server_cert);
+            cmd.arg("--cert").arg(&cert).arg("--key").arg(&key);
+            cmd.args(["--forward-udp", &format!("127.0.0.1:{local}=127.0.0.1:{sink}")]);
+            cmd
+        });
+        let udp = std::net::UdpSocket::bind((LOCALHOST_V4, 0)).unwrap();
+        udp.connect((LOCALHOST_V4, port)).unwrap();
+        // The flow's stream opens with the first datagram; then the bucket refills.
+        udp.send(b"warm-up").unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        for i in 0..200u32 {
+            udp.send(&datagram(i)).unwrap();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        counting.join().unwrap()
+    };
+    let limited = through("alice");
+    let free = through("bob");
+    eprintln!("UDP, 200 x 1000 bytes over ~1 s: {limited} arrived at rate 100K, {free} without a rate");
+    assert!((20..=170).contains(&limited), "{limited} of 200 arrived through a 100 kB/s rate");
+    assert!(free >= 190, "{free} of 200 arrived without a rate");
+}
