@@ -9,7 +9,7 @@ mod sessions;
 pub use http::serve_metrics;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -19,6 +19,10 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use sessions::{SessionTable, Totals};
 use tcpls::{JoinRegistry, Session};
+use tcpls_tunnel::tunnel::ClientStats;
+
+/// Reads the per-client counters of a tunnel concentrator at scrape time.
+pub type ClientStatsSource = Arc<dyn Fn() -> Vec<ClientStats> + Send + Sync>;
 
 /// The metrics of one server; cheap to clone (shared state).
 #[derive(Clone, Debug)]
@@ -32,6 +36,16 @@ struct State {
     joins: JoinRegistry,
     sessions: SessionTable,
     refused_max_sessions: AtomicU64,
+    /// A tunnel concentrator's per-client counters (label `client`).
+    clients: OnceLock<ClientSource>,
+}
+
+struct ClientSource(ClientStatsSource);
+
+impl std::fmt::Debug for ClientSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClientSource")
+    }
 }
 
 /// Keeps a session counted as live; when dropped (the session is over), its final counters move
@@ -51,8 +65,12 @@ impl Drop for Tracked {
 impl ServerMetrics {
     /// Metrics for the server whose listeners share `registry`.
     pub fn new(registry: JoinRegistry) -> Self {
-        let state =
-            State { joins: registry, sessions: SessionTable::default(), refused_max_sessions: AtomicU64::new(0) };
+        let state = State {
+            joins: registry,
+            sessions: SessionTable::default(),
+            refused_max_sessions: AtomicU64::new(0),
+            clients: OnceLock::new(),
+        };
         Self { state: Arc::new(state) }
     }
 
@@ -64,6 +82,11 @@ impl ServerMetrics {
     /// A session refused because `--max-sessions` were being served.
     pub fn refused_max_sessions(&self) {
         self.state.refused_max_sessions.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Adds the per-client series of a tunnel concentrator (set once).
+    pub fn with_clients(&self, source: ClientStatsSource) {
+        let _ = self.state.clients.set(ClientSource(source));
     }
 
     /// The Prometheus text exposition (format 0.0.4) of the current values.
@@ -179,8 +202,61 @@ impl Collector for Snapshot {
                 ("stream_limit", all.streams_refused),
             ],
         )?;
+        if let Some(source) = state.clients.get() {
+            encode_clients(e, &(source.0)())?;
+        }
         Ok(())
     }
+}
+
+/// The per-client series: label `client` is a configured client name or "other" (bounded by
+/// the configuration, never by what certificates say).
+fn encode_clients(e: &mut DescriptorEncoder, clients: &[ClientStats]) -> Result<(), std::fmt::Error> {
+    type Pick = fn(&ClientStats) -> u64;
+    let gauges: [(&str, &str, Pick); 1] =
+        [("tcpls_tunnel_client_sessions_active", "Sessions of this client being served now.", |c| c.sessions_active)];
+    for (name, help, pick) in gauges {
+        let mut family = e.encode_descriptor(name, help, None, MetricType::Gauge)?;
+        for c in clients {
+            let v = i64::try_from(pick(c)).unwrap_or(i64::MAX);
+            ConstGauge::new(v).encode(family.encode_family(&[("client", c.label.as_str())])?)?;
+        }
+    }
+    let counters: [(&str, &str, Pick); 5] = [
+        ("tcpls_tunnel_client_sessions", "Sessions of this client served since the start.", |c| c.sessions),
+        (
+            "tcpls_tunnel_client_sessions_refused",
+            "Sessions of this client refused by the per-client policy (unknown client, max-sessions).",
+            |c| c.sessions_refused,
+        ),
+        ("tcpls_tunnel_client_connections", "Tunneled connections this client asked for.", |c| c.stats.streams),
+        (
+            "tcpls_tunnel_client_refused_dest",
+            "Tunneled connections of this client refused by the destination policy.",
+            |c| c.stats.refused_dest,
+        ),
+        (
+            "tcpls_tunnel_client_bytes_up",
+            "Bytes relayed from this client towards destinations (ended connections).",
+            |c| c.stats.bytes_up,
+        ),
+    ];
+    for (name, help, pick) in counters {
+        let mut family = e.encode_descriptor(name, help, None, MetricType::Counter)?;
+        for c in clients {
+            ConstCounter::new(pick(c)).encode(family.encode_family(&[("client", c.label.as_str())])?)?;
+        }
+    }
+    let mut family = e.encode_descriptor(
+        "tcpls_tunnel_client_bytes_down",
+        "Bytes relayed from destinations towards this client (ended connections).",
+        None,
+        MetricType::Counter,
+    )?;
+    for c in clients {
+        ConstCounter::new(c.stats.bytes_down).encode(family.encode_family(&[("client", c.label.as_str())])?)?;
+    }
+    Ok(())
 }
 
 /// `--metrics ADDR` of a server: starts the endpoint for the server whose listeners share
@@ -201,6 +277,8 @@ pub async fn attach_to_concentrator(
     registry: JoinRegistry,
 ) -> Result<(), String> {
     let metrics = start(addr, registry, "tcpls tunnel server").await?;
+    let control = conc.control();
+    metrics.with_clients(Arc::new(move || control.client_stats()));
     conc.on_session_start(Arc::new(move |session: &Session| Box::new(metrics.track(session)) as Box<dyn Send>));
     Ok(())
 }

@@ -29,6 +29,7 @@
 mod client;
 mod dial;
 mod order;
+pub mod rate;
 pub mod reconnect;
 pub mod relay;
 mod reverse;
@@ -39,11 +40,12 @@ pub mod udp;
 
 use std::time::Duration;
 
+pub use crate::clients::{ClientPolicy, ClientRule};
 pub use crate::frontend::Target;
 pub use crate::policy::DestPolicy;
 pub use client::{Frontend, OpenError, TunnelClient};
 pub use reconnect::Backoff;
-pub use server::{Concentrator, ConcentratorControl, SessionHook, SessionSummary};
+pub use server::{ClientStats, Concentrator, ConcentratorControl, SessionHook, SessionSummary};
 pub use stats::{Stats, StatsSnapshot};
 
 /// Tunables of both ends.
@@ -85,6 +87,9 @@ pub struct TunnelConfig {
     /// Concentrator: the addresses clients may ask it to listen on (reverse forwards, Reverse
     /// Bind); empty (default): none.
     pub reverse_allowed: Vec<std::net::SocketAddr>,
+    /// Concentrator: per-client destinations, rate and sessions, by client certificate name
+    /// ([`crate::clients`]); default: none (every client gets the server-wide policy).
+    pub client_policy: ClientPolicy,
 }
 
 /// Default of [`TunnelConfig::max_sessions`].
@@ -121,6 +126,7 @@ impl Default for TunnelConfig {
             udp_idle_timeout: Duration::from_secs(60),
             max_udp_flows: 256,
             reverse_allowed: Vec::new(),
+            client_policy: ClientPolicy::default(),
         }
     }
 }
