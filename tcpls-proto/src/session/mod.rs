@@ -18,7 +18,7 @@ mod multipath;
 mod packetize;
 mod placement;
 pub mod sched;
-mod streams;
+pub(crate) mod streams;
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
