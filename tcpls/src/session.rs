@@ -215,6 +215,14 @@ impl Session {
         self.shared.lock().trace = Some(crate::trace::Tracer::new(sink));
     }
 
+    /// Hands a path manager decision to the session's trace, if it is traced.
+    pub(crate) fn trace_path(&self, event: impl FnOnce() -> crate::PathEvent) {
+        let inner = self.shared.lock();
+        if let Some(tracer) = &inner.trace {
+            tracer.path(inner.proto.side(), &event());
+        }
+    }
+
     /// Ends the session at once: queued data is dropped.
     pub fn abort(&self) {
         let mut inner = self.shared.lock();
