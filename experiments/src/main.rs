@@ -48,6 +48,19 @@ enum Experiment {
     FlowLimit,
     /// Thesis Figs 5.6-5.8: goodput, time to first byte and requests/s of TCP, TCPLS and the TCPLS tunnel (one host: CPU, not a network).
     Tunnel,
+    /// Plot one session of a `tcpls --trace FILE` event trace: bytes per connection with joins,
+    /// losses and failovers marked, stream progress, RTT and cwnd (docs/OBSERVABILITY.md §4).
+    #[command(after_help = "Example:\n  experiments trace-plot client.jsonl -o failover-trace.png")]
+    TracePlot {
+        /// The trace (JSON lines written by `tcpls --trace FILE` or `tcpls::JsonLinesTrace`).
+        file: std::path::PathBuf,
+        /// The PNG to write.
+        #[arg(short = 'o', long = "output", value_name = "PNG")]
+        output: std::path::PathBuf,
+        /// The session to draw (its `group_id`); default: the one that moved the most bytes.
+        #[arg(long)]
+        session: Option<u64>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -64,6 +77,7 @@ fn main() -> ExitCode {
         Experiment::RttProbe => experiments::rtt_probe::run(&opts),
         Experiment::FlowLimit => experiments::flow_limit::run(&opts),
         Experiment::Tunnel => experiments::tunnel::run(&opts),
+        Experiment::TracePlot { file, output, session } => experiments::trace_plot::run(&file, &output, session),
     };
     match result {
         Ok(summary) => {

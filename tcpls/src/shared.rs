@@ -105,7 +105,7 @@ impl Inner {
                         Instant::now(),
                     );
                 }
-                tracer.record(self.proto.side(), &event);
+                tracer.record(&self.proto, &event);
             }
             if trace_events() {
                 match &event {

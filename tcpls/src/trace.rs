@@ -56,6 +56,9 @@ pub enum TraceEvent<'a> {
     Session(&'a SessionSample),
     /// A decision of the client's path manager.
     Path(&'a PathEvent),
+    /// The core's `FailedOver`, with the session's totals of what failover re-sent so far
+    /// (records and their stream bytes), this failover included.
+    FailedOver { conn: ConnId, records_resent: u64, stream_bytes_resent: u64 },
 }
 
 /// One connection's counters at a sample.
@@ -164,11 +167,17 @@ impl Tracer {
         self.sink.record(&record);
     }
 
-    pub(crate) fn record(&self, side: Side, event: &Event) {
-        if matches!(event, Event::StreamReadable(_) | Event::StreamWritable(_)) {
-            return;
+    pub(crate) fn record(&self, proto: &tcpls_proto::Session, event: &Event) {
+        let side = proto.side();
+        match event {
+            Event::StreamReadable(_) | Event::StreamWritable(_) => {}
+            Event::FailedOver { conn } => {
+                let stats = proto.stats();
+                let (records_resent, stream_bytes_resent) = (stats.records_resent, stats.stream_bytes_resent);
+                self.emit(side, TraceEvent::FailedOver { conn: *conn, records_resent, stream_bytes_resent });
+            }
+            _ => self.emit(side, TraceEvent::Core(event)),
         }
-        self.emit(side, TraceEvent::Core(event));
     }
 
     pub(crate) fn path(&self, side: Side, event: &PathEvent) {
@@ -373,6 +382,11 @@ pub fn describe(event: &TraceEvent<'_>) -> (String, Value) {
                     "unacked_records": s.memory.unacked_records, "unacked_control_bytes": s.memory.unacked_control_bytes,
                     "failovers": s.failovers, "records_resent": s.records_resent,
                     "stream_bytes_resent": s.stream_bytes_resent }),
+        ),
+        TraceEvent::FailedOver { conn, records_resent, stream_bytes_resent } => (
+            "failed_over",
+            json!({ "conn": conn, "records_resent_total": records_resent,
+                    "stream_bytes_resent_total": stream_bytes_resent }),
         ),
         TraceEvent::Path(p) => (
             "path_updated",

@@ -168,7 +168,9 @@ async fn both_sides_trace_the_join_the_stream_and_the_end_of_a_connection() {
             [&client, &server].into_iter().filter(|t| find(t, "failed_over", Some(1)).is_some()).collect();
         eprintln!("{} side(s) failed over", failed.len());
         for trace in failed {
-            let t = time(find(trace, "failed_over", Some(1)).unwrap());
+            let failover = find(trace, "failed_over", Some(1)).unwrap();
+            assert!(failover["data"]["records_resent_total"].as_u64().unwrap() > 0, "{failover}");
+            let t = time(failover);
             let resent =
                 all(trace, "session_sample").iter().map(|e| e["data"]["records_resent"].as_u64().unwrap()).max();
             assert!(resent.unwrap_or(0) > 0, "records re-sent after the failover");
