@@ -2,7 +2,7 @@
 //! PNG decodes, has the plot's size and is drawn on (not blank); the summary names both
 //! connections and marks the join, the loss and the failover; a file that is not a trace is
 //! refused with a message saying so.
-#![allow(clippy::unwrap_used)]
+#![allow(clippy::unwrap_used, clippy::needless_range_loop)]
 
 mod support;
 
