@@ -161,6 +161,10 @@ struct ClientArgs {
     /// fails the connection (then the session rejoins or reconnects) [default: 10].
     #[arg(long, value_name = "SECS", value_parser = seconds)]
     keepalive: Option<f64>,
+    /// Serve Prometheus metrics of the client's session on http://ADDR/metrics (bytes, streams,
+    /// connections, failovers, memory; docs/OBSERVABILITY.md §3).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
     #[command(flatten)]
     mode: Mode,
 }
@@ -543,6 +547,7 @@ struct ClientSettings {
     reconnect_wait: f64,
     reconnect_max: f64,
     keepalive: f64,
+    metrics: Option<String>,
 }
 
 impl ClientSettings {
@@ -577,6 +582,7 @@ impl ClientSettings {
             reconnect_wait: secs(pick(a.reconnect_wait, f.reconnect_wait), "reconnect-wait", 10.0)?,
             reconnect_max: secs(pick(a.reconnect_max, f.reconnect_max), "reconnect-max", 30.0)?,
             keepalive: secs(pick(a.keepalive, f.keepalive), "keepalive", 10.0)?,
+            metrics: pick(a.metrics, f.metrics),
         };
         if s.socks.is_none()
             && s.http.is_none()
@@ -645,6 +651,9 @@ async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
     let _reconnect = (!a.no_reconnect).then(|| {
         client.keep_connected(Backoff { max: Duration::from_secs_f64(a.reconnect_max), ..Backoff::default() })
     });
+    if let Some(addr) = &a.metrics {
+        crate::metrics::attach_to_tunnel_client(client.clone(), addr).await?;
+    }
     let conns = client.session().usable_connections().len();
     let mut ctrl_c = crate::interrupt::listen();
     let mut what: Vec<String> = listeners.iter().map(|(_, l, f)| format!("{l} ({})", describe(f))).collect();

@@ -54,6 +54,7 @@ pub struct ClientFile {
     pub reconnect_wait: Option<f64>,
     pub reconnect_max: Option<f64>,
     pub keepalive: Option<f64>,
+    pub metrics: Option<String>,
     pub verbose: Option<bool>,
 }
 

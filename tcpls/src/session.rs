@@ -215,6 +215,17 @@ impl Session {
         self.shared.lock().trace = Some(crate::trace::Tracer::new(sink));
     }
 
+    /// Memory the session holds against its budget (receive credit, buffers, unacknowledged
+    /// records): what `tcpls serve --metrics` exports. O(streams + connections).
+    pub fn memory_use(&self) -> tcpls_proto::MemoryUse {
+        self.shared.lock().proto.memory_use()
+    }
+
+    /// Whether `other` is a handle to the same session.
+    pub fn is_same(&self, other: &Session) -> bool {
+        std::sync::Arc::ptr_eq(&self.shared.0, &other.shared.0)
+    }
+
     /// Hands a path manager decision to the session's trace, if it is traced.
     pub(crate) fn trace_path(&self, event: impl FnOnce() -> crate::PathEvent) {
         let inner = self.shared.lock();
