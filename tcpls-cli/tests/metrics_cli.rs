@@ -287,7 +287,7 @@ fn tunnel_client_metrics_mirror_the_concentrators() {
         let (c, s) = (scrape(client_metrics), scrape(server_metrics));
         let wrong: Vec<String> = mirrored
             .iter()
-            .filter(|(a, b)| c.get(*a).is_none() || c.get(*a) != s.get(*b))
+            .filter(|(a, b)| !c.contains_key(*a) || c.get(*a) != s.get(*b))
             .map(|(a, b)| format!("client {a} {:?} vs concentrator {b} {:?}", c.get(*a), s.get(*b)))
             .collect();
         if wrong.is_empty() {
