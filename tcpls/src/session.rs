@@ -98,6 +98,7 @@ impl Session {
     pub fn open_stream(&self) -> io::Result<(SendStream, RecvStream)> {
         let mut inner = self.shared.lock();
         let id = inner.proto.open_stream().map_err(stream_error)?;
+        inner.trace_stream(id, "opened", None);
         drop(inner);
         Ok(self.stream_pair(id))
     }

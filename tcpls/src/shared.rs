@@ -174,6 +174,13 @@ impl Inner {
         }
     }
 
+    /// Traces the application's stream calls (open, finish, reset), if the session is traced.
+    pub(crate) fn trace_stream(&self, stream: StreamId, what: &'static str, error_code: Option<u32>) {
+        if let Some(tracer) = &self.trace {
+            tracer.stream(self.proto.side(), stream, what, error_code);
+        }
+    }
+
     fn push_app_event(&mut self, event: Event) {
         if self.app_events.len() == MAX_APP_EVENTS {
             self.app_events.pop_front();

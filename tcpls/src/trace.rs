@@ -50,6 +50,11 @@ pub enum TraceEvent<'a> {
     StreamClosed(&'a StreamProgress),
     /// A stream's new data waits for the peer's flow-control credit (seen at a sample).
     StreamBlocked(&'a StreamProgress),
+    /// The peer finished (FIN) or reset its direction of a stream (seen at a sample).
+    StreamPeerEnded(&'a StreamProgress),
+    /// The application opened a stream, finished its sending half or reset it (`what`:
+    /// "opened", "finished", "reset"; `error_code` for a reset).
+    StreamLocal { stream: StreamId, what: &'static str, error_code: Option<u32> },
     /// KeyUpdates on a connection since the last sample: the totals sent and received.
     KeyUpdated { conn: ConnId, sent: u64, received: u64 },
     /// Memory use of the session and what failover re-sent so far (sampled).
@@ -180,6 +185,10 @@ impl Tracer {
         }
     }
 
+    pub(crate) fn stream(&self, side: Side, stream: StreamId, what: &'static str, error_code: Option<u32>) {
+        self.emit(side, TraceEvent::StreamLocal { stream, what, error_code });
+    }
+
     pub(crate) fn path(&self, side: Side, event: &PathEvent) {
         self.emit(side, TraceEvent::Path(event));
     }
@@ -232,21 +241,24 @@ impl Tracer {
             mark.seen = true;
             mark.last = p;
             let first = was == StreamProgress::default();
-            if first
+            let changed = first
                 || was.sent != p.sent
                 || was.acked != p.acked
                 || was.received != p.received
-                || was.written != p.written
-            {
-                moved.push((p, p.blocked && (first || !was.blocked)));
-            } else if p.blocked && !was.blocked {
-                moved.push((p, true));
+                || was.written != p.written;
+            let blocked = p.blocked && (first || !was.blocked);
+            let ended = p.peer_final_size.is_some() && (first || was.peer_final_size.is_none());
+            if changed || blocked || ended {
+                moved.push((p, blocked, ended));
             }
         });
-        for (p, newly_blocked) in &moved {
+        for (p, blocked, ended) in &moved {
             self.emit(side, TraceEvent::Stream(p));
-            if *newly_blocked {
+            if *blocked {
                 self.emit(side, TraceEvent::StreamBlocked(p));
+            }
+            if *ended {
+                self.emit(side, TraceEvent::StreamPeerEnded(p));
             }
         }
         let gone: Vec<StreamId> = self.streams.iter().filter(|(_, m)| !m.seen).map(|(id, _)| *id).collect();
@@ -354,7 +366,8 @@ fn error_text(e: &Option<tcpls_proto::Error>) -> Value {
 
 fn stream_json(p: &StreamProgress) -> Value {
     json!({ "stream": p.stream, "written": p.written, "sent": p.sent, "acked": p.acked,
-            "max_data": p.max_data, "blocked": p.blocked, "received": p.received })
+            "max_data": p.max_data, "blocked": p.blocked, "received": p.received,
+            "peer_final_size": p.peer_final_size, "peer_reset": p.peer_reset })
 }
 
 /// The event's name (after `tcpls:`) and its data. Join tokens are credentials: never
@@ -372,6 +385,15 @@ pub fn describe(event: &TraceEvent<'_>) -> (String, Value) {
         TraceEvent::Stream(p) => ("stream_progress", stream_json(p)),
         TraceEvent::StreamClosed(p) => ("stream_closed", stream_json(p)),
         TraceEvent::StreamBlocked(p) => ("stream_blocked", stream_json(p)),
+        TraceEvent::StreamPeerEnded(p) => ("stream_peer_ended", stream_json(p)),
+        TraceEvent::StreamLocal { stream, what, error_code } => {
+            let name = match *what {
+                "opened" => "stream_opened",
+                "reset" => "stream_reset",
+                _ => "stream_finished",
+            };
+            (name, json!({ "stream": stream, "by": "local", "error_code": error_code }))
+        }
         TraceEvent::KeyUpdated { conn, sent, received } => {
             ("key_updated", json!({ "conn": conn, "sent": sent, "received": received }))
         }

@@ -147,6 +147,14 @@ async fn both_sides_trace_the_join_the_stream_and_the_end_of_a_connection() {
     assert!(find(&client, "tokens_received", None).is_some(), "client: tokens");
     assert!(find(&client, "connection_joined", Some(1)).is_some(), "client: the join");
     assert!(find(&server, "stream_opened", None).is_some_and(|e| e["data"]["stream"] == 0), "server: the stream");
+    let opened = find(&client, "stream_opened", None).unwrap_or_else(|| panic!("client: stream opened: {client:?}"));
+    assert_eq!(opened["data"], serde_json::json!({ "stream": 0, "by": "local", "error_code": null }));
+    assert!(find(&client, "stream_finished", None).is_some(), "client: its FIN");
+    assert!(find(&server, "stream_finished", None).is_some(), "server: its FIN");
+    // The client's FIN is seen at a sample (stream_peer_ended), or the stream ended before the
+    // next one (stream_closed).
+    let end = find(&server, "stream_peer_ended", None).or_else(|| find(&server, "stream_closed", None));
+    assert!(end.is_some_and(|e| e["data"]["stream"] == 0), "server: the end of stream 0: {server:?}");
     assert!(find(&server, "connection_joined", Some(1)).is_some(), "server: the join");
     assert!(find(&server, "token_used", None).is_some(), "server: the token spent by the join");
     // Stream 0's progress grows in the samples (each echo is 1 MiB each way).

@@ -39,6 +39,10 @@ pub struct StreamProgress {
     pub blocked: bool,
     /// Bytes received in order (read by the application or readable).
     pub received: u64,
+    /// The peer's FIN or Stream Reset arrived: the size of its direction.
+    pub peer_final_size: Option<u64>,
+    /// The peer reset its direction with this code.
+    pub peer_reset: Option<u32>,
 }
 
 impl Session {
@@ -73,6 +77,8 @@ impl Session {
                 max_data: s.send.max_data(),
                 blocked: s.send.is_blocked(),
                 received: s.recv.read_offset() + s.recv.readable() as u64,
+                peer_final_size: s.recv.final_size(),
+                peer_reset: s.recv_reset,
             });
         }
     }
