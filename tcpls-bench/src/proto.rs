@@ -190,7 +190,11 @@ pub fn trace_sink(proto: Proto, side: &str) -> Result<Option<std::sync::Arc<tcpl
         return Ok(None);
     }
     let path = std::env::temp_dir().join(format!("tcpls-bench-trace-{}-{side}.jsonl", std::process::id()));
-    let sink = tcpls::JsonLinesTrace::create(&path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    // TCPLS_BENCH_TRACE_SAMPLE_MS=1 samples every millisecond (the cost of denser samples).
+    let ms = std::env::var("TCPLS_BENCH_TRACE_SAMPLE_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(100);
+    let interval = Some(std::time::Duration::from_millis(ms));
+    let sink = tcpls::JsonLinesTrace::with_sample_interval(&path, interval)
+        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
     Ok(Some(std::sync::Arc::new(sink)))
 }
 

@@ -160,6 +160,8 @@ mod tests {
         let (s, c) = (cfg.server.unwrap(), cfg.client.unwrap());
         assert_eq!(s.deny_dest.len(), 2);
         assert_eq!(c.forward_udp, ["127.0.0.1:5353=9.9.9.9:53"]);
+        let c: FileConfig = toml::from_str("[client]\nmetrics = \"127.0.0.1:9465\"\n").unwrap();
+        assert_eq!(c.client.unwrap().metrics.as_deref(), Some("127.0.0.1:9465"));
     }
 
     #[test]

@@ -312,6 +312,8 @@ impl JsonLinesTrace {
             "sample_interval_ms": interval.map(|i| i.as_millis() as u64),
         });
         writeln!(out, "{header}")?;
+        // On disk at once: a reader (`tail -f`, a test) finds the file well-formed from the start.
+        out.flush()?;
         Ok(Self { out: Mutex::new(out), start: Instant::now(), interval })
     }
 
@@ -331,9 +333,13 @@ impl TraceSink for JsonLinesTrace {
             "side": if r.side == Side::Client { "client" } else { "server" },
             "data": data,
         });
+        let mut text = line.to_string();
+        text.push('\n');
         let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
-        // A full disk must not take the session down: the trace just stops growing.
-        let _ = writeln!(out, "{line}");
+        // One write per line: the file only ever holds whole lines when the buffer goes out (a
+        // reader of a live server's trace never sees half a line). A full disk must not take the
+        // session down: the trace just stops growing.
+        let _ = out.write_all(text.as_bytes());
     }
 
     fn sample_interval(&self) -> Option<Duration> {
