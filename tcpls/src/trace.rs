@@ -209,7 +209,10 @@ impl Tracer {
         let Some(interval) = self.interval else { return };
         self.next_sample = now + interval;
         let side = proto.side();
-        for conn in proto.connection_ids() {
+        let ids = proto.connection_ids();
+        // Connections the session forgot are forgotten here too (bounded by the session's).
+        self.conns.retain(|c, _| ids.contains(c));
+        for conn in ids {
             let Some(stats) = proto.connection_stats(conn) else { continue };
             let keys = proto.key_updates(conn);
             let previous = self.conns.insert(conn, (stats, keys));
