@@ -24,6 +24,10 @@ struct Cli {
     /// Output directory for NAME.csv, NAME.png and NAME.json.
     #[arg(long, global = true, default_value = "experiments-out")]
     out: std::path::PathBuf,
+    /// Trace every TCPLS session of the experiment (client and server sides) into FILE, as
+    /// `tcpls --trace` does (docs/OBSERVABILITY.md §4); plot it with `trace-plot`.
+    #[arg(long, global = true, value_name = "FILE")]
+    trace: Option<std::path::PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -65,6 +69,20 @@ enum Experiment {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let trace = match &cli.trace {
+        Some(file) => match tcpls::JsonLinesTrace::create(file) {
+            Ok(sink) => {
+                let sink = std::sync::Arc::new(sink);
+                tcpls::set_default_trace(sink.clone());
+                Some(sink)
+            }
+            Err(e) => {
+                eprintln!("experiments: cannot create the trace file {}: {e}", file.display());
+                return ExitCode::FAILURE;
+            }
+        },
+        None => None,
+    };
     let opts = Opts { quick: cli.quick, out: cli.out };
     let result = match cli.experiment {
         Experiment::FailoverOutage => experiments::failover_outage::run(&opts),
@@ -79,6 +97,11 @@ fn main() -> ExitCode {
         Experiment::Tunnel => experiments::tunnel::run(&opts),
         Experiment::TracePlot { file, output, session } => experiments::trace_plot::run(&file, &output, session),
     };
+    if let Some(sink) = trace {
+        if let Err(e) = sink.flush() {
+            eprintln!("experiments: writing the trace file: {e}");
+        }
+    }
     match result {
         Ok(summary) => {
             println!("{summary}");
