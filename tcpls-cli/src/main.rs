@@ -410,9 +410,15 @@ pub(crate) fn interrupt_watch(command: &'static str, what: &'static str) -> toki
         logging::info(command, &format!("interrupted: {what} (Ctrl-C again to quit at once)"));
         let _ = tx.send(true);
         ctrl_c.recv().await;
-        std::process::exit(i32::from(EXIT_INTERRUPTED));
+        exit_interrupted();
     });
     rx
+}
+
+/// Exits at once with status 130, the `--trace` file written out first.
+pub(crate) fn exit_interrupted() -> ! {
+    let _ = tcpls::flush_default_trace();
+    std::process::exit(i32::from(EXIT_INTERRUPTED))
 }
 
 /// A loopback server and client in one process: the quickest way to see TCPLS work.

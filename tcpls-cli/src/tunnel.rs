@@ -425,7 +425,7 @@ async fn server(args: ServerArgs, a: ServerSettings) -> Result<(), String> {
         r = served => r.map_err(|e| e.to_string()),
         () = ctrl_c.recv() => {
             crate::logging::info("tunnel server", "interrupted (Ctrl-C): stopping");
-            std::process::exit(crate::EXIT_INTERRUPTED.into());
+            crate::exit_interrupted();
         }
     }
 }
@@ -689,7 +689,7 @@ async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
             if tokio::time::timeout(Duration::from_secs(2), session.close()).await.is_err() {
                 session.abort();
             }
-            std::process::exit(crate::EXIT_INTERRUPTED.into());
+            crate::exit_interrupted();
         }
     }
 }

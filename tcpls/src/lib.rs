@@ -91,6 +91,6 @@ pub use tcpls_proto::{
 };
 pub use tcpls_proto::{MemoryUse, StreamProgress};
 pub use trace::{
-    describe as describe_trace_event, set_default_trace, ConnectionSample, JsonLinesTrace, NullTrace, PathEvent,
-    SessionSample, TraceEvent, TraceRecord, TraceSink, DEFAULT_SAMPLE_INTERVAL,
+    describe as describe_trace_event, flush_default_trace, set_default_trace, ConnectionSample, JsonLinesTrace,
+    NullTrace, PathEvent, SessionSample, TraceEvent, TraceRecord, TraceSink, DEFAULT_SAMPLE_INTERVAL,
 };

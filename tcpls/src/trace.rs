@@ -112,6 +112,11 @@ pub trait TraceSink: Send + Sync + 'static {
     fn sample_interval(&self) -> Option<Duration> {
         Some(DEFAULT_SAMPLE_INTERVAL)
     }
+
+    /// Writes out what is buffered (called by [`flush_default_trace`]).
+    fn flush(&self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Samples of a busy session: 10 a second.
@@ -124,6 +129,12 @@ static DEFAULT_SINK: OnceLock<Arc<dyn TraceSink>> = OnceLock::new();
 /// Set once; later calls return false and change nothing.
 pub fn set_default_trace(sink: Arc<dyn TraceSink>) -> bool {
     DEFAULT_SINK.set(sink).is_ok()
+}
+
+/// Flushes the sink set by [`set_default_trace`], if any: call it before `std::process::exit`
+/// (statics are not dropped).
+pub fn flush_default_trace() -> std::io::Result<()> {
+    DEFAULT_SINK.get().map_or(Ok(()), |sink| sink.flush())
 }
 
 pub(crate) fn default_trace() -> Option<Arc<dyn TraceSink>> {
@@ -347,6 +358,10 @@ impl TraceSink for JsonLinesTrace {
 
     fn sample_interval(&self) -> Option<Duration> {
         self.interval
+    }
+
+    fn flush(&self) -> std::io::Result<()> {
+        JsonLinesTrace::flush(self)
     }
 }
 
