@@ -164,6 +164,10 @@ struct ClientArgs {
     /// fails the connection (then the session rejoins or reconnects) [default: 10].
     #[arg(long, value_name = "SECS", value_parser = seconds)]
     keepalive: Option<f64>,
+    /// Serve Prometheus metrics of the client's session on http://ADDR/metrics (bytes, streams,
+    /// connections, failovers, memory; docs/OBSERVABILITY.md §3).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
     #[command(flatten)]
     mode: Mode,
 }
@@ -471,7 +475,7 @@ async fn server(args: ServerArgs, a: ServerSettings) -> Result<(), String> {
         r = served => r.map_err(|e| e.to_string()),
         () = ctrl_c.recv() => {
             crate::logging::info("tunnel server", "interrupted (Ctrl-C): stopping");
-            std::process::exit(crate::EXIT_INTERRUPTED.into());
+            crate::exit_interrupted();
         }
     }
 }
@@ -595,6 +599,7 @@ struct ClientSettings {
     reconnect_wait: f64,
     reconnect_max: f64,
     keepalive: f64,
+    metrics: Option<String>,
 }
 
 impl ClientSettings {
@@ -629,6 +634,7 @@ impl ClientSettings {
             reconnect_wait: secs(pick(a.reconnect_wait, f.reconnect_wait), "reconnect-wait", 10.0)?,
             reconnect_max: secs(pick(a.reconnect_max, f.reconnect_max), "reconnect-max", 30.0)?,
             keepalive: secs(pick(a.keepalive, f.keepalive), "keepalive", 10.0)?,
+            metrics: pick(a.metrics, f.metrics),
         };
         if s.socks.is_none()
             && s.http.is_none()
@@ -697,6 +703,9 @@ async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
     let _reconnect = (!a.no_reconnect).then(|| {
         client.keep_connected(Backoff { max: Duration::from_secs_f64(a.reconnect_max), ..Backoff::default() })
     });
+    if let Some(addr) = &a.metrics {
+        crate::metrics::attach_to_tunnel_client(client.clone(), addr).await?;
+    }
     let conns = client.session().usable_connections().len();
     let mut ctrl_c = crate::interrupt::listen();
     let mut what: Vec<String> = listeners.iter().map(|(_, l, f)| format!("{l} ({})", describe(f))).collect();
@@ -732,7 +741,7 @@ async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
             if tokio::time::timeout(Duration::from_secs(2), session.close()).await.is_err() {
                 session.abort();
             }
-            std::process::exit(crate::EXIT_INTERRUPTED.into());
+            crate::exit_interrupted();
         }
     }
 }
