@@ -242,8 +242,18 @@ impl Session {
     /// path that cannot connect (an interface going down, a refused or unreachable network)
     /// costs no token, however often it is tried.
     pub async fn join_with(&self, addr: SocketAddr, path: &PathOptions) -> io::Result<ConnId> {
-        let timeout = path.timeout_or_default();
         let stream = path.connect(addr).await?;
+        self.join_connected(addr, stream, path.timeout_or_default()).await
+    }
+
+    /// The second half of [`join_with`](Self::join_with): joins a TCP connection to `addr`
+    /// that is up already (a token is taken now), waiting at most `timeout` for the server.
+    pub(crate) async fn join_connected(
+        &self,
+        addr: SocketAddr,
+        stream: tokio::net::TcpStream,
+        timeout: std::time::Duration,
+    ) -> io::Result<ConnId> {
         let id = self.take_token_for_join().await?;
         // From here on, an early return (an error, a timeout, or the caller dropping this
         // future) must end the half-made connection, or the session could never close.
@@ -334,6 +344,33 @@ impl Session {
             Ok(result) => result,
             Err(_) => Err(io::Error::other(tcpls_proto::Error::NoToken)),
         }
+    }
+
+    /// How long this session waits for a rejoin once every connection is lost, from now on
+    /// ([`tcpls_proto::SessionConfig::rejoin_timeout`], default 10 s; a [`PathManager`](crate::PathManager)
+    /// sets its outage tolerance). On a server, how long an orphaned session is kept for its
+    /// client to come back.
+    pub fn set_rejoin_timeout(&self, timeout: std::time::Duration) {
+        let mut inner = self.shared.lock();
+        inner.proto.set_rejoin_timeout(timeout);
+        inner.wake_driver();
+    }
+
+    /// Since when every connection of this session has been lost (it waits for a rejoin), if so.
+    pub fn orphaned_since(&self) -> Option<std::time::Instant> {
+        self.shared.lock().proto.orphaned_since()
+    }
+
+    /// A path manager takes over (or gives back, `false`) the rejoin after an outage.
+    pub(crate) fn set_managed(&self, managed: bool) {
+        let mut inner = self.shared.lock();
+        inner.managed = managed;
+        inner.wake_driver();
+    }
+
+    /// Recorded for the session's final error, should no rejoin come in time.
+    pub(crate) fn set_rejoin_note(&self, note: String) {
+        self.shared.lock().proto.set_rejoin_note(note);
     }
 
     /// Moves every stream steered to connection `from` to `to` and closes `from` gracefully
