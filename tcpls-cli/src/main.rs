@@ -69,7 +69,7 @@ enum Command {
     Serve(ServeArgs),
     /// Connect and relay stdin to stream 0 and stream 0 to stdout (plain TLS servers work too).
     #[command(
-        after_help = "Examples:\n  echo hello | tcpls connect 127.0.0.1:4443 --ca tcpls-cert/cert.pem\n  tcpls connect 127.0.0.1:4443 --insecure --show-session --keylog keys.txt < /dev/null"
+        after_help = "Examples:\n  echo hello | tcpls connect 127.0.0.1:4443 --ca tcpls-cert/cert.pem\n  tcpls connect 127.0.0.1:4443 --insecure --show-session --keylog keys.txt < /dev/null\n  echo hello | tcpls connect 127.0.0.1:4443 --insecure --bind 127.0.0.2 --path 127.0.0.3@127.0.0.1:4443 --path-manager fullmesh -v\n  (two local sides, as a laptop's Wi-Fi and LTE: --bind dev:wlan0 --path dev:wwan0@HOST:4443)"
     )]
     Connect {
         /// Server address: HOST:PORT, [V6]:PORT or HOST (port 4443).
@@ -83,6 +83,8 @@ enum Command {
         /// (and why), cipher, ALPN, resumption, the server's certificate, the connections.
         #[arg(short = 'v', long, visible_alias = "verbose")]
         show_session: bool,
+        #[command(flatten)]
+        paths: PathArgs,
     },
     /// Measure goodput against `tcpls serve --mode perf`; every byte is verified.
     #[command(
@@ -118,6 +120,44 @@ enum Command {
         #[command(flatten)]
         trust: TrustArgs,
     },
+}
+
+/// Where a client's connections leave from (`connect`; `perf` and `tunnel client` have the same).
+#[derive(Args)]
+struct PathArgs {
+    /// Local side of the first connection: a local address (10.0.0.2) or an interface
+    /// (dev:wlan0; SO_BINDTODEVICE). Default: the kernel's choice by its routes.
+    #[arg(long, value_name = "LOCAL")]
+    bind: Option<String>,
+    /// Add a TCP connection: [LOCAL@]REMOTE, towards another server address or the same one
+    /// from another local address or interface (`dev:wwan0@203.0.113.5:4443`); repeatable.
+    #[arg(long, value_name = "[LOCAL@]REMOTE")]
+    path: Vec<String>,
+    /// Keep the paths up with a path manager: `manual` (--bind and the --path list) or
+    /// `fullmesh` (every local side × every server address, advertised ones included). Lost
+    /// paths are re-joined with backoff, interface events (Linux) drop or bring back paths at
+    /// once, and the session survives an outage of every path for up to 60 s.
+    #[arg(long, value_name = "POLICY", value_parser = ["manual", "fullmesh"])]
+    path_manager: Option<String>,
+}
+
+/// [`PathArgs`] parsed.
+pub struct Paths {
+    pub bind: tcpls::PathOptions,
+    pub paths: Vec<(std::net::SocketAddr, tcpls::PathOptions)>,
+    pub manager: Option<tcpls::PathPolicy>,
+}
+
+impl PathArgs {
+    fn parse(&self) -> Result<Paths, String> {
+        let bind = match &self.bind {
+            Some(b) => args::parse_local(b).map_err(|e| format!("--bind {b}: {e}"))?,
+            None => tcpls::PathOptions::new(),
+        };
+        let paths = self.path.iter().map(|p| args::parse_path(p)).collect::<Result<Vec<_>, _>>()?;
+        let manager = self.path_manager.as_deref().map(args::parse_policy).transpose()?;
+        Ok(Paths { bind, paths, manager })
+    }
 }
 
 #[derive(Args)]
@@ -225,14 +265,15 @@ async fn run(command: Command) -> Result<Ended, String> {
     match command {
         Command::Cert { out, name, force } => done(cert(&out, &name, force)),
         Command::Serve(a) => serve_cmd(a).await,
-        Command::Connect { addr, trust, alpn, show_session } => {
+        Command::Connect { addr, trust, alpn, show_session, paths } => {
             let (target, name, tls) = client_setup(&addr, &trust, &alpn)?;
             let show = show_session.then(|| match (&trust.ca, trust.insecure) {
                 (_, true) => session_info::Trust::Insecure,
                 (Some(ca), false) => session_info::Trust::Ca(ca),
                 (None, false) => session_info::Trust::SystemRoots,
             });
-            done(connect::run(target, name, tls, show).await)
+            let paths = paths.parse()?;
+            done(connect::run(target, name, tls, show, paths).await)
         }
         Command::Perf(a) => perf_cmd::run(a).await,
         Command::Demo { bytes, json } => done(demo(bytes, json).await),

@@ -314,6 +314,44 @@ fn connect_echo_one_mib_round_trip() {
     server.expect_exit();
 }
 
+/// `connect --bind LOCAL --path LOCAL@REMOTE --path-manager`: two connections from the local
+/// sides asked for (127.0.0.2 and 127.0.0.3 stand for two interfaces' addresses), shown by
+/// `-v`, and the echo comes back byte-exact.
+#[test]
+fn connect_from_two_local_sides() {
+    let dir = TempDir::new("echo-paths");
+    let (cert, key) = make_cert(dir.path(), "c");
+    let mut server = serve(
+        LOCALHOST_V4,
+        &["--cert", cert.to_str().unwrap(), "--key", key.to_str().unwrap(), "--mode", "echo", "--sessions", "1"],
+    );
+    let data = pseudo_random(256 << 10, 0x15);
+    let second = format!("127.0.0.3@{}", server.target());
+    let done = run(
+        tcpls().arg("connect").arg(server.target()).arg("--ca").arg(&cert).args([
+            "--bind",
+            "127.0.0.2",
+            "--path",
+            &second,
+            "--path-manager",
+            "manual",
+            "-v",
+        ]),
+        Some(data.clone()),
+        TIMEOUT,
+    );
+    assert!(done.status.success(), "tcpls connect failed: {}", done.describe());
+    assert!(done.stdout == data, "echoed bytes differ: {}", done.describe());
+    assert!(done.stderr.contains("Connections : 2"), "{}", done.describe());
+    for local in ["0: 127.0.0.2:", "1: 127.0.0.3:"] {
+        assert!(done.stderr.contains(local), "{local}: {}", done.describe());
+    }
+    server.expect_exit();
+    // A local side that cannot exist: the error names it.
+    let done = run(tcpls().args(["connect", &server.target(), "--insecure", "--bind", "dev:"]), None, SHORT);
+    done.one_line_error("--bind dev:");
+}
+
 #[test]
 fn perf_over_ipv6() {
     if !ipv6_available() {

@@ -121,6 +121,28 @@ impl Default for PathManagerConfig {
     }
 }
 
+impl PathManagerConfig {
+    /// The configuration the CLI builds from `--bind LOCAL` (`initial`, the first connection's
+    /// local side) and `--path [LOCAL@]REMOTE` (`paths`): with [`PathPolicy::Manual`] exactly
+    /// those paths; with [`PathPolicy::Fullmesh`] also every local side among them × every
+    /// server address (the first and the advertised ones).
+    pub fn from_paths(policy: PathPolicy, initial: PathOptions, paths: &[(SocketAddr, PathOptions)]) -> Self {
+        let mut endpoints = vec![Endpoint::new(initial.clone())];
+        for (_, local) in paths {
+            if !endpoints.iter().any(|e| e.path == *local) {
+                endpoints.push(Endpoint::new(local.clone()));
+            }
+        }
+        PathManagerConfig {
+            policy,
+            endpoints,
+            paths: paths.iter().map(|(r, l)| (*r, Endpoint::new(l.clone()))).collect(),
+            initial,
+            ..Default::default()
+        }
+    }
+}
+
 /// One wanted path: a server address and a local side.
 type PathKey = (SocketAddr, Endpoint);
 
@@ -287,6 +309,19 @@ impl PathManager {
             }
         });
         Ok(())
+    }
+
+    /// Waits until every wanted path has a connection, or `within` has passed; returns the
+    /// paths as they are then (those still down keep being retried).
+    pub async fn wait_for_paths(&self, within: Duration) -> Vec<PathReport> {
+        let deadline = Instant::now() + within;
+        loop {
+            let paths = self.paths();
+            if (!paths.is_empty() && paths.iter().all(|p| p.conn.is_some())) || Instant::now() >= deadline {
+                return paths;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Resolves when the manager is stopped or its session ends.
