@@ -48,6 +48,8 @@ enum Experiment {
     FlowLimit,
     /// Thesis Figs 5.6-5.8: goodput, time to first byte and requests/s of TCP, TCPLS and the TCPLS tunnel (one host: CPU, not a network).
     Tunnel,
+    /// Issue #15: Wi-Fi -> LTE (backup) handover and back, server with one address, TCPLS path manager vs MPTCP endpoints.
+    Mobility,
 }
 
 fn main() -> ExitCode {
@@ -64,6 +66,7 @@ fn main() -> ExitCode {
         Experiment::RttProbe => experiments::rtt_probe::run(&opts),
         Experiment::FlowLimit => experiments::flow_limit::run(&opts),
         Experiment::Tunnel => experiments::tunnel::run(&opts),
+        Experiment::Mobility => experiments::mobility::run(&opts),
     };
     match result {
         Ok(summary) => {
