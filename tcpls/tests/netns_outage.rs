@@ -60,7 +60,9 @@ struct Bed {
     stop: Arc<AtomicBool>,
     manager_state: ManagerState,
     client: std::thread::JoinHandle<ClientEnd>,
-    server: mpsc::Receiver<(u64, bool)>,
+    /// Bytes the server got, whether they were all the pattern, and the longest time its
+    /// session spent orphaned (every connection lost, waiting for the client).
+    server: mpsc::Receiver<(u64, bool, Duration)>,
     _server: std::thread::JoinHandle<()>,
 }
 
@@ -80,7 +82,7 @@ fn start(tolerance: Duration) -> Bed {
     // Server: checks every byte against the pattern as it arrives; keeps an orphaned session
     // for a minute (its own tolerance, at least the client's).
     let (ready_tx, ready_rx) = mpsc::channel();
-    let (result_tx, result_rx) = mpsc::channel::<(u64, bool)>();
+    let (result_tx, result_rx) = mpsc::channel::<(u64, bool, Duration)>();
     let server = topo
         .spawn_in(Side::Server, move || {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -89,6 +91,17 @@ fn start(tolerance: Duration) -> Bed {
                 let listener = TcplsListener::bind_with(server_addr, server_tls, settings).await.unwrap();
                 ready_tx.send(()).unwrap();
                 let (session, _) = listener.accept().await.unwrap();
+                let longest_orphan = Arc::new(std::sync::Mutex::new(Duration::ZERO));
+                let (s2, lo) = (session.clone(), longest_orphan.clone());
+                tokio::spawn(async move {
+                    while !s2.is_closed() {
+                        if let Some(since) = s2.orphaned_since() {
+                            let mut l = lo.lock().unwrap();
+                            *l = (*l).max(since.elapsed());
+                        }
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                });
                 let (send, mut recv) = session.accept_stream().await.unwrap();
                 let mut got = 0u64;
                 let mut ok = true;
@@ -113,7 +126,8 @@ fn start(tolerance: Duration) -> Bed {
                     ok &= tcpls_pattern::verify(SEED, got, &buf[..n]);
                     got += n as u64;
                 }
-                result_tx.send((got, ok)).unwrap();
+                let longest = *longest_orphan.lock().unwrap();
+                result_tx.send((got, ok, longest)).unwrap();
                 drop(send);
                 let _ = tokio::time::timeout(Duration::from_secs(30), session.closed()).await;
             })
@@ -216,10 +230,16 @@ impl Bed {
 
     /// Both interfaces down for `d`, then up again with their routes; returns the time from
     /// the interfaces coming back to the transfer moving again (1 MiB written).
-    fn outage(&self, d: Duration) -> Duration {
+    /// `server_notices`: the server's sockets are destroyed too (`ss -K`), so that its session
+    /// is orphaned for the whole outage and must wait for the client (its rejoin timeout).
+    fn outage(&self, d: Duration, server_notices: bool) -> Duration {
         let failures_before = self.manager_state.lock().unwrap().0;
         for dev in &self.ifaces {
             self.topo.ip(Side::Client, &["link", "set", dev, "down"]).unwrap();
+        }
+        if server_notices {
+            let killed = self.topo.kill_tcp_sockets(Side::Server, &["sport", "=", ":4443"]).unwrap();
+            assert!(killed.lines().count() >= 3, "the server's two connections: {killed}");
         }
         std::thread::sleep(d);
         let state = self.manager_state.lock().unwrap().clone();
@@ -244,20 +264,21 @@ impl Bed {
     }
 
     /// Ends the transfer and checks every byte arrived, once and in order.
-    fn finish(self) -> ClientEnd {
+    fn finish(self) -> (ClientEnd, Duration) {
         self.wait_progress(1 << 20, Duration::from_secs(15));
         self.stop.store(true, Ordering::Relaxed);
         let end = self.client.join().unwrap();
-        let (got, ok) = self.server.recv_timeout(Duration::from_secs(60)).unwrap();
+        let (got, ok, orphaned) = self.server.recv_timeout(Duration::from_secs(60)).unwrap();
         eprintln!(
-            "sent {} bytes, server got {got} (verified: {ok}); client tokens left {}, failovers {}, error {:?}",
+            "sent {} bytes, server got {got} (verified: {ok}); client tokens left {}, failovers {}, error {:?}; \
+             the server's session was orphaned for up to {orphaned:?}",
             end.sent, end.tokens, end.failovers, end.error
         );
         assert_eq!(end.error, None, "the session survived every outage and closed cleanly");
         assert!(ok, "every byte the server got is the pattern at its offset");
         assert_eq!(got, end.sent, "every byte arrived");
         assert!(end.tokens >= 1, "the client still has join tokens");
-        end
+        (end, orphaned)
     }
 }
 
@@ -266,13 +287,16 @@ fn outages_of_300_ms_and_3_s_are_survived() {
     skip_unless_supported!("netns_outage::outages_of_300_ms_and_3_s_are_survived");
     let bed = start(tcpls::DEFAULT_OUTAGE_TOLERANCE);
     bed.wait_progress(4 << 20, Duration::from_secs(30));
-    for d in [Duration::from_millis(300), Duration::from_secs(3), Duration::from_millis(300)] {
-        let resumed = bed.outage(d);
+    for (d, server_notices) in
+        [(Duration::from_millis(300), false), (Duration::from_secs(3), true), (Duration::from_millis(300), false)]
+    {
+        let resumed = bed.outage(d, server_notices);
         assert!(resumed < Duration::from_secs(3), "resumed {resumed:?} after a {d:?} outage");
         bed.wait_progress(2 << 20, Duration::from_secs(15));
     }
-    let end = bed.finish();
+    let (end, orphaned) = bed.finish();
     assert!(end.failovers >= 1);
+    assert!(orphaned >= Duration::from_secs(2), "the server waited for the client through the 3 s outage");
 }
 
 #[test]
@@ -280,9 +304,12 @@ fn an_outage_of_20_s_is_survived() {
     skip_unless_supported!("netns_outage::an_outage_of_20_s_is_survived");
     let bed = start(tcpls::DEFAULT_OUTAGE_TOLERANCE);
     bed.wait_progress(4 << 20, Duration::from_secs(30));
-    let resumed = bed.outage(Duration::from_secs(20));
+    // The server notices too (its sockets are destroyed): it keeps the orphaned session for its
+    // own rejoin timeout (60 s here; the default 10 s would end it half-way).
+    let resumed = bed.outage(Duration::from_secs(20), true);
     assert!(resumed < Duration::from_secs(3), "resumed {resumed:?} after a 20 s outage");
-    bed.finish();
+    let (_, orphaned) = bed.finish();
+    assert!(orphaned >= Duration::from_secs(15), "the server waited {orphaned:?} for the client");
 }
 
 /// An outage longer than the tolerance ends the session with an error that says so.
