@@ -466,6 +466,7 @@ async fn demo(bytes: u64, json: bool) -> Result<(), String> {
                 interval: None,
                 streams,
                 bind: None,
+                bind_device: None,
                 ext: probe::PerfExt::default(),
                 zero_rtt: false,
                 output: None,
