@@ -219,6 +219,11 @@ struct ServeArgs {
     /// (0: never). Clients that idle longer on purpose use keepalive.
     #[arg(long, default_value_t = 300)]
     idle_timeout: u64,
+    /// Keep a session whose every connection was lost this many seconds for its client to
+    /// rejoin (0: end it with its last connection). Mobile clients with a path manager survive
+    /// outages of up to 60 s: set it at least as long for them.
+    #[arg(long, value_name = "SECS", default_value_t = 10)]
+    rejoin_timeout: u64,
 }
 
 /// Exit status after Ctrl-C (128 + SIGINT, as shells report it), for every subcommand.
@@ -377,7 +382,9 @@ async fn serve_cmd(a: ServeArgs) -> Result<Ended, String> {
     }
     advertise.dedup();
     let idle_timeout = (a.idle_timeout > 0).then(|| std::time::Duration::from_secs(a.idle_timeout));
-    let settings = SessionConfig { tokens: a.tokens, advertise, idle_timeout, ..SessionConfig::default() };
+    let rejoin_timeout = std::time::Duration::from_secs(a.rejoin_timeout);
+    let settings =
+        SessionConfig { tokens: a.tokens, advertise, idle_timeout, rejoin_timeout, ..SessionConfig::default() };
     let settings = probe::serve_settings(settings, &a.allow_cc);
     let listeners = serve::bind(&listen, tls, settings).await?;
     let metrics = match (&a.metrics, listeners.first()) {

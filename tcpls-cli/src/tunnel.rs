@@ -116,6 +116,11 @@ struct ServerArgs {
     /// Serve Prometheus metrics on http://ADDR/metrics (docs/OBSERVABILITY.md).
     #[arg(long, value_name = "ADDR")]
     metrics: Option<String>,
+    /// Keep a session whose every connection was lost this many seconds for its client to
+    /// rejoin (its tunneled connections survive if it does) [default: 10]. Clients with
+    /// `--path-manager` survive outages of up to 60 s: set it at least as long for them.
+    #[arg(long, value_name = "SECS")]
+    rejoin_timeout: Option<u64>,
 }
 
 #[derive(Args)]
@@ -309,6 +314,7 @@ fn check_config(path: &std::path::Path) -> Result<(), String> {
             max_lookups: None,
             json: false,
             metrics: None,
+            rejoin_timeout: None,
         };
         let s = ServerSettings::from(&args)?;
         let policy = s.dest_policy().map_err(|e| format!("[server]: {e}"))?;
@@ -398,6 +404,10 @@ async fn server(args: ServerArgs, a: ServerSettings) -> Result<(), String> {
         reverse_allowed: a.allow_reverse.clone(),
         ..TunnelConfig::default()
     };
+    let mut cfg = cfg;
+    if let Some(secs) = args.rejoin_timeout {
+        cfg.session.rejoin_timeout = Duration::from_secs(secs);
+    }
     let mut conc = Concentrator::bind(&addrs, Arc::new(tls), cfg).await.map_err(|e| e.to_string())?;
     if let (Some(addr), Some(registry)) = (args.metrics.as_deref(), conc.registry()) {
         crate::metrics::attach_to_concentrator(&mut conc, addr, registry).await?;

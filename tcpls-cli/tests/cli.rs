@@ -6,12 +6,12 @@
 mod support;
 
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::{
-    free_port, ipv6_available, make_cert, openssl, pseudo_random, run, serve, tcpls, Server, TempDir, LOCALHOST_V4,
-    LOCALHOST_V6, SHORT, TIMEOUT,
+    free_port, ipv6_available, make_cert, openssl, pseudo_random, run, serve, tcpls, Proc, Server, TempDir,
+    LOCALHOST_V4, LOCALHOST_V6, SHORT, TIMEOUT,
 };
 
 const MIB: u64 = 1 << 20;
@@ -350,6 +350,30 @@ fn connect_from_two_local_sides() {
     // A local side that cannot exist: the error names it.
     let done = run(tcpls().args(["connect", &server.target(), "--insecure", "--bind", "dev:"]), None, SHORT);
     done.one_line_error("--bind dev:");
+}
+
+/// `serve --rejoin-timeout`: a client that vanishes (SIGKILL: its kernel closes the sockets,
+/// no close_notify) leaves an orphaned session, kept that long for a rejoin, then reported
+/// with an error saying so.
+#[test]
+fn serve_keeps_an_orphaned_session_for_its_rejoin_timeout() {
+    let dir = TempDir::new("rejoin-timeout");
+    let (cert, key) = make_cert(dir.path(), "c");
+    let args = ["--cert", cert.to_str().unwrap(), "--key", key.to_str().unwrap(), "--mode", "echo"];
+    let mut server =
+        serve(LOCALHOST_V4, &[&args[..], &["--sessions", "1", "--json", "--rejoin-timeout", "1"]].concat());
+    let mut client = Proc::spawn(tcpls().arg("connect").arg(server.target()).arg("--ca").arg(&cert), true);
+    client.write(b"still here\n");
+    client.stdout.wait_for(b"still here", SHORT).unwrap_or_else(|e| panic!("{e}\n{}", client.diagnostics()));
+    let killed = std::process::Command::new("kill").args(["-9", &client.id().to_string()]).status().unwrap();
+    assert!(killed.success());
+    let gone = Instant::now();
+    let report = server.session_report(1);
+    let waited = gone.elapsed();
+    let error = report["error"].as_str().unwrap_or_default();
+    assert!(error.contains("none rejoined within 1.0 s"), "{report}");
+    assert!(waited < Duration::from_secs(5), "reported {waited:?} after the client vanished (1 s expected)");
+    server.expect_exit();
 }
 
 #[test]
