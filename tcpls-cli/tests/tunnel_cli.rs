@@ -129,7 +129,8 @@ fn curl(socks_port: u16, remote_names: bool, url: &str, out: &Path, extra: &[&st
 fn curl_through_socks5_byte_exact_and_failures() {
     require_curl();
     let web = Web::start(&[("big.bin", 5_000_000), ("small.txt", 800)]);
-    let (mut server, ports) = start_server(1);
+    // A session whose client vanished is kept 1 s for a rejoin (default 10 s), then reported.
+    let (mut server, ports) = start_server_with(1, &[ALLOW_LOOPBACK, &["--rejoin-timeout", "1"]].concat());
     let (mut client, socks_port) = start_client(&ports, socks);
     let out = TempDir::new("tunnel-curl");
     for (i, (remote, host, file)) in [
@@ -163,7 +164,7 @@ fn curl_through_socks5_byte_exact_and_failures() {
     assert_eq!(r.unwrap_err().kind(), std::io::ErrorKind::ConnectionReset, "{}", client.diagnostics());
 
     // The session's summary (--json) when the client goes away: the server keeps a session
-    // whose connections were all lost for a rejoin (10 s), then reports it.
+    // whose connections were all lost for a rejoin (--rejoin-timeout 1), then reports it.
     drop(client);
     let deadline = Instant::now() + TIMEOUT;
     let report = loop {
