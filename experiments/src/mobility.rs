@@ -164,10 +164,21 @@ fn handover(topo: &Topology, t0: Instant, p: &Params) -> Result<(Instant, Instan
     Ok((down, up))
 }
 
-fn run_tcpls(p: &Params, pki: &Pki) -> Result<Run, String> {
+/// Late multiplexing on the server (`notsent_lowat` and `transmit_high_water`): bytes the
+/// sender keeps queued per connection beyond what is in flight.
+const LOWAT: u32 = 64 << 10;
+
+/// `late`: the server keeps little unsent data per connection (TCP_NOTSENT_LOWAT), so less is
+/// stranded on Wi-Fi when it goes down.
+fn run_tcpls(p: &Params, pki: &Pki, late: bool) -> Result<Run, String> {
     let topo = build()?;
     let server_addr = SocketAddr::new(IpAddr::V4(SERVICE), PORT);
-    let server = TcplsServer::start(&topo, vec![server_addr], pki.server.clone(), SessionConfig::default())?;
+    let settings = if late {
+        SessionConfig { notsent_lowat: Some(LOWAT), transmit_high_water: LOWAT as usize, ..SessionConfig::default() }
+    } else {
+        SessionConfig::default()
+    };
+    let server = TcplsServer::start(&topo, vec![server_addr], pki.server.clone(), settings)?;
     let (wifi, lte) = (topo.path(0).info().client_iface.clone(), topo.path(1).info().client_iface.clone());
     let (started_tx, started_rx) = mpsc::channel();
     let meter = Meter::new();
@@ -283,7 +294,9 @@ pub fn run(opts: &Opts) -> Result<Summary, String> {
     let p = Params::new(opts.quick);
     let pki = Pki::new()?;
     note(&format!("{NAME}: TCPLS (path manager; LTE backup)"));
-    let t = run_tcpls(&p, &pki)?;
+    let t = run_tcpls(&p, &pki, false)?;
+    note(&format!("{NAME}: TCPLS with late multiplexing (notsent_lowat {} KiB)", LOWAT >> 10));
+    let l = run_tcpls(&p, &pki, true)?;
     note(&format!("{NAME}: MPTCP (subflow + backup endpoints)"));
     let m = run_mptcp(&p)?;
     let summary = json!({
@@ -298,22 +311,28 @@ pub fn run(opts: &Opts) -> Result<Summary, String> {
         "tcp_congestion_control": crate::host_congestion_control(),
         "bytes": p.bytes,
         "tcpls_handover_gap_ms": t.handover_gap_ms(),
+        "tcpls_late_handover_gap_ms": l.handover_gap_ms(),
+        "tcpls_late_back_on_wifi_s": l.back_on_wifi_s(),
         "mptcp_handover_gap_ms": m.handover_gap_ms(),
         "tcpls_back_on_wifi_s": t.back_on_wifi_s(),
         "mptcp_back_on_wifi_s": m.back_on_wifi_s(),
         "tcpls": t.summary(),
+        "tcpls_late": l.summary(),
+        "tcpls_late_notsent_lowat": LOWAT,
         "mptcp": m.summary(),
-        "verified": t.verified && m.verified,
+        "verified": t.verified && l.verified && m.verified,
     });
     let fmt = |v: Option<f64>, unit: &str| v.map_or_else(|| "never".into(), |v| format!("{v}{unit}"));
     let panel = Panel {
         title: format!(
-            "Wi-Fi down at {:.1} s, back at {:.1} s — gap: TCPLS {}, MPTCP {}; back on Wi-Fi after: TCPLS {}, MPTCP {}",
+            "Wi-Fi down {:.1} s, up {:.1} s — gap: TCPLS {}, late mux {}, MPTCP {}; back on Wi-Fi: {}, {}, {}",
             t.down_t,
             t.up_t,
-            fmt(t.handover_gap_ms(), " ms"),
-            fmt(m.handover_gap_ms(), " ms"),
+            fmt(t.handover_gap_ms().map(f64::round), " ms"),
+            fmt(l.handover_gap_ms().map(f64::round), " ms"),
+            fmt(m.handover_gap_ms().map(f64::round), " ms"),
             fmt(t.back_on_wifi_s(), " s"),
+            fmt(l.back_on_wifi_s(), " s"),
             fmt(m.back_on_wifi_s(), " s"),
         ),
         y_label: "goodput (Mbit/s)".into(),
@@ -321,6 +340,10 @@ pub fn run(opts: &Opts) -> Result<Summary, String> {
             Series {
                 label: "TCPLS (path manager; LTE backup)".into(),
                 points: goodput_series(&t.reads, BIN, last_read(&t.reads) + BIN),
+            },
+            Series {
+                label: "TCPLS late multiplexing (notsent_lowat 64 KiB)".into(),
+                points: goodput_series(&l.reads, BIN, last_read(&l.reads) + BIN),
             },
             Series {
                 label: "MPTCP (subflow + backup endpoints)".into(),
@@ -336,7 +359,7 @@ pub fn run(opts: &Opts) -> Result<Summary, String> {
         dashed: Vec::new(),
     };
     write_all(opts, NAME, "Mobility: Wi-Fi -> LTE (backup) -> Wi-Fi, one server address", &[panel], &summary)?;
-    if !(t.verified && m.verified) {
+    if !(t.verified && l.verified && m.verified) {
         return Err(format!("{NAME}: a transfer was incomplete or corrupted: {summary}"));
     }
     Ok(summary)
