@@ -458,6 +458,22 @@ impl PathManager {
                         let _ = me.session.set_backup(conn, true);
                     }
                 }
+                // Every path is down and the server refuses the rejoin (access_denied: the token
+                // names no session it knows): it restarted, or ended the session after its own
+                // rejoin timeout. Waiting longer cannot help.
+                let orphaned = me.session.orphaned_since();
+                let refused = matches!(&result, Err(e) if e.to_string().contains("AccessDenied"));
+                if let (true, Some(since)) = (refused, orphaned) {
+                    let why = format!(
+                        "every connection was lost, and {}s later the server refused the rejoin (path {}{remote}): \
+                         it no longer knows this session (it restarted, or ended the session after its own rejoin \
+                         timeout, e.g. `tcpls serve --rejoin-timeout`)",
+                        format_args!("{:.1} ", since.elapsed().as_secs_f64()),
+                        endpoint.path
+                    );
+                    tracing::warn!("path manager: {why}");
+                    me.session.end_orphaned(why);
+                }
                 let mut paths = me.shared.paths.lock().unwrap_or_else(|p| p.into_inner());
                 let Some((_, st)) = paths.get_mut(&name) else { return };
                 st.attempting = false;

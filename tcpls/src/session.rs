@@ -271,7 +271,7 @@ impl Session {
             if inner.proto.is_connection_usable(id) {
                 return Poll::Ready(Ok(id));
             }
-            if inner.driver_done || inner.proto.is_connection_finished(id) {
+            if inner.driver_done || inner.proto.is_closed() || inner.proto.is_connection_finished(id) {
                 let why = inner
                     .proto
                     .connection_error(id)
@@ -331,6 +331,9 @@ impl Session {
     async fn take_token_for_join(&self) -> io::Result<ConnId> {
         let attempt = poll_fn(|cx| {
             let mut inner = self.shared.lock();
+            if inner.driver_done || inner.proto.is_closed() {
+                return Poll::Ready(Err(io::Error::new(io::ErrorKind::NotConnected, "the session is over")));
+            }
             match inner.proto.add_connection() {
                 Ok(id) => Poll::Ready(Ok(id)),
                 Err(tcpls_proto::Error::NoToken) if !inner.driver_done => {
@@ -365,6 +368,19 @@ impl Session {
     pub(crate) fn set_managed(&self, managed: bool) {
         let mut inner = self.shared.lock();
         inner.managed = managed;
+        inner.wake_driver();
+    }
+
+    /// A [`PathManager`](crate::PathManager) rejoins this session over its paths after an
+    /// outage (for its outage tolerance), rather than the session's own rejoin.
+    pub fn is_managed(&self) -> bool {
+        self.shared.lock().managed
+    }
+
+    /// Ends a session that waits for a rejoin, with `ConnectionLost(why)`.
+    pub(crate) fn end_orphaned(&self, why: String) {
+        let mut inner = self.shared.lock();
+        inner.proto.end_orphaned(tcpls_proto::Error::ConnectionLost(why));
         inner.wake_driver();
     }
 

@@ -68,7 +68,8 @@ struct Bed {
 
 /// Starts a server (one address) and a client with two interfaces writing the pattern until
 /// `stop`; `tolerance` is the client's path manager outage tolerance.
-fn start(tolerance: Duration) -> Bed {
+/// `server_rejoin`: how long the server keeps a session whose connections were all lost.
+fn start(tolerance: Duration, server_rejoin: Duration) -> Bed {
     let topo = Topology::builder().path(PathSpec::new(5.0, 40.0)).path(PathSpec::new(15.0, 20.0)).build().unwrap();
     topo.ip(Side::Server, &["addr", "add", &format!("{SERVICE}/32"), "dev", "lo"]).unwrap();
     for i in 0..2 {
@@ -87,7 +88,7 @@ fn start(tolerance: Duration) -> Bed {
         .spawn_in(Side::Server, move || {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             rt.block_on(async move {
-                let settings = tcpls::SessionConfig { rejoin_timeout: Duration::from_secs(60), ..Default::default() };
+                let settings = tcpls::SessionConfig { rejoin_timeout: server_rejoin, ..Default::default() };
                 let listener = TcplsListener::bind_with(server_addr, server_tls, settings).await.unwrap();
                 ready_tx.send(()).unwrap();
                 let (session, _) = listener.accept().await.unwrap();
@@ -130,6 +131,10 @@ fn start(tolerance: Duration) -> Bed {
                 result_tx.send((got, ok, longest)).unwrap();
                 drop(send);
                 let _ = tokio::time::timeout(Duration::from_secs(30), session.closed()).await;
+                // The listener stays up (it answers joins: a rejoin of a session it no longer
+                // knows is refused) until the test tears the namespaces down.
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                drop(listener);
             })
         })
         .unwrap();
@@ -285,7 +290,7 @@ impl Bed {
 #[test]
 fn outages_of_300_ms_and_3_s_are_survived() {
     skip_unless_supported!("netns_outage::outages_of_300_ms_and_3_s_are_survived");
-    let bed = start(tcpls::DEFAULT_OUTAGE_TOLERANCE);
+    let bed = start(tcpls::DEFAULT_OUTAGE_TOLERANCE, Duration::from_secs(60));
     bed.wait_progress(4 << 20, Duration::from_secs(30));
     for (d, server_notices) in
         [(Duration::from_millis(300), false), (Duration::from_secs(3), true), (Duration::from_millis(300), false)]
@@ -302,7 +307,7 @@ fn outages_of_300_ms_and_3_s_are_survived() {
 #[test]
 fn an_outage_of_20_s_is_survived() {
     skip_unless_supported!("netns_outage::an_outage_of_20_s_is_survived");
-    let bed = start(tcpls::DEFAULT_OUTAGE_TOLERANCE);
+    let bed = start(tcpls::DEFAULT_OUTAGE_TOLERANCE, Duration::from_secs(60));
     bed.wait_progress(4 << 20, Duration::from_secs(30));
     // The server notices too (its sockets are destroyed): it keeps the orphaned session for its
     // own rejoin timeout (60 s here; the default 10 s would end it half-way).
@@ -316,7 +321,7 @@ fn an_outage_of_20_s_is_survived() {
 #[test]
 fn an_outage_past_the_tolerance_ends_the_session_with_a_clear_error() {
     skip_unless_supported!("netns_outage::an_outage_past_the_tolerance_ends_the_session_with_a_clear_error");
-    let bed = start(Duration::from_secs(2));
+    let bed = start(Duration::from_secs(2), Duration::from_secs(60));
     bed.wait_progress(2 << 20, Duration::from_secs(30));
     for dev in &bed.ifaces {
         bed.topo.ip(Side::Client, &["link", "set", dev, "down"]).unwrap();
@@ -329,4 +334,38 @@ fn an_outage_past_the_tolerance_ends_the_session_with_a_clear_error() {
     assert!(why.contains("every connection was lost and none rejoined within 2."), "{why}");
     assert!(why.contains("last attempts: 2 path(s) tried"), "{why}");
     assert!(why.contains("unreachable") || why.contains("No such device"), "{why}");
+}
+
+/// The server gave up first (its rejoin timeout, 1 s here, is shorter than the 3 s outage, and
+/// it noticed the loss): the client's rejoin is refused, and the session ends at once with an
+/// error saying why, instead of retrying for its whole tolerance (60 s).
+#[test]
+fn a_server_that_gave_up_refuses_the_rejoin_and_the_client_says_so_at_once() {
+    skip_unless_supported!("netns_outage::a_server_that_gave_up_refuses_the_rejoin_and_the_client_says_so_at_once");
+    let bed = start(tcpls::DEFAULT_OUTAGE_TOLERANCE, Duration::from_secs(1));
+    bed.wait_progress(2 << 20, Duration::from_secs(30));
+    for dev in &bed.ifaces {
+        bed.topo.ip(Side::Client, &["link", "set", dev, "down"]).unwrap();
+    }
+    bed.topo.kill_tcp_sockets(Side::Server, &["sport", "=", ":4443"]).unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    let back = Instant::now();
+    for (i, dev) in bed.ifaces.iter().enumerate() {
+        bed.topo.ip(Side::Client, &["link", "set", dev, "up"]).unwrap();
+        bed.topo.path(i).restore_routes().unwrap();
+        route_service(&bed.topo, i);
+    }
+    // The client's writes fail when its session ends; past 10 s the test stops it.
+    while !bed.client.is_finished() && back.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let ended = back.elapsed();
+    eprintln!("path manager: {:?}", bed.manager_state.lock().unwrap());
+    bed.stop.store(true, Ordering::Relaxed);
+    let end = bed.client.join().unwrap();
+    let why = end.error.expect("the session failed").to_string();
+    eprintln!("ended {ended:?} after the interfaces came back: {why}");
+    assert!(why.contains("the server refused the rejoin"), "{why}");
+    assert!(why.contains("no longer knows this session"), "{why}");
+    assert!(ended < Duration::from_secs(10), "ended {ended:?} after the interfaces came back (not the 60 s tolerance)");
 }

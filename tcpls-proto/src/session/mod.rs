@@ -699,6 +699,17 @@ impl Session {
         self.core.rejoin_note = Some(note);
     }
 
+    /// Client: ends a session that waits for a rejoin at once, with `error` (e.g. the server
+    /// refused the rejoin: it no longer knows the session). Nothing happens otherwise.
+    pub fn end_orphaned(&mut self, error: Error) {
+        if self.core.orphaned_since.take().is_some() && !self.core.closed {
+            self.core.orphan_error = None;
+            self.core.rejoin_note = None;
+            self.core.error = Some(error);
+            self.core.on_closed();
+        }
+    }
+
     pub(crate) fn orphan_deadline(&self) -> Option<Instant> {
         self.core.orphaned_since.map(|since| since + self.core.config.rejoin_timeout)
     }

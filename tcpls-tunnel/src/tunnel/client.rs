@@ -176,7 +176,9 @@ async fn trouble(session: &Session) -> (String, bool) {
         let mut since = None;
         loop {
             tokio::time::sleep(Duration::from_millis(100)).await;
-            if is_usable(session) {
+            if is_usable(session) || session.is_managed() {
+                // A path manager rejoins for its outage tolerance, and ends the session at once
+                // if the concentrator no longer knows it.
                 since = None;
             } else if since.get_or_insert_with(tokio::time::Instant::now).elapsed() >= ORPHAN_GRACE {
                 return (format!("no usable connection for {ORPHAN_GRACE:?}"), false);
