@@ -29,6 +29,7 @@ pub mod streams_records;
 pub mod tcpls_run;
 pub mod tls_run;
 pub mod trace;
+pub mod trace_plot;
 pub mod tunnel;
 pub mod tunnel_bed;
 

@@ -233,6 +233,10 @@ async fn send_all(session: &Session, n: usize, per_stream: u64, order: Order) ->
     Ok(started)
 }
 
+/// The receiver's `receive_budget`: room for 1000 streams' initial windows (the default,
+/// 64 MiB, admits ~990 streams at once).
+pub(crate) const RECEIVER_BUDGET: u64 = 256 << 20;
+
 /// One transfer of `bytes` over `n` streams in `order`.
 fn transfer(pki: &Pki, n: usize, bytes: u64, order: Order) -> Result<Sample, String> {
     let per_stream = bytes / n as u64;
@@ -241,7 +245,10 @@ fn transfer(pki: &Pki, n: usize, bytes: u64, order: Order) -> Result<Sample, Str
     let server = std::thread::spawn(move || -> Result<Received, String> {
         let rt = runtime()?;
         rt.block_on(async move {
-            let bound = TcplsListener::bind("127.0.0.1:0".parse().map_err(|_| "address")?, tls).await;
+            // 1000 streams open at once need more than the default 64 MiB receive budget,
+            // which charges each stream its 64 KiB initial window and admits ~990.
+            let settings = SessionConfig { receive_budget: RECEIVER_BUDGET, ..SessionConfig::default() };
+            let bound = TcplsListener::bind_with("127.0.0.1:0".parse().map_err(|_| "address")?, tls, settings).await;
             let listener = match bound {
                 Ok(l) => l,
                 Err(e) => {
@@ -393,6 +400,7 @@ pub fn run(opts: &Opts) -> Result<Summary, String> {
         "repetitions": p.reps,
         "stream_counts": p.counts,
         "record_size": SessionConfig::default().record_size,
+        "receiver_receive_budget": RECEIVER_BUDGET,
         "cipher_suite": "TLS13_AES_128_GCM_SHA256 (aws-lc-rs)",
         "cpus": std::thread::available_parallelism().map_or(0, |n| n.get()),
         "orders": Order::ALL.iter().map(|o| json!({ "key": o.key(), "label": o.label() })).collect::<Vec<_>>(),

@@ -54,7 +54,8 @@ pub fn count(pki: &Pki, n: usize, bytes: u64, order: Order) -> Result<RecordCoun
     let client_tls = std::sync::Arc::new(tcpls_client_config(&pki.client));
     let server_tls = std::sync::Arc::new(tcpls_server_config(&pki.server));
     let mut sender = Session::client(client_tls, name, SessionConfig::default()).map_err(|e| e.to_string())?;
-    let mut receiver = Session::server(server_tls, SessionConfig::default()).map_err(|e| e.to_string())?;
+    let settings = SessionConfig { receive_budget: crate::streams::RECEIVER_BUDGET, ..SessionConfig::default() };
+    let mut receiver = Session::server(server_tls, settings).map_err(|e| e.to_string())?;
     let mut now = Instant::now();
     handshake(&mut sender, &mut receiver, &mut now)?;
 

@@ -43,6 +43,11 @@ struct Cli {
     /// Wireshark), like SSLKEYLOGFILE=FILE, which is honoured too.
     #[arg(long, global = true, value_name = "FILE")]
     keylog: Option<PathBuf>,
+    /// Write the event trace of every session this command makes or accepts to FILE: JSON
+    /// lines, qlog-style (connections joined and lost, failovers, streams, per-connection
+    /// counters every 100 ms; docs/OBSERVABILITY.md §4). Plot it with `experiments trace-plot`.
+    #[arg(long, global = true, value_name = "FILE")]
+    trace: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -224,6 +229,11 @@ struct ServeArgs {
     /// outages of up to 60 s: set it at least as long for them.
     #[arg(long, value_name = "SECS", default_value_t = 10)]
     rejoin_timeout: u64,
+    /// Memory one session may hold in received stream data, over all its streams. Each open
+    /// stream is charged at least its 64 KiB initial window, so this also caps the streams a
+    /// client may have open at once: the default admits about 990 (e.g. 256M for 1000+).
+    #[arg(long, value_parser = parse_size, default_value = "64M", value_name = "SIZE")]
+    receive_budget: u64,
 }
 
 /// Exit status after Ctrl-C (128 + SIGINT, as shells report it), for every subcommand.
@@ -255,7 +265,39 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli.command)) {
+    let trace = match &cli.trace {
+        Some(file) => match tcpls::JsonLinesTrace::create(file) {
+            Ok(sink) => {
+                let sink = std::sync::Arc::new(sink);
+                tcpls::set_default_trace(sink.clone());
+                // Written out every second too, so a server's trace can be read while it runs
+                // (and little is lost if it is killed).
+                let flusher = sink.clone();
+                runtime.spawn(async move {
+                    loop {
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        let _ = flusher.flush();
+                    }
+                });
+                Some(sink)
+            }
+            Err(e) => {
+                eprintln!(
+                    "tcpls: cannot create the trace file {}: {e} (check the directory exists and is writable)",
+                    file.display()
+                );
+                return ExitCode::FAILURE;
+            }
+        },
+        None => None,
+    };
+    let result = runtime.block_on(run(cli.command));
+    if let Some(sink) = trace {
+        if let Err(e) = sink.flush() {
+            eprintln!("tcpls: writing the trace file: {e}");
+        }
+    }
+    match result {
         Ok(Ended::Done) => ExitCode::SUCCESS,
         Ok(Ended::Interrupted) => ExitCode::from(EXIT_INTERRUPTED),
         Err(e) => {
@@ -383,8 +425,14 @@ async fn serve_cmd(a: ServeArgs) -> Result<Ended, String> {
     advertise.dedup();
     let idle_timeout = (a.idle_timeout > 0).then(|| std::time::Duration::from_secs(a.idle_timeout));
     let rejoin_timeout = std::time::Duration::from_secs(a.rejoin_timeout);
-    let settings =
-        SessionConfig { tokens: a.tokens, advertise, idle_timeout, rejoin_timeout, ..SessionConfig::default() };
+    let settings = SessionConfig {
+        tokens: a.tokens,
+        advertise,
+        idle_timeout,
+        rejoin_timeout,
+        receive_budget: a.receive_budget,
+        ..SessionConfig::default()
+    };
     let settings = probe::serve_settings(settings, &a.allow_cc);
     let listeners = serve::bind(&listen, tls, settings).await?;
     let metrics = match (&a.metrics, listeners.first()) {
@@ -421,9 +469,15 @@ pub(crate) fn interrupt_watch(command: &'static str, what: &'static str) -> toki
         logging::info(command, &format!("interrupted: {what} (Ctrl-C again to quit at once)"));
         let _ = tx.send(true);
         ctrl_c.recv().await;
-        std::process::exit(i32::from(EXIT_INTERRUPTED));
+        exit_interrupted();
     });
     rx
+}
+
+/// Exits at once with status 130, the `--trace` file written out first.
+pub(crate) fn exit_interrupted() -> ! {
+    let _ = tcpls::flush_default_trace();
+    std::process::exit(i32::from(EXIT_INTERRUPTED))
 }
 
 /// A loopback server and client in one process: the quickest way to see TCPLS work.

@@ -9,8 +9,8 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use tcpls_tunnel::frontend::{split_forward, Target};
 use tcpls_tunnel::tunnel::{
-    Backoff, Concentrator, DestPolicy, Frontend, SessionSummary, TunnelClient, TunnelConfig, MAX_LOOKUPS, MAX_SESSIONS,
-    MAX_STREAMS_PER_SESSION,
+    Backoff, ClientPolicy, Concentrator, DestPolicy, Frontend, SessionSummary, TunnelClient, TunnelConfig, MAX_LOOKUPS,
+    MAX_SESSIONS, MAX_STREAMS_PER_SESSION,
 };
 
 use crate::args::{host_of, resolve};
@@ -34,6 +34,9 @@ enum TunnelCommand {
         tcpls tunnel server --cert cert.pem --key key.pem --client-ca clients.pem   (mutual TLS)\n  \
         tcpls tunnel server --listen 127.0.0.1:4443 --allow-dest 127.0.0.0/8 --deny-dest 10.0.0.0/8\n  \
         tcpls tunnel server --config /etc/tcpls/tunnel.toml   (the [server] table; SIGHUP reloads it)\n\
+        Per-client policy (with --client-ca): [clients.\"NAME\"] tables in --config, keyed by the client\n\
+        certificate's CN (or DNS name): allow-dest, deny-dest, only-dest, rate (bytes/s), max-sessions;\n\
+        clients without a table are refused unless unknown-clients = \"allow\" (docs/TUNNEL.md).\n\
         With several specific --listen addresses, clients learn all of them and may add paths to any.\n\
         Destinations: loopback (127.0.0.0/8, ::1), link-local (169.254.0.0/16, fe80::/10), unspecified\n\
         (0.0.0.0/8, ::), multicast, broadcast and this host's own addresses are refused unless\n\
@@ -176,6 +179,10 @@ struct ClientArgs {
     /// fails the connection (then the session rejoins or reconnects) [default: 10].
     #[arg(long, value_name = "SECS", value_parser = seconds)]
     keepalive: Option<f64>,
+    /// Serve Prometheus metrics of the client's session on http://ADDR/metrics (bytes, streams,
+    /// connections, failovers, memory; docs/OBSERVABILITY.md §3).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
     #[command(flatten)]
     mode: Mode,
 }
@@ -243,16 +250,39 @@ struct ServerSettings {
     max_sessions: usize,
     max_streams: usize,
     max_lookups: usize,
+    client_policy: ClientPolicy,
     json: bool,
     verbose: bool,
 }
 
 impl ServerSettings {
     fn from(a: &ServerArgs) -> Result<ServerSettings, String> {
-        let f = match &a.config {
-            Some(p) => tunnel_config::load(p)?.server.unwrap_or_default(),
-            None => ServerFile::default(),
+        let (f, clients) = match &a.config {
+            Some(p) => {
+                let file = tunnel_config::load(p)?;
+                (file.server.unwrap_or_default(), file.clients)
+            }
+            None => (ServerFile::default(), Default::default()),
         };
+        let client_ca = pick(a.client_ca.clone(), f.client_ca.clone());
+        let mut client_policy = ClientPolicy::default();
+        for (name, entry) in &clients {
+            if name.is_empty() {
+                return Err("[clients]: an empty client name".into());
+            }
+            client_policy.clients.insert(name.clone(), entry.rule(name).map_err(|e| format!("[clients]: {e}"))?);
+        }
+        client_policy.allow_unknown = match f.unknown_clients.as_deref() {
+            None | Some("refuse") => false,
+            Some("allow") => true,
+            Some(other) => return Err(format!("unknown-clients: '{other}' is neither \"refuse\" nor \"allow\"")),
+        };
+        if !client_policy.is_off() && client_ca.is_none() {
+            return Err(
+                "[clients] tables need client-ca (--client-ca): without mutual TLS clients have no certificate name"
+                    .into(),
+            );
+        }
         let mut listen = pick_list(a.listen.clone(), f.listen);
         if listen.is_empty() {
             listen.push("0.0.0.0:4443".into());
@@ -273,7 +303,7 @@ impl ServerSettings {
             listen,
             cert,
             key,
-            client_ca: pick(a.client_ca.clone(), f.client_ca),
+            client_ca,
             allow_dest: pick_list(a.allow_dest.clone(), f.allow_dest),
             deny_dest: pick_list(a.deny_dest.clone(), f.deny_dest),
             allow_reverse: pick_list(a.allow_reverse.clone(), f.allow_reverse)
@@ -283,6 +313,7 @@ impl ServerSettings {
             max_sessions: positive_or(pick(a.max_sessions, f.max_sessions), "max-sessions", MAX_SESSIONS)?,
             max_streams: positive_or(pick(a.max_streams, f.max_streams), "max-streams", MAX_STREAMS_PER_SESSION)?,
             max_lookups: positive_or(pick(a.max_lookups, f.max_lookups), "max-lookups", MAX_LOOKUPS)?,
+            client_policy,
             json: a.json || f.json.unwrap_or(false),
             verbose: f.verbose.unwrap_or(false),
         })
@@ -293,9 +324,26 @@ impl ServerSettings {
     }
 }
 
+/// The per-client policy in one line (banner, reload, check-config).
+fn describe_clients(p: &ClientPolicy) -> String {
+    if p.is_off() {
+        return "per-client policy: none (every client gets the server-wide policy)".into();
+    }
+    let entries: Vec<String> = p.clients.iter().map(|(n, r)| format!("{n}: {r}")).collect();
+    format!(
+        "per-client policy: {} client(s) ({}); unknown clients {}",
+        p.clients.len(),
+        entries.join("; "),
+        if p.allow_unknown { "allowed (server-wide policy)" } else { "refused" }
+    )
+}
+
 /// `tcpls tunnel check-config FILE`.
 fn check_config(path: &std::path::Path) -> Result<(), String> {
     let cfg = tunnel_config::load(path)?;
+    if !cfg.clients.is_empty() && cfg.server.is_none() {
+        return Err(format!("{}: [clients] tables belong with a [server] table", path.display()));
+    }
     if cfg.server.is_none() && cfg.client.is_none() {
         return Err(format!("{}: neither a [server] nor a [client] table", path.display()));
     }
@@ -333,6 +381,7 @@ fn check_config(path: &std::path::Path) -> Result<(), String> {
             if f.client_ca.is_some() { "yes" } else { "no" },
             count_server_keys(f)
         );
+        println!("[clients]: OK: {}", describe_clients(&s.client_policy));
     }
     if let Some(f) = &cfg.client {
         let c = f.concentrator.as_deref().ok_or("[client]: concentrator is missing")?;
@@ -378,6 +427,7 @@ fn count_server_keys(f: &ServerFile) -> usize {
         f.max_sessions.is_some(),
         f.max_streams.is_some(),
         f.max_lookups.is_some(),
+        f.unknown_clients.is_some(),
         f.json.is_some(),
         f.verbose.is_some(),
     ]
@@ -402,6 +452,7 @@ async fn server(args: ServerArgs, a: ServerSettings) -> Result<(), String> {
         max_streams_per_session: a.max_streams,
         max_lookups: a.max_lookups,
         reverse_allowed: a.allow_reverse.clone(),
+        client_policy: a.client_policy.clone(),
         ..TunnelConfig::default()
     };
     let mut cfg = cfg;
@@ -427,6 +478,9 @@ async fn server(args: ServerArgs, a: ServerSettings) -> Result<(), String> {
         "tcpls tunnel server: destinations: {dest_policy}; at most {} session(s), {} stream(s) per session, {} name lookup(s) at once",
         a.max_sessions, a.max_streams, a.max_lookups
     );
+    if !a.client_policy.is_off() {
+        eprintln!("tcpls tunnel server: {}", describe_clients(&a.client_policy));
+    }
     for b in bound {
         eprintln!("tcpls tunnel server: listening on {b}");
     }
@@ -441,7 +495,7 @@ async fn server(args: ServerArgs, a: ServerSettings) -> Result<(), String> {
         r = served => r.map_err(|e| e.to_string()),
         () = ctrl_c.recv() => {
             crate::logging::info("tunnel server", "interrupted (Ctrl-C): stopping");
-            std::process::exit(crate::EXIT_INTERRUPTED.into());
+            crate::exit_interrupted();
         }
     }
 }
@@ -496,7 +550,8 @@ fn reload(
         crate::server_tls("tunnel server", new.cert.as_deref(), new.key.as_deref(), &[], start.client_ca.as_deref())?;
     *certs.0.write().unwrap_or_else(|p| p.into_inner()) = tls.cert_resolver.clone();
     control.set_dest_policy(policy.clone());
-    let mut msg = format!("destinations: {policy}; certificate re-read");
+    control.set_client_policy(new.client_policy.clone());
+    let mut msg = format!("destinations: {policy}; {}; certificate re-read", describe_clients(&new.client_policy));
     if new.listen != start.listen
         || new.client_ca != start.client_ca
         || (new.max_sessions, new.max_streams, new.max_lookups)
@@ -530,6 +585,7 @@ fn summary_json(s: &SessionSummary) -> serde_json::Value {
         "peer": s.peer.to_string(),
         "duration_s": s.duration.as_secs_f64(),
         "connections": s.connections,
+        "client": s.client,
         "streams": st.streams,
         "connected": st.connected,
         "connect_failed": st.connect_failed,
@@ -565,6 +621,7 @@ struct ClientSettings {
     reconnect_wait: f64,
     reconnect_max: f64,
     keepalive: f64,
+    metrics: Option<String>,
 }
 
 impl ClientSettings {
@@ -601,6 +658,7 @@ impl ClientSettings {
             reconnect_wait: secs(pick(a.reconnect_wait, f.reconnect_wait), "reconnect-wait", 10.0)?,
             reconnect_max: secs(pick(a.reconnect_max, f.reconnect_max), "reconnect-max", 30.0)?,
             keepalive: secs(pick(a.keepalive, f.keepalive), "keepalive", 10.0)?,
+            metrics: pick(a.metrics, f.metrics),
         };
         if s.socks.is_none()
             && s.http.is_none()
@@ -673,6 +731,9 @@ async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
     let _reconnect = (!a.no_reconnect).then(|| {
         client.keep_connected(Backoff { max: Duration::from_secs_f64(a.reconnect_max), ..Backoff::default() })
     });
+    if let Some(addr) = &a.metrics {
+        crate::metrics::attach_to_tunnel_client(client.clone(), addr).await?;
+    }
     let conns = client.session().usable_connections().len();
     let mut ctrl_c = crate::interrupt::listen();
     let mut what: Vec<String> = listeners.iter().map(|(_, l, f)| format!("{l} ({})", describe(f))).collect();
@@ -708,7 +769,7 @@ async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
             if tokio::time::timeout(Duration::from_secs(2), session.close()).await.is_err() {
                 session.abort();
             }
-            std::process::exit(crate::EXIT_INTERRUPTED.into());
+            crate::exit_interrupted();
         }
     }
 }

@@ -3,7 +3,9 @@
 //! per command-line flag (same name, without the dashes in front). Flags given on the command
 //! line win over the file; relative paths in the file are relative to the file's directory.
 //! Unknown keys are errors (a typo must not silently leave a default in place).
+//! `[clients."NAME"]` tables hold the server's per-client policy (docs/TUNNEL.md).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -13,6 +15,54 @@ use serde::Deserialize;
 pub struct FileConfig {
     pub server: Option<ServerFile>,
     pub client: Option<ClientFile>,
+    /// The server's per-client policy: one table per client certificate name (CN or DNS name).
+    #[serde(default)]
+    pub clients: BTreeMap<String, ClientEntryFile>,
+}
+
+/// A `[clients."NAME"]` table (snake_case keys are accepted too).
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ClientEntryFile {
+    #[serde(alias = "allow_dest")]
+    pub allow_dest: Vec<String>,
+    #[serde(alias = "deny_dest")]
+    pub deny_dest: Vec<String>,
+    #[serde(alias = "only_dest")]
+    pub only_dest: Vec<String>,
+    /// Bytes per second: a number, or a string such as "50M" (10^6) or "4Mi" (2^20).
+    pub rate: Option<Rate>,
+    #[serde(alias = "max_sessions")]
+    pub max_sessions: Option<usize>,
+}
+
+/// `rate = 2000000` or `rate = "2M"`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Rate {
+    Number(u64),
+    Text(String),
+}
+
+impl ClientEntryFile {
+    /// The entry as the concentrator uses it; errors name the client.
+    pub fn rule(&self, name: &str) -> Result<tcpls_tunnel::tunnel::ClientRule, String> {
+        let mut r =
+            tcpls_tunnel::tunnel::ClientRule::with_dests(name, &self.allow_dest, &self.deny_dest, &self.only_dest)?;
+        r.rate = match &self.rate {
+            None => None,
+            Some(Rate::Number(0)) => return Err(format!("client \"{name}\": rate: must be at least 1 byte/s")),
+            Some(Rate::Number(n)) => Some(*n),
+            Some(Rate::Text(t)) => {
+                Some(tcpls_tunnel::clients::parse_rate(t).map_err(|e| format!("client \"{name}\": rate: {e}"))?)
+            }
+        };
+        r.max_sessions = match self.max_sessions {
+            Some(0) => return Err(format!("client \"{name}\": max-sessions must be at least 1")),
+            m => m,
+        };
+        Ok(r)
+    }
 }
 
 /// The `[server]` table: the flags of `tcpls tunnel server`.
@@ -29,6 +79,9 @@ pub struct ServerFile {
     pub max_sessions: Option<usize>,
     pub max_streams: Option<usize>,
     pub max_lookups: Option<usize>,
+    /// Clients whose certificate name has no `[clients."NAME"]` table: "refuse" (the default
+    /// when there are tables) or "allow" (server-wide policy only).
+    pub unknown_clients: Option<String>,
     pub json: Option<bool>,
     pub verbose: Option<bool>,
 }
@@ -54,6 +107,7 @@ pub struct ClientFile {
     pub reconnect_wait: Option<f64>,
     pub reconnect_max: Option<f64>,
     pub keepalive: Option<f64>,
+    pub metrics: Option<String>,
     pub verbose: Option<bool>,
 }
 
@@ -130,6 +184,25 @@ mod tests {
     }
 
     #[test]
+    fn client_tables() {
+        let cfg = parse(
+            "[server]\nunknown-clients = \"allow\"\n[clients.\"alice\"]\nallow_dest = [\"10.0.0.0/8\"]\nrate = \"50M\"\n\
+             max_sessions = 2\n[clients.\"bob.example\"]\ndeny-dest = [\"127.0.0.1\"]\nrate = 1000\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.server.unwrap().unknown_clients.as_deref(), Some("allow"));
+        let a = cfg.clients["alice"].rule("alice").unwrap();
+        assert_eq!((a.allow.len(), a.rate, a.max_sessions), (1, Some(50_000_000), Some(2)));
+        let b = cfg.clients["bob.example"].rule("bob.example").unwrap();
+        assert_eq!((b.deny.len(), b.rate), (1, Some(1000)));
+        let e = parse("[clients.x]\nrate = \"fast\"\n").unwrap().clients["x"].rule("x").unwrap_err();
+        assert!(e.contains("client \"x\": rate"), "{e}");
+        let e = parse("[clients.x]\nmax-sessions = 0\n").unwrap().clients["x"].rule("x").unwrap_err();
+        assert!(e.contains("max-sessions"), "{e}");
+        assert!(parse("[clients.x]\nallow-dst = []\n").unwrap_err().contains("allow-dst"));
+    }
+
+    #[test]
     fn keys_are_the_flags() {
         let cfg = parse(
             "[server]\nlisten = [\"127.0.0.1:4443\"]\ncert = \"c.pem\"\nkey = \"/k.pem\"\nallow-dest = [\"127.0.0.0/8\"]\n\
@@ -159,6 +232,12 @@ mod tests {
         let (s, c) = (cfg.server.unwrap(), cfg.client.unwrap());
         assert_eq!(s.deny_dest.len(), 2);
         assert_eq!(c.forward_udp, ["127.0.0.1:5353=9.9.9.9:53"]);
+        assert_eq!(s.unknown_clients.as_deref(), Some("refuse"));
+        let alice = cfg.clients["alice"].rule("alice").unwrap();
+        assert_eq!((alice.rate, alice.max_sessions), (Some(50_000_000), Some(2)));
+        assert_eq!(cfg.clients["backup.example.org"].rule("b").unwrap().only.len(), 1);
+        let c: FileConfig = toml::from_str("[client]\nmetrics = \"127.0.0.1:9465\"\n").unwrap();
+        assert_eq!(c.client.unwrap().metrics.as_deref(), Some("127.0.0.1:9465"));
     }
 
     #[test]

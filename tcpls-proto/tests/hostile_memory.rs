@@ -71,7 +71,11 @@ fn one_byte_at_the_window_edge_of_4096_streams() {
     let wire = send_frame_records(&mut p, &frames);
     let grown = live().saturating_sub(before);
     assert_alive(&p.server);
-    assert_eq!(p.server.stats().streams_accepted, u64::from(streams));
+    // Each new stream is charged its 64 KiB initial window and its state (66 KiB) against the
+    // 64 MiB receive budget: 992 are admitted, the rest refused (Stream Reset 0x1).
+    let admitted = p.server.stats().streams_accepted;
+    assert!((900..=1024).contains(&admitted), "{admitted} streams admitted");
+    assert_eq!(p.server.stats().streams_refused, u64::from(streams) - admitted);
     let buffers = p.server.danger_buffered_bytes();
     eprintln!(
         "{streams} streams, {wire} bytes sent: receive buffers {buffers} bytes, process heap +{grown} bytes \
@@ -79,7 +83,7 @@ fn one_byte_at_the_window_edge_of_4096_streams() {
         grown as f64 / f64::from(streams)
     );
     // 1 byte + one sparse segment per stream.
-    assert!(buffers <= streams as usize * 128, "receive buffers hold {buffers} bytes");
+    assert!(buffers <= admitted as usize * 128, "receive buffers hold {buffers} bytes");
     // Everything the victim keeps per stream (stream state, events, buffers): far below the
     // 64 KiB per stream that the window edge used to cost (256 MiB here).
     assert!(grown < 8 << 20, "the process heap grew by {grown} bytes");
@@ -99,6 +103,55 @@ fn one_byte_at_the_window_edge_of_4096_streams() {
         assert!(out[..65_535].iter().all(|&b| b == 7) && out[65_535] == b'x');
     }
     assert_alive(&p.server);
+}
+
+/// Observation 3, the other way round: every stream filled to its whole initial window
+/// (64 KiB, which a peer may send without asking) on 4096 streams, and an application that
+/// never reads. That was 256 MiB held for 256 MiB sent; the receive budget (64 MiB by default)
+/// now charges each stream's initial window when it opens, so streams beyond it are refused
+/// and their data dropped.
+#[test]
+fn filling_the_initial_window_of_4096_streams_stays_within_the_receive_budget() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut p = Pair::established();
+    let budget = tcpls_proto::SessionConfig::default().receive_budget as usize;
+    let before = live();
+    let window = 65_536usize;
+    let chunk = 16_000usize;
+    let fill: Vec<u8> = (0..window).map(|i| (i % 251) as u8).collect();
+    let mut wire = 0;
+    for n in 0..4096u32 {
+        let frames: Vec<Frame<'_>> = (0..window.div_ceil(chunk))
+            .map(|c| {
+                let from = c * chunk;
+                let to = (from + chunk).min(window);
+                Frame::Stream { stream_id: 2 * n, offset: from as u64, fin: false, data: &fill[from..to] }
+            })
+            .collect();
+        wire += send_frame_records(&mut p, &frames);
+        drain_server(&mut p);
+    }
+    assert_alive(&p.server);
+    let grown = live().saturating_sub(before);
+    let buffers = p.server.danger_buffered_bytes();
+    let stats = p.server.stats();
+    eprintln!(
+        "{wire} bytes sent on 4096 streams: {} admitted, {} refused; receive buffers {buffers} bytes, process \
+         heap +{grown} bytes (budget {budget})",
+        stats.streams_accepted, stats.streams_refused
+    );
+    assert!(stats.streams_accepted >= 512, "only {} streams admitted", stats.streams_accepted);
+    assert!(stats.streams_refused >= 3000, "only {} streams refused", stats.streams_refused);
+    assert!(buffers <= budget, "receive buffers hold {buffers} bytes, over the budget of {budget}");
+    // Everything else the victim holds (stream state, refusals, events) fits in the rest of
+    // issue #14's 64 MiB per attacking session.
+    assert!(grown < 64 << 20, "the process heap grew by {grown} bytes");
+    // The admitted streams hold exactly what was sent on them.
+    let mut out = vec![0u8; window + 1];
+    for n in [0u32, 1, stats.streams_accepted as u32 - 1] {
+        assert_eq!(p.server.read(2 * n, &mut out).unwrap(), Some(window));
+        assert!(out[..window] == fill[..], "stream {} holds other bytes", 2 * n);
+    }
 }
 
 /// Bytes the victim emits per byte a peer sends it, at most, for everything a peer can make it

@@ -19,6 +19,7 @@
 //! ```
 
 pub mod cli;
+pub mod clients;
 pub mod codec;
 pub mod frontend;
 pub mod http_proxy;

@@ -74,6 +74,8 @@ pub enum Why {
     Route(Category),
     /// In a `--deny-dest` range.
     Denied(IpNet),
+    /// The per-client policy of this client (its name, the rule) refuses it.
+    Client(String, String),
 }
 
 impl fmt::Display for Refusal {
@@ -84,6 +86,7 @@ impl fmt::Display for Refusal {
             }
             Why::Denied(net) => write!(f, "destination {} is in --deny-dest {net}", self.addr),
             Why::Route(c) => write!(f, "destination {} is {c} (refused unless --allow-dest permits it)", self.addr),
+            Why::Client(name, rule) => write!(f, "destination {} is refused for client \"{name}\" ({rule})", self.addr),
         }
     }
 }

@@ -173,6 +173,7 @@ impl Future for Driver {
                 break;
             }
         }
+        inner.trace_sample(false);
         // An orphaned session (every connection lost) lives on until a rejoin or its deadline.
         if this.sockets.iter().all(|s| s.stream.is_none()) && !inner.proto.is_orphaned() {
             inner.driver_finished();

@@ -89,4 +89,8 @@ pub use tcpls_proto::{
     self as proto, crypto_provider, ConnId, Error, Event, FnScheduler, LowestRtt, PathView, RoundRobin, Scheduler,
     SessionConfig, StreamError, StreamId, Weighted,
 };
-pub use trace::{JsonLinesTrace, TraceRecord, TraceSink};
+pub use tcpls_proto::{MemoryUse, StreamProgress};
+pub use trace::{
+    describe as describe_trace_event, flush_default_trace, set_default_trace, ConnectionSample, JsonLinesTrace,
+    NullTrace, PathEvent, SessionSample, TraceEvent, TraceRecord, TraceSink, DEFAULT_SAMPLE_INTERVAL,
+};

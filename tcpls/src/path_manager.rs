@@ -268,6 +268,14 @@ impl PathManager {
         for conn in dropped {
             let what = device.map(str::to_string).or(address.map(|a| a.to_string())).unwrap_or_default();
             info!("path manager: {what} went away: dropping connection {conn}");
+            self.session.trace_path(|| crate::PathEvent {
+                state: "dropped",
+                remote: SocketAddr::from(([0, 0, 0, 0], 0)),
+                local: what.clone(),
+                conn: Some(conn),
+                error: Some(format!("interface {what} went away")),
+                retry_ms: None,
+            });
             self.session.abandon_connection(conn, &format!("interface {what} went away"));
         }
         self.shared.wake.notify_one();
@@ -411,6 +419,7 @@ impl PathManager {
             if let Some(conn) = st.conn {
                 if !live.contains(&conn) {
                     debug!("path manager: {}{remote}: connection {conn} lost", endpoint.path);
+                    self.session.trace_path(|| path_event("lost", *remote, endpoint, Some(conn), None, None));
                     st.conn = None;
                     st.next_attempt = Instant::now();
                 }
@@ -481,6 +490,7 @@ impl PathManager {
                 match result {
                     Ok(conn) => {
                         info!("path manager: {}{remote} up as connection {conn}", endpoint.path);
+                        me.session.trace_path(|| path_event("up", remote, &endpoint, Some(conn), None, None));
                         st.conn = Some(conn);
                         st.failures = 0;
                         st.last_error = None;
@@ -494,7 +504,11 @@ impl PathManager {
                         }
                         let outage = me.session.orphaned_since().is_some();
                         let cap = if outage { max_backoff.min(OUTAGE_MAX_BACKOFF) } else { max_backoff };
-                        st.next_attempt = Instant::now() + crate::session::jittered(st.backoff.min(cap));
+                        let wait = crate::session::jittered(st.backoff.min(cap));
+                        st.next_attempt = Instant::now() + wait;
+                        let retry = Some(wait.as_millis() as u64);
+                        me.session
+                            .trace_path(|| path_event("failed", remote, &endpoint, None, Some(e.to_string()), retry));
                         st.backoff = (st.backoff * 2).min(cap);
                     }
                 }
@@ -527,4 +541,16 @@ impl PathManager {
 
 fn path_name((remote, e): &PathKey) -> String {
     format!("{}{remote}{}", e.path, if e.backup { " backup" } else { "" })
+}
+
+/// A path manager decision for the session's trace.
+fn path_event(
+    state: &'static str,
+    remote: SocketAddr,
+    endpoint: &Endpoint,
+    conn: Option<ConnId>,
+    error: Option<String>,
+    retry_ms: Option<u64>,
+) -> crate::PathEvent {
+    crate::PathEvent { state, remote, local: endpoint.path.to_string(), conn, error, retry_ms }
 }

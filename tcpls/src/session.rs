@@ -98,6 +98,7 @@ impl Session {
     pub fn open_stream(&self) -> io::Result<(SendStream, RecvStream)> {
         let mut inner = self.shared.lock();
         let id = inner.proto.open_stream().map_err(stream_error)?;
+        inner.trace_stream(id, "opened", None);
         drop(inner);
         Ok(self.stream_pair(id))
     }
@@ -213,6 +214,25 @@ impl Session {
     /// [`TcplsConnector::with_trace`](crate::TcplsConnector::with_trace) to trace the handshake too.
     pub fn set_trace(&self, sink: std::sync::Arc<dyn crate::TraceSink>) {
         self.shared.lock().trace = Some(crate::trace::Tracer::new(sink));
+    }
+
+    /// Memory the session holds against its budget (receive credit, buffers, unacknowledged
+    /// records): what `tcpls serve --metrics` exports. O(streams + connections).
+    pub fn memory_use(&self) -> tcpls_proto::MemoryUse {
+        self.shared.lock().proto.memory_use()
+    }
+
+    /// Whether `other` is a handle to the same session.
+    pub fn is_same(&self, other: &Session) -> bool {
+        std::sync::Arc::ptr_eq(&self.shared.0, &other.shared.0)
+    }
+
+    /// Hands a path manager decision to the session's trace, if it is traced.
+    pub(crate) fn trace_path(&self, event: impl FnOnce() -> crate::PathEvent) {
+        let inner = self.shared.lock();
+        if let Some(tracer) = &inner.trace {
+            tracer.path(inner.proto.side(), &event());
+        }
     }
 
     /// Ends the session at once: queued data is dropped.

@@ -9,7 +9,7 @@ mod sessions;
 pub use http::serve_metrics;
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -19,6 +19,10 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use sessions::{SessionTable, Totals};
 use tcpls::{JoinRegistry, Session};
+use tcpls_tunnel::tunnel::ClientStats;
+
+/// Reads the per-client counters of a tunnel concentrator at scrape time.
+pub type ClientStatsSource = Arc<dyn Fn() -> Vec<ClientStats> + Send + Sync>;
 
 /// The metrics of one server; cheap to clone (shared state).
 #[derive(Clone, Debug)]
@@ -28,10 +32,23 @@ pub struct ServerMetrics {
 
 #[derive(Debug)]
 struct State {
-    /// The registry every listener of the server shares: its listener statistics.
-    joins: JoinRegistry,
+    /// The registry every listener of the server shares: its listener statistics (none for the
+    /// tunnel client, which accepts no TCPLS connections).
+    joins: Option<JoinRegistry>,
+    /// The `opened_by` label of streams this side opened: "server" or "client".
+    local: &'static str,
     sessions: SessionTable,
     refused_max_sessions: AtomicU64,
+    /// A tunnel concentrator's per-client counters (label `client`).
+    clients: OnceLock<ClientSource>,
+}
+
+struct ClientSource(ClientStatsSource);
+
+impl std::fmt::Debug for ClientSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClientSource")
+    }
 }
 
 /// Keeps a session counted as live; when dropped (the session is over), its final counters move
@@ -51,8 +68,18 @@ impl Drop for Tracked {
 impl ServerMetrics {
     /// Metrics for the server whose listeners share `registry`.
     pub fn new(registry: JoinRegistry) -> Self {
-        let state =
-            State { joins: registry, sessions: SessionTable::default(), refused_max_sessions: AtomicU64::new(0) };
+        Self::with_listeners(Some(registry))
+    }
+
+    fn with_listeners(joins: Option<JoinRegistry>) -> Self {
+        let local = if joins.is_some() { "server" } else { "client" };
+        let state = State {
+            joins,
+            local,
+            sessions: SessionTable::default(),
+            refused_max_sessions: AtomicU64::new(0),
+            clients: OnceLock::new(),
+        };
         Self { state: Arc::new(state) }
     }
 
@@ -64,6 +91,11 @@ impl ServerMetrics {
     /// A session refused because `--max-sessions` were being served.
     pub fn refused_max_sessions(&self) {
         self.state.refused_max_sessions.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Adds the per-client series of a tunnel concentrator (set once).
+    pub fn with_clients(&self, source: ClientStatsSource) {
+        let _ = self.state.clients.set(ClientSource(source));
     }
 
     /// The Prometheus text exposition (format 0.0.4) of the current values.
@@ -108,7 +140,6 @@ fn labelled_counters(
 impl Collector for Snapshot {
     fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let state = &self.0;
-        let l = state.joins.listener_stats();
         let Totals { live, all } = state.sessions.totals();
         let e = &mut e;
         gauge(e, "tcpls_sessions_active", "Sessions being served now.", live.sessions)?;
@@ -125,7 +156,7 @@ impl Collector for Snapshot {
             "tcpls_streams",
             "Streams of served sessions, by the side that opened them.",
             "opened_by",
-            &[("peer", all.streams_by_peer), ("server", all.streams_by_server)],
+            &[("peer", all.streams_by_peer), (state.local, all.streams_by_server)],
         )?;
         counter(e, "tcpls_stream_bytes_received", "Stream payload bytes received.", all.stream_bytes_received)?;
         counter(
@@ -152,6 +183,44 @@ impl Collector for Snapshot {
             "Connections that failed with unacknowledged records, re-sent on others.",
             all.failovers,
         )?;
+        counter(
+            e,
+            "tcpls_records_resent",
+            "Records of failed connections whose content was sent again on others (failover).",
+            all.records_resent,
+        )?;
+        gauge(
+            e,
+            "tcpls_receive_credit_bytes",
+            "Flow-control credit granted to peers and not yet read by the application (live sessions): what the receive budget bounds.",
+            live.receive_credit,
+        )?;
+        gauge(
+            e,
+            "tcpls_receive_budget_bytes",
+            "Receive budgets of the live sessions (SessionConfig::receive_budget), summed.",
+            live.receive_budget,
+        )?;
+        gauge(
+            e,
+            "tcpls_receive_buffer_bytes",
+            "Memory allocated by the live sessions' stream receive buffers.",
+            live.receive_allocated,
+        )?;
+        gauge(
+            e,
+            "tcpls_send_buffer_bytes",
+            "Stream bytes held for sending by the live sessions (written, not yet acknowledged).",
+            live.send_buffered,
+        )?;
+        gauge(
+            e,
+            "tcpls_unacked_records",
+            "Sent records the live sessions keep for failover until the peer acknowledges them.",
+            live.unacked_records,
+        )?;
+        let Some(joins) = &state.joins else { return Ok(()) };
+        let l = joins.listener_stats();
         labelled_counters(
             e,
             "tcpls_handshakes",
@@ -179,8 +248,61 @@ impl Collector for Snapshot {
                 ("stream_limit", all.streams_refused),
             ],
         )?;
+        if let Some(source) = state.clients.get() {
+            encode_clients(e, &(source.0)())?;
+        }
         Ok(())
     }
+}
+
+/// The per-client series: label `client` is a configured client name or "other" (bounded by
+/// the configuration, never by what certificates say).
+fn encode_clients(e: &mut DescriptorEncoder, clients: &[ClientStats]) -> Result<(), std::fmt::Error> {
+    type Pick = fn(&ClientStats) -> u64;
+    let gauges: [(&str, &str, Pick); 1] =
+        [("tcpls_tunnel_client_sessions_active", "Sessions of this client being served now.", |c| c.sessions_active)];
+    for (name, help, pick) in gauges {
+        let mut family = e.encode_descriptor(name, help, None, MetricType::Gauge)?;
+        for c in clients {
+            let v = i64::try_from(pick(c)).unwrap_or(i64::MAX);
+            ConstGauge::new(v).encode(family.encode_family(&[("client", c.label.as_str())])?)?;
+        }
+    }
+    let counters: [(&str, &str, Pick); 5] = [
+        ("tcpls_tunnel_client_sessions", "Sessions of this client served since the start.", |c| c.sessions),
+        (
+            "tcpls_tunnel_client_sessions_refused",
+            "Sessions of this client refused by the per-client policy (unknown client, max-sessions).",
+            |c| c.sessions_refused,
+        ),
+        ("tcpls_tunnel_client_connections", "Tunneled connections this client asked for.", |c| c.stats.streams),
+        (
+            "tcpls_tunnel_client_refused_dest",
+            "Tunneled connections of this client refused by the destination policy.",
+            |c| c.stats.refused_dest,
+        ),
+        (
+            "tcpls_tunnel_client_bytes_up",
+            "Bytes relayed from this client towards destinations (ended connections).",
+            |c| c.stats.bytes_up,
+        ),
+    ];
+    for (name, help, pick) in counters {
+        let mut family = e.encode_descriptor(name, help, None, MetricType::Counter)?;
+        for c in clients {
+            ConstCounter::new(pick(c)).encode(family.encode_family(&[("client", c.label.as_str())])?)?;
+        }
+    }
+    let mut family = e.encode_descriptor(
+        "tcpls_tunnel_client_bytes_down",
+        "Bytes relayed from destinations towards this client (ended connections).",
+        None,
+        MetricType::Counter,
+    )?;
+    for c in clients {
+        ConstCounter::new(c.stats.bytes_down).encode(family.encode_family(&[("client", c.label.as_str())])?)?;
+    }
+    Ok(())
 }
 
 /// `--metrics ADDR` of a server: starts the endpoint for the server whose listeners share
@@ -201,6 +323,31 @@ pub async fn attach_to_concentrator(
     registry: JoinRegistry,
 ) -> Result<(), String> {
     let metrics = start(addr, registry, "tcpls tunnel server").await?;
+    let control = conc.control();
+    metrics.with_clients(Arc::new(move || control.client_stats()));
     conc.on_session_start(Arc::new(move |session: &Session| Box::new(metrics.track(session)) as Box<dyn Send>));
+    Ok(())
+}
+
+/// `tcpls tunnel client --metrics ADDR`: the client's current session (the one after a
+/// reconnect too), without the listener families (the client accepts no TCPLS connections).
+pub async fn attach_to_tunnel_client(client: tcpls_tunnel::tunnel::TunnelClient, addr: &str) -> Result<(), String> {
+    let addr = *crate::args::resolve(addr)?.first().ok_or_else(|| format!("--metrics {addr}: no address"))?;
+    let metrics = ServerMetrics::with_listeners(None);
+    let bound = serve_metrics(addr, metrics.clone()).await?;
+    eprintln!("tcpls tunnel client: metrics on http://{bound}/metrics");
+    // The task holds a clone of the client for the life of the command (which serves until
+    // it exits). It follows reconnects: a new session is counted from when it replaces the old.
+    tokio::spawn(async move {
+        let mut tracked: Option<(Session, Tracked)> = None;
+        loop {
+            let current = client.session();
+            if !tracked.as_ref().is_some_and(|(s, _)| s.is_same(&current)) {
+                let guard = metrics.track(&current);
+                tracked = Some((current, guard));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    });
     Ok(())
 }

@@ -286,7 +286,8 @@ impl Core {
     }
 
     /// Peer streams open in order: a frame for stream N opens every lower peer stream not yet
-    /// seen (they may arrive later on another connection). Beyond our limit they are refused.
+    /// seen (they may arrive later on another connection). Beyond our limit, or beyond what
+    /// the receive budget can hold, they are refused.
     fn open_peer_streams(&mut self, id: StreamId) -> Result<(), TransportError> {
         if self.is_local(id) || u64::from(id) < self.next_peer_stream {
             return Ok(());
@@ -299,8 +300,12 @@ impl Core {
             )));
         }
         let mut next = self.next_peer_stream;
-        while next <= u64::from(id) && self.peer_streams_open < max {
+        // A stream is admitted while the concurrency limit and the receive budget allow: each
+        // new stream's 64 KiB initial window is memory the peer can fill at once (issue #14).
+        let mut charged = self.receive_charged();
+        while next <= u64::from(id) && self.peer_streams_open < max && self.peer_stream_fits(charged) {
             self.create_stream(next as StreamId, true);
+            charged = charged.saturating_add(super::streams::NEW_STREAM_CHARGE);
             next += 2;
         }
         if next <= u64::from(id) {

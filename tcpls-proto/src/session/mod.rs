@@ -15,10 +15,11 @@ mod early;
 mod ext;
 mod frames;
 mod multipath;
+mod observe;
 mod packetize;
 mod placement;
 pub mod sched;
-mod streams;
+pub(crate) mod streams;
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -33,6 +34,7 @@ pub(crate) use conn::{Connection, Inbound, RecordSink};
 pub(crate) use control::ControlQueue;
 pub use early::MAX_EARLY_STREAM_BYTES;
 pub use multipath::{Accepted, JoiningConnection};
+pub use observe::{MemoryUse, StreamProgress};
 pub(crate) use streams::Stream;
 
 use crate::config::SessionConfig;
@@ -150,6 +152,10 @@ pub struct SessionStats {
     /// `SessionConfig::max_unacked_records` (or `max_unacked_control` bytes) pile up: their
     /// failover guarantee is lost.
     pub unacked_released: u64,
+    /// Records of failed connections whose content was queued again for the others (failover).
+    pub records_resent: u64,
+    /// Stream bytes of those records (sent again, re-encrypted, on another connection).
+    pub stream_bytes_resent: u64,
 }
 
 pub struct Session {

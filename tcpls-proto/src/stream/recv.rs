@@ -127,7 +127,7 @@ impl RecvBuf {
             return Ok(());
         }
         if self.may_grow_to(offset, end, data.len()) {
-            self.reserve(self.grow_end(end, data.len()), 0)?;
+            self.reserve(self.grow_end(end, data.len()))?;
         } else {
             self.compact_towards(end)?;
         }
@@ -187,7 +187,7 @@ impl RecvBuf {
     fn densify_if_cheaper(&mut self) -> Result<(), RecvError> {
         let Some(last) = self.sparse.last_end() else { return Ok(()) };
         if last - self.read_offset <= self.held(0) {
-            self.reserve(last, 0)?;
+            self.reserve(last)?;
         }
         Ok(())
     }
@@ -199,7 +199,7 @@ impl RecvBuf {
                 break;
             }
             let upto = self.sparse.segment_end(first).unwrap_or(first);
-            self.reserve(upto, 0)?;
+            self.reserve(upto)?;
         }
         Ok(())
     }
@@ -346,8 +346,9 @@ impl RecvBuf {
     }
 
     /// Bytes of memory allocated (storage, out-of-order bitmap, sparse segments). Storage
-    /// never exceeds `limit - read_offset` (plus the `slack` of a direct slot) at the time it
-    /// grows, nor about twice what arrived; the bitmap adds at most an eighth of it.
+    /// never exceeds `limit - read_offset` at the time it grows (a direct slot's slack past the
+    /// limit must already be there), nor about twice what arrived; the bitmap adds at most an
+    /// eighth of it.
     pub fn allocated(&self) -> usize {
         self.buf.capacity() + self.ooo.allocated() + self.sparse.allocated()
     }
@@ -375,7 +376,14 @@ impl RecvBuf {
             if !self.may_grow_to(offset, end, len) {
                 return None;
             }
-            self.reserve(self.grow_end(end, len), slack).ok()?;
+            // The storage grows up to the credit, never into the slack for a record's trailing
+            // bytes (tag, other frames): a record that would need that goes through the
+            // copying path, so that a stream's memory stays within its credit (issue #14:
+            // otherwise every stream filled to its 64 KiB window held 81 KiB).
+            self.reserve(self.grow_end(end, len).min(self.limit)).ok()?;
+            if self.start + (end - self.read_offset) as usize > self.buf.len() {
+                return None;
+            }
         }
         if self.next_set(offset, end) < end {
             return None;
@@ -483,10 +491,9 @@ impl RecvBuf {
     }
 
     /// Makes the storage span `..end`, by compacting and/or growing, never past
-    /// `limit - read_offset + slack` bytes at allocation time; sparse segments it now spans
-    /// move in.
-    fn reserve(&mut self, end: u64, slack: usize) -> Result<(), RecvError> {
-        self.make_room(end, slack, true)
+    /// `limit - read_offset` bytes at allocation time; sparse segments it now spans move in.
+    fn reserve(&mut self, end: u64) -> Result<(), RecvError> {
+        self.make_room(end, true)
     }
 
     /// [`reserve`](Self::reserve) without growing: compacts if that brings `end` (or closer
@@ -496,17 +503,14 @@ impl RecvBuf {
         if self.start == 0 {
             return Ok(());
         }
-        self.make_room(end, 0, false)
+        self.make_room(end, false)
     }
 
-    fn make_room(&mut self, end: u64, slack: usize, grow: bool) -> Result<(), RecvError> {
+    fn make_room(&mut self, end: u64, grow: bool) -> Result<(), RecvError> {
         let limit = self.limit;
         let too_big = || FlowControl { limit, end };
         let need = usize::try_from(end - self.read_offset).map_err(|_| too_big())?;
-        let bound = usize::try_from(self.limit - self.read_offset)
-            .ok()
-            .and_then(|b| b.checked_add(slack))
-            .ok_or_else(too_big)?;
+        let bound = usize::try_from(self.limit - self.read_offset).map_err(|_| too_big())?;
         if self.start + need <= self.buf.len() {
             return Ok(());
         }

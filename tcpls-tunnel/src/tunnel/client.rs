@@ -68,6 +68,14 @@ impl fmt::Display for OpenError {
             OpenError::Refused(ERR_DESTINATION_REFUSED) => {
                 f.write_str("the concentrator's destination policy refuses this destination")
             }
+            OpenError::Refused(tlv::ERR_CLIENT_SESSIONS) => f.write_str(
+                "the concentrator refuses this session: this client (certificate name) already has as many \
+                 sessions as its max-sessions allows; close another one or ask the operator to raise it",
+            ),
+            OpenError::Refused(tlv::ERR_CLIENT_UNKNOWN) => f.write_str(
+                "the concentrator refuses this client: its per-client policy has no entry for this \
+                 certificate's name (CN) and refuses unknown clients",
+            ),
             OpenError::Refused(c) => write!(f, "the concentrator refused the request (error {c:#06x})"),
             OpenError::Failed(m) => f.write_str(m),
         }
@@ -588,7 +596,9 @@ impl TunnelClient {
             Err(e) => {
                 self.count_failure(&e);
                 let status = match e {
-                    OpenError::Refused(ERR_DESTINATION_REFUSED) => 403,
+                    OpenError::Refused(
+                        ERR_DESTINATION_REFUSED | tlv::ERR_CLIENT_SESSIONS | tlv::ERR_CLIENT_UNKNOWN,
+                    ) => 403,
                     OpenError::Refused(_) => 502,
                     OpenError::Failed(_) => 503,
                 };
@@ -764,7 +774,9 @@ impl TunnelClient {
                 self.count_failure(&e);
                 let code = match e {
                     OpenError::Refused(ERR_CONNECTION_FAILURE) => reply::CONNECTION_REFUSED,
-                    OpenError::Refused(ERR_DESTINATION_REFUSED) => reply::NOT_ALLOWED,
+                    OpenError::Refused(
+                        ERR_DESTINATION_REFUSED | tlv::ERR_CLIENT_SESSIONS | tlv::ERR_CLIENT_UNKNOWN,
+                    ) => reply::NOT_ALLOWED,
                     _ => reply::GENERAL_FAILURE,
                 };
                 let _ = socks5_reply(&mut tcp, code).await;

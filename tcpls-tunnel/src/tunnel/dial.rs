@@ -14,7 +14,11 @@ use tokio::sync::Semaphore;
 
 use super::order::{Turn, MAX_ORDER_WAIT};
 use super::Target;
+use crate::clients::ClientRule;
 use crate::policy::{DestPolicy, Refusal};
+
+/// The per-client rules of the requesting client, if it has an entry: its name and rules.
+pub type ClientRules<'a> = Option<(&'a str, &'a ClientRule)>;
 
 /// Why no connection was made.
 #[derive(Debug)]
@@ -72,7 +76,7 @@ impl Dialer {
     /// between check and use).
     /// The first connection attempt starts in stream order (`turn`, see [`super::order`]): after
     /// the lookup, once earlier streams have started theirs (100 ms at most).
-    pub async fn dial(&self, target: &Target, turn: Turn) -> Result<TcpStream, DialError> {
+    pub async fn dial(&self, target: &Target, turn: Turn, client: ClientRules<'_>) -> Result<TcpStream, DialError> {
         let attempt = async {
             let addrs = match target {
                 Target::Addr(a) => vec![*a],
@@ -83,7 +87,7 @@ impl Dialer {
             turn.wait(MAX_ORDER_WAIT).await;
             let mut turn = Some(turn);
             for a in addrs {
-                if let Err(r) = policy.check_on_this_host(a.ip()) {
+                if let Err(r) = check(&policy, client, a.ip()) {
                     refused.get_or_insert(r);
                     continue;
                 }
@@ -113,7 +117,7 @@ impl Dialer {
 
     /// A UDP socket connected to `target` (the first address the policy allows), so only that
     /// address's datagrams come back. Same policy and timeout as [`Dialer::dial`].
-    pub async fn dial_udp(&self, target: &Target) -> Result<UdpSocket, DialError> {
+    pub async fn dial_udp(&self, target: &Target, client: ClientRules<'_>) -> Result<UdpSocket, DialError> {
         let attempt = async {
             let addrs = match target {
                 Target::Addr(a) => vec![*a],
@@ -122,7 +126,7 @@ impl Dialer {
             let policy = self.policy();
             let (mut refused, mut failed) = (None, None);
             for a in addrs {
-                if let Err(r) = policy.check_on_this_host(a.ip()) {
+                if let Err(r) = check(&policy, client, a.ip()) {
                     refused.get_or_insert(r);
                     continue;
                 }
@@ -164,6 +168,14 @@ impl Dialer {
     }
 }
 
+/// The server-wide policy, under the client's rules if it has an entry.
+fn check(policy: &DestPolicy, client: ClientRules<'_>, ip: std::net::IpAddr) -> Result<(), Refusal> {
+    match client {
+        Some((name, rule)) => rule.check(name, policy, ip),
+        None => policy.check_on_this_host(ip),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -189,7 +201,7 @@ mod tests {
             Target::Name(format!("{mapped}").split(']').next().unwrap_or_default()[1..].to_string(), port),
         ];
         for t in targets {
-            match safe.dial(&t, first_turn()).await {
+            match safe.dial(&t, first_turn(), None).await {
                 Err(DialError::Refused(r)) => assert!(r.to_string().contains("loopback"), "{r}"),
                 other => panic!("{t}: {other:?}"),
             }
@@ -198,7 +210,7 @@ mod tests {
         assert_eq!(l.accept().unwrap_err().kind(), io::ErrorKind::WouldBlock);
         assert_eq!(safe.lookups_in_progress(2), 0);
         let open = Dialer::new(DestPolicy::allow_all(), 2, Duration::from_secs(5));
-        assert!(open.dial(&Target::Name("localhost".into(), port), first_turn()).await.is_ok());
+        assert!(open.dial(&Target::Name("localhost".into(), port), first_turn(), None).await.is_ok());
     }
 
     #[tokio::test]
@@ -207,7 +219,7 @@ mod tests {
         // lookup cannot start and the dial times out.
         let d = Dialer::new(DestPolicy::allow_all(), 1, Duration::from_millis(300));
         let held = d.lookups.clone().acquire_owned().await.unwrap();
-        match d.dial(&Target::Name("localhost".into(), 9), first_turn()).await {
+        match d.dial(&Target::Name("localhost".into(), 9), first_turn(), None).await {
             Err(DialError::Failed(e)) => assert_eq!(e.kind(), io::ErrorKind::TimedOut),
             other => panic!("{other:?}"),
         }

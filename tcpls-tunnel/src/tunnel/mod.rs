@@ -29,6 +29,7 @@
 mod client;
 mod dial;
 mod order;
+pub mod rate;
 pub mod reconnect;
 pub mod relay;
 mod reverse;
@@ -39,11 +40,12 @@ pub mod udp;
 
 use std::time::Duration;
 
+pub use crate::clients::{ClientPolicy, ClientRule};
 pub use crate::frontend::Target;
 pub use crate::policy::DestPolicy;
 pub use client::{Frontend, OpenError, TunnelClient};
 pub use reconnect::Backoff;
-pub use server::{Concentrator, ConcentratorControl, SessionHook, SessionSummary};
+pub use server::{ClientStats, Concentrator, ConcentratorControl, SessionHook, SessionSummary};
 pub use stats::{Stats, StatsSnapshot};
 
 /// Tunables of both ends.
@@ -67,6 +69,8 @@ pub struct TunnelConfig {
     pub max_sessions: usize,
     /// Concentrator: tunneled connections (peer-opened streams) per session at once; the
     /// session refuses more with Stream Reset 0x1 (`SessionConfig::max_concurrent_streams`).
+    /// The session's `receive_budget` also caps it: each stream is charged its 64 KiB initial
+    /// window, so the default 64 MiB admits about 990 (fewer while streams hold large windows).
     pub max_streams_per_session: usize,
     /// Concentrator: name lookups in progress at once over all sessions (each holds a thread
     /// of the blocking pool until the resolver answers); more wait, within `connect_timeout`.
@@ -90,6 +94,9 @@ pub struct TunnelConfig {
     /// policy (re-joined when lost, interface events followed, outages of every path survived
     /// for [`tcpls::DEFAULT_OUTAGE_TOLERANCE`]); None (default): each path is joined once.
     pub path_manager: Option<tcpls::PathPolicy>,
+    /// Concentrator: per-client destinations, rate and sessions, by client certificate name
+    /// ([`crate::clients`]); default: none (every client gets the server-wide policy).
+    pub client_policy: ClientPolicy,
 }
 
 /// Default of [`TunnelConfig::max_sessions`].
@@ -128,6 +135,7 @@ impl Default for TunnelConfig {
             reverse_allowed: Vec::new(),
             bind: tcpls::PathOptions::new(),
             path_manager: None,
+            client_policy: ClientPolicy::default(),
         }
     }
 }

@@ -10,6 +10,7 @@ use tcpls::{RecvStream, SendStream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use super::rate::RateLimiter;
 use super::tlv::{self, RESET_CODE};
 
 /// Per-direction copy buffer: it starts small (a concentrator holds two per tunneled
@@ -74,7 +75,18 @@ fn is_tcp_reset(e: &io::Error) -> bool {
 
 /// Runs until both directions are done or one side resets.
 pub async fn relay(tcp: TcpStream, send: SendStream, recv: RecvStream) -> Report {
-    relay_with(tcp, send, recv, None).await
+    relay_with(tcp, send, recv, None, None).await
+}
+
+/// [`relay`] with both directions taking their bytes from `limiter` (a client's rate): a
+/// direction over the rate waits before it reads more (backpressure, nothing is dropped).
+pub async fn relay_limited(
+    tcp: TcpStream,
+    send: SendStream,
+    recv: RecvStream,
+    limiter: Option<&RateLimiter>,
+) -> Report {
+    relay_with(tcp, send, recv, None, limiter).await
 }
 
 /// Like [`relay`], on a stream whose request was just sent (pipelining: the application's bytes
@@ -82,7 +94,18 @@ pub async fn relay(tcp: TcpStream, send: SendStream, recv: RecvStream) -> Report
 /// answer, within `answer_timeout`; until Connect OK nothing reaches the application, and an
 /// Error resets it.
 pub async fn relay_pipelined(tcp: TcpStream, send: SendStream, recv: RecvStream, answer_timeout: Duration) -> Report {
-    relay_with(tcp, send, recv, Some(answer_timeout)).await
+    relay_with(tcp, send, recv, Some(answer_timeout), None).await
+}
+
+/// [`relay_pipelined`] under a client's rate (see [`relay_limited`]).
+pub async fn relay_pipelined_limited(
+    tcp: TcpStream,
+    send: SendStream,
+    recv: RecvStream,
+    answer_timeout: Duration,
+    limiter: Option<&RateLimiter>,
+) -> Report {
+    relay_with(tcp, send, recv, Some(answer_timeout), limiter).await
 }
 
 async fn relay_with(
@@ -90,6 +113,7 @@ async fn relay_with(
     mut send: SendStream,
     mut recv: RecvStream,
     answer_timeout: Option<Duration>,
+    limiter: Option<&RateLimiter>,
 ) -> Report {
     let (mut sent, mut received) = (0u64, 0u64);
     let mut answered = answer_timeout.is_none();
@@ -108,6 +132,9 @@ async fn relay_with(
                     Err(e) if is_tcp_reset(&e) => return Up::TcpReset,
                     Err(_) => continue,
                 };
+                if let Some(l) = limiter {
+                    l.acquire(n).await;
+                }
                 if send.write_all(&buf[..n]).await.is_err() {
                     return Up::StreamBroken;
                 }
@@ -134,6 +161,9 @@ async fn relay_with(
                     // Reset by the peer, or the session is over: either way the far end is gone.
                     Err(_) => return Down::StreamReset,
                 };
+                if let Some(l) = limiter {
+                    l.acquire(n).await;
+                }
                 if wr.write_all(&buf[..n]).await.is_err() {
                     return Down::TcpReset;
                 }

@@ -24,11 +24,12 @@ pub(super) async fn serve_bind(
     mut send: SendStream,
     mut recv: RecvStream,
     addr: SocketAddr,
-    allowed: &[SocketAddr],
-    answer_timeout: Duration,
-    peer: SocketAddr,
+    cfg: &super::TunnelConfig,
+    peer: &str,
+    limiter: std::sync::Arc<super::rate::RateLimiter>,
 ) {
-    if !allowed.contains(&addr) {
+    let answer_timeout = cfg.handshake_timeout;
+    if !cfg.reverse_allowed.contains(&addr) {
         info!("tunnel: {peer} reverse bind {addr}: refused (not in --allow-reverse)");
         let _ = send.write_all(&tlv::encode_all(&[Tlv::Error(ERR_DESTINATION_REFUSED), Tlv::End])).await;
         let _ = send.finish();
@@ -63,13 +64,14 @@ pub(super) async fn serve_bind(
             };
             let Ok((mut s, r)) = session.open_stream() else { return };
             let request = tlv::encode_all(&[Tlv::ReverseConnection(addr), Tlv::End]);
+            let limiter = limiter.clone();
             tokio::spawn(async move {
                 if s.write_all(&request).await.is_err() {
                     relay::reset_tcp(tcp);
                     return;
                 }
                 let _ = tcp.set_nodelay(true);
-                let report = relay::relay_pipelined(tcp, s, r, answer_timeout).await;
+                let report = relay::relay_pipelined_limited(tcp, s, r, answer_timeout, Some(&*limiter)).await;
                 debug!("tunnel: reverse {from} -> {addr}: {:?}", report.outcome);
             });
         }

@@ -1,10 +1,11 @@
 //! The concentrator: accepts TCPLS sessions, and on each stream the TLV request; opens the
 //! TCP connection asked for and relays.
 
+use std::collections::BTreeMap;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use rustls::ServerConfig;
@@ -14,10 +15,15 @@ use tracing::{debug, info, warn};
 
 use super::dial::{DialError, Dialer};
 use super::order::{ConnectOrder, Turn};
+use super::rate::RateLimiter;
 use super::relay::{self, Outcome};
-use super::tlv::{self, ReadError, Tlv, Transport, ERR_CONNECTION_FAILURE, ERR_DESTINATION_REFUSED};
+use super::tlv::{
+    self, ReadError, Tlv, Transport, ERR_CLIENT_SESSIONS, ERR_CLIENT_UNKNOWN, ERR_CONNECTION_FAILURE,
+    ERR_DESTINATION_REFUSED,
+};
 use super::Target;
 use super::{DestPolicy, Stats, StatsSnapshot, TunnelConfig};
+use crate::clients::{ClientId, ClientPolicy, OTHER};
 
 /// Listens on one or more addresses (one TCPLS listener each, sharing a join registry, so a
 /// client can add paths to any of them).
@@ -38,6 +44,186 @@ struct Ctx {
     dialer: Dialer,
     /// Sessions being served (bounded by `cfg.max_sessions`).
     sessions: AtomicUsize,
+    clients: Clients,
+}
+
+/// The per-client policy in force and each client's shared state, by label: a configured name
+/// or [`OTHER`] (so the map is bounded by the names ever configured).
+struct Clients {
+    policy: RwLock<Arc<ClientPolicy>>,
+    entries: Mutex<BTreeMap<String, Arc<ClientEntry>>>,
+}
+
+/// What all sessions of one client (label) share.
+struct ClientEntry {
+    stats: Arc<Stats>,
+    /// The client's `rate` (0: unlimited), shared by all its relays.
+    limiter: Arc<RateLimiter>,
+    active: AtomicUsize,
+    sessions: AtomicU64,
+    refused: AtomicU64,
+}
+
+/// One client's counters at one instant (metrics: label `client`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientStats {
+    /// A configured client name, or "other" for every client without an entry.
+    pub label: String,
+    pub sessions_active: u64,
+    pub sessions: u64,
+    /// Sessions refused by the per-client policy (unknown client, its max-sessions).
+    pub sessions_refused: u64,
+    pub stats: StatsSnapshot,
+}
+
+impl Clients {
+    fn new(policy: ClientPolicy) -> Clients {
+        let c =
+            Clients { policy: RwLock::new(Arc::new(ClientPolicy::default())), entries: Mutex::new(BTreeMap::new()) };
+        c.set_policy(policy);
+        c
+    }
+
+    fn policy(&self) -> Arc<ClientPolicy> {
+        self.policy.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn entries(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<ClientEntry>>> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The entry of `label`, created on first use with the rate in force.
+    fn entry(&self, label: &str) -> Arc<ClientEntry> {
+        let rate = self.policy().clients.get(label).and_then(|r| r.rate).unwrap_or(0);
+        self.entries()
+            .entry(label.to_string())
+            .or_insert_with(|| {
+                Arc::new(ClientEntry {
+                    stats: Arc::new(Stats::default()),
+                    limiter: Arc::new(RateLimiter::new(rate)),
+                    active: AtomicUsize::new(0),
+                    sessions: AtomicU64::new(0),
+                    refused: AtomicU64::new(0),
+                })
+            })
+            .clone()
+    }
+
+    /// Replaces the policy; every configured name gets an entry (seen in metrics from the
+    /// start) and the rates of existing ones change at once (live relays included).
+    fn set_policy(&self, policy: ClientPolicy) {
+        let names: Vec<String> = policy.clients.keys().cloned().collect();
+        let rates: Vec<(String, u64)> = policy.clients.iter().map(|(n, r)| (n.clone(), r.rate.unwrap_or(0))).collect();
+        let off = policy.is_off();
+        *self.policy.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(policy);
+        if !off {
+            self.entry(OTHER);
+        }
+        for n in &names {
+            self.entry(n);
+        }
+        let entries = self.entries();
+        for (label, e) in entries.iter() {
+            let rate = rates.iter().find(|(n, _)| n == label).map_or(0, |(_, r)| *r);
+            e.limiter.set_rate(rate);
+        }
+    }
+
+    fn stats(&self) -> Vec<ClientStats> {
+        self.entries()
+            .iter()
+            .map(|(label, e)| ClientStats {
+                label: label.clone(),
+                sessions_active: e.active.load(Ordering::SeqCst) as u64,
+                sessions: e.sessions.load(Ordering::Relaxed),
+                sessions_refused: e.refused.load(Ordering::Relaxed),
+                stats: e.stats.snapshot(),
+            })
+            .collect()
+    }
+}
+
+/// The client of one session: who it is and its shared state.
+struct Who {
+    id: ClientId,
+    /// The session has a client certificate (mutual TLS).
+    named: bool,
+    /// The label of its entry ([`OTHER`] without one).
+    label: String,
+    entry: Arc<ClientEntry>,
+    /// "PEER" or "PEER (client NAME)": the log lines' prefix.
+    tag: String,
+}
+
+/// Counts a session as one of its client's live sessions until dropped.
+struct ClientSlot(Arc<ClientEntry>);
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// What a stream task needs of its session's client.
+struct WhoView {
+    id: ClientId,
+    named: bool,
+    limiter: Arc<RateLimiter>,
+    tag: String,
+}
+
+impl WhoView {
+    fn allowed(&self, policy: &ClientPolicy) -> Result<(), (u16, String)> {
+        Who::check_unknown(&self.id, self.named, policy)
+    }
+}
+
+impl Who {
+    fn clone_view(&self) -> WhoView {
+        WhoView { id: self.id.clone(), named: self.named, limiter: self.entry.limiter.clone(), tag: self.tag.clone() }
+    }
+
+    fn check_unknown(id: &ClientId, named: bool, policy: &ClientPolicy) -> Result<(), (u16, String)> {
+        if policy.lookup(id).is_none() && !policy.admits_unknown() {
+            let why = if named { "no per-client entry for its name" } else { "no client certificate" };
+            return Err((ERR_CLIENT_UNKNOWN, format!("{why}, and unknown clients are refused")));
+        }
+        Ok(())
+    }
+
+    /// Identifies the client of `session` from its certificate.
+    fn of(session: &Session, peer: SocketAddr, clients: &Clients) -> Who {
+        let leaf = session.handshake_info().and_then(|i| i.peer_certificates.first().cloned());
+        let id = leaf.as_ref().map(|c| ClientId::from_der(c.as_ref())).unwrap_or_default();
+        let policy = clients.policy();
+        let label = policy.lookup(&id).map_or(OTHER, |(n, _)| n).to_string();
+        let tag = match &leaf {
+            Some(_) => format!("{peer} (client {})", id.display_name()),
+            None => peer.to_string(),
+        };
+        Who { id, named: leaf.is_some(), entry: clients.entry(&label), label, tag }
+    }
+
+    /// Whether the policy in force serves this client now; the Error code and why if not.
+    /// Checked at the session's start and again on every stream (a reload may have changed it).
+    fn allowed(&self, policy: &ClientPolicy) -> Result<(), (u16, String)> {
+        Self::check_unknown(&self.id, self.named, policy)
+    }
+
+    /// A place among the client's max-sessions (None: the entry's limit is reached).
+    fn take_slot(&self, policy: &ClientPolicy) -> Result<ClientSlot, (u16, String)> {
+        self.allowed(policy)?;
+        let max = policy.lookup(&self.id).and_then(|(_, r)| r.max_sessions).unwrap_or(usize::MAX);
+        let e = &self.entry;
+        if e.active.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < max).then_some(n + 1)).is_err() {
+            return Err((
+                ERR_CLIENT_SESSIONS,
+                format!("client \"{}\" already has {max} session(s) (its max-sessions)", self.label),
+            ));
+        }
+        e.sessions.fetch_add(1, Ordering::Relaxed);
+        Ok(ClientSlot(e.clone()))
+    }
 }
 
 /// Releases a session's place when its task ends, however it ends.
@@ -56,6 +242,8 @@ pub struct SessionSummary {
     pub duration: Duration,
     /// TCP connections the session had at its end (failed ones included).
     pub connections: usize,
+    /// The client's certificate name (CN or DNS name), with mutual TLS.
+    pub client: Option<String>,
     pub stats: StatsSnapshot,
     /// The session's error, if it failed.
     pub error: Option<String>,
@@ -87,7 +275,8 @@ impl Concentrator {
             .map(|l| TcplsListener::from_listener(l, tls.clone(), settings.clone(), registry.clone()))
             .collect();
         let dialer = Dialer::new(cfg.dest_policy.clone(), cfg.max_lookups, cfg.connect_timeout);
-        let ctx = Ctx { cfg, stats: Arc::new(Stats::default()), dialer, sessions: AtomicUsize::new(0) };
+        let clients = Clients::new(cfg.client_policy.clone());
+        let ctx = Ctx { cfg, stats: Arc::new(Stats::default()), dialer, sessions: AtomicUsize::new(0), clients };
         Ok(Concentrator { listeners, ctx: Arc::new(ctx), on_session_start: None })
     }
 
@@ -130,6 +319,21 @@ impl ConcentratorControl {
 
     pub fn dest_policy(&self) -> Arc<DestPolicy> {
         self.ctx.dialer.policy()
+    }
+
+    /// The per-client policy for every session and request from now on: sessions in progress
+    /// are kept, their next requests follow it, and rate changes apply to live relays at once.
+    pub fn set_client_policy(&self, policy: ClientPolicy) {
+        self.ctx.clients.set_policy(policy);
+    }
+
+    pub fn client_policy(&self) -> Arc<ClientPolicy> {
+        self.ctx.clients.policy()
+    }
+
+    /// Per-client counters: one per configured name, and "other" for the rest.
+    pub fn client_stats(&self) -> Vec<ClientStats> {
+        self.ctx.clients.stats()
     }
 }
 
@@ -186,7 +390,13 @@ fn take_session_slot(ctx: &Arc<Ctx>) -> Option<SessionSlot> {
 /// Serves one session's streams until the session is over.
 async fn serve_session(session: Session, peer: SocketAddr, ctx: &Arc<Ctx>) -> SessionSummary {
     let started = Instant::now();
-    info!("tunnel: session from {peer}");
+    let who = Who::of(&session, peer, &ctx.clients);
+    let tag = &who.tag;
+    let _client_slot = match who.take_slot(&ctx.clients.policy()) {
+        Ok(slot) => slot,
+        Err((code, why)) => return refuse_session(session, peer, &who, code, &why, ctx).await,
+    };
+    info!("tunnel: session from {tag}");
     let mine = Arc::new(Stats::default());
     let next_path = Arc::new(AtomicUsize::new(0));
     let order = ConnectOrder::new();
@@ -197,8 +407,9 @@ async fn serve_session(session: Session, peer: SocketAddr, ctx: &Arc<Ctx>) -> Se
                 let Some((send, recv)) = accepted else { break };
                 steer_round_robin(&session, &send, &next_path);
                 let (ctx, mine, session, turn) = (ctx.clone(), mine.clone(), session.clone(), order.ticket());
+                let (who, client_stats) = (who.clone_view(), who.entry.stats.clone());
                 tasks.spawn(async move {
-                    serve_stream(session, send, recv, turn, &ctx, &[&ctx.stats, &mine], peer).await
+                    serve_stream(session, send, recv, turn, &ctx, &[&ctx.stats, &mine, &client_stats], &who).await
                 });
             }
             // Reap finished stream tasks so a long session does not accumulate them.
@@ -211,16 +422,50 @@ async fn serve_session(session: Session, peer: SocketAddr, ctx: &Arc<Ctx>) -> Se
         peer,
         duration: started.elapsed(),
         connections: session.connections().len(),
+        client: who.named.then(|| who.id.display_name()),
         stats: mine.snapshot(),
         error,
     };
     info!(
-        "tunnel: session from {peer} ended after {:.1} s: {:?}{}",
+        "tunnel: session from {tag} ended after {:.1} s: {:?}{}",
         summary.duration.as_secs_f64(),
         summary.stats,
         summary.error.as_ref().map(|e| format!(", error: {e}")).unwrap_or_default()
     );
     summary
+}
+
+/// A session the per-client policy refuses: every stream it opens within the handshake timeout
+/// is answered Error `code` (the client says why), then the session is closed.
+async fn refuse_session(
+    session: Session,
+    peer: SocketAddr,
+    who: &Who,
+    code: u16,
+    why: &str,
+    ctx: &Ctx,
+) -> SessionSummary {
+    warn!("tunnel: session from {} refused: {why}", who.tag);
+    who.entry.refused.fetch_add(1, Ordering::Relaxed);
+    ctx.stats.session_refused();
+    let started = Instant::now();
+    let answering = async {
+        while let Some((mut send, _recv)) = session.accept_stream().await {
+            answer_and_finish(&mut send, code).await;
+        }
+    };
+    let _ = tokio::time::timeout(ctx.cfg.handshake_timeout, answering).await;
+    if tokio::time::timeout(Duration::from_secs(2), session.close()).await.is_err() {
+        session.abort();
+    }
+    SessionSummary {
+        peer,
+        duration: started.elapsed(),
+        connections: session.connections().len(),
+        client: who.named.then(|| who.id.display_name()),
+        stats: StatsSnapshot { sessions_refused: 1, ..StatsSnapshot::default() },
+        error: Some(why.to_string()),
+    }
 }
 
 /// Spreads the streams' data over the session's connections, one connection per stream (a
@@ -246,9 +491,10 @@ async fn serve_stream(
     turn: Turn,
     ctx: &Ctx,
     stats: &[&Arc<Stats>],
-    peer: SocketAddr,
+    who: &WhoView,
 ) {
     let cfg = &ctx.cfg;
+    let peer = &who.tag;
     each(stats, Stats::stream);
     let id = send.id();
     let (target, transport) = match tokio::time::timeout(cfg.handshake_timeout, tlv::read_request(&mut recv)).await {
@@ -273,12 +519,24 @@ async fn serve_stream(
             return;
         }
     };
+    // The per-client policy in force now (a reload applies to sessions in progress).
+    let clients = ctx.clients.policy();
+    if let Err((code, why)) = who.allowed(&clients) {
+        info!("tunnel: {peer} stream {id} -> {target}: refused: {why}");
+        each(stats, Stats::refused_dest);
+        answer_and_finish(&mut send, code).await;
+        return;
+    }
+    let rules = clients.lookup(&who.id);
+    // Always the client's bucket (rate 0: no wait, one atomic load): a rate set by a reload
+    // applies to this relay at once, as does one lifted.
+    let limiter = Some(&*who.limiter);
     match (transport, &target) {
         (Transport::Tcp, _) => {}
-        (Transport::Udp, _) => return serve_udp_stream(send, recv, ctx, stats, peer, target).await,
+        (Transport::Udp, _) => return serve_udp_stream(send, recv, ctx, stats, target, (peer, rules, limiter)).await,
         (Transport::ReverseBind, Target::Addr(addr)) => {
-            let (allowed, timeout) = (&cfg.reverse_allowed, cfg.handshake_timeout);
-            return super::reverse::serve_bind(session, send, recv, *addr, allowed, timeout, peer).await;
+            let limiter = who.limiter.clone();
+            return super::reverse::serve_bind(session, send, recv, *addr, cfg, peer, limiter).await;
         }
         _ => {
             debug!("tunnel: {peer} stream {id}: a {transport:?} request from a client: refused");
@@ -287,7 +545,7 @@ async fn serve_stream(
             return;
         }
     }
-    let tcp = match ctx.dialer.dial(&target, turn).await {
+    let tcp = match ctx.dialer.dial(&target, turn, rules).await {
         Ok(s) => s,
         Err(DialError::Refused(r)) => {
             // Worth a line without -v: someone tried to reach what this host protects.
@@ -314,7 +572,7 @@ async fn serve_stream(
         s.connected();
         s.relay_started();
     });
-    let report = relay::relay(tcp, send, recv).await;
+    let report = relay::relay_limited(tcp, send, recv, limiter).await;
     each(stats, |s| s.relay_ended(&report, false));
     match report.outcome {
         Outcome::Closed => debug!(
@@ -333,11 +591,11 @@ async fn serve_udp_stream(
     recv: RecvStream,
     ctx: &Ctx,
     stats: &[&Arc<Stats>],
-    peer: SocketAddr,
     target: Target,
+    (peer, rules, limiter): (&str, super::dial::ClientRules<'_>, Option<&RateLimiter>),
 ) {
     let id = send.id();
-    let sock = match ctx.dialer.dial_udp(&target).await {
+    let sock = match ctx.dialer.dial_udp(&target, rules).await {
         Ok(s) => s,
         Err(DialError::Refused(r)) => {
             info!("tunnel: {peer} stream {id} -> udp {target}: {r}");
@@ -357,7 +615,7 @@ async fn serve_udp_stream(
         return;
     }
     each(stats, Stats::connected);
-    let r = super::udp::relay_socket(sock, send, recv, ctx.cfg.udp_idle_timeout).await;
+    let r = super::udp::relay_socket(sock, send, recv, ctx.cfg.udp_idle_timeout, limiter).await;
     debug!("tunnel: {peer} stream {id} -> udp {target}: ended ({} datagrams up, {} down)", r.up, r.down);
 }
 

@@ -37,7 +37,8 @@ pub struct StatsSnapshot {
     /// Refused by the concentrator's destination policy (Error 0x3): nothing was connected.
     pub refused_dest: u64,
     /// Concentrator totals only: sessions closed right after their handshake because
-    /// `max_sessions` were being served.
+    /// `max_sessions` were being served, or refused by the per-client policy (unknown client,
+    /// its `max-sessions` reached).
     pub sessions_refused: u64,
     /// Ended with FIN both ways.
     pub closed: u64,

@@ -32,6 +32,12 @@ pub const ERR_CONNECTION_FAILURE: u16 = 0x0002;
 /// This project's addition: the concentrator's destination policy refuses the destination
 /// (every address it resolves to); nothing was connected.
 pub const ERR_DESTINATION_REFUSED: u16 = 0x0003;
+/// This project's addition: the session is refused by the concentrator's per-client policy
+/// because this client already has its `max-sessions` sessions; nothing was connected.
+pub const ERR_CLIENT_SESSIONS: u16 = 0x0004;
+/// This project's addition: the concentrator's per-client policy has no entry for this
+/// client's certificate name and refuses unknown clients; nothing was connected.
+pub const ERR_CLIENT_UNKNOWN: u16 = 0x0005;
 
 /// Stream Reset error code for a TCP RST on either side (§8.1, §4.4).
 pub const RESET_CODE: u32 = 0x2;
@@ -317,6 +323,9 @@ mod tests {
         round_trip(Tlv::Error(ERR_CONNECTION_FAILURE));
         round_trip(Tlv::Error(ERR_DESTINATION_REFUSED));
         assert_eq!(encode_all(&[Tlv::Error(ERR_DESTINATION_REFUSED)]), [0x02, 2, 0x00, 0x03]);
+        round_trip(Tlv::Error(ERR_CLIENT_SESSIONS));
+        assert_eq!(encode_all(&[Tlv::Error(ERR_CLIENT_SESSIONS), Tlv::End]), [0x02, 2, 0x00, 0x04, 0xFF, 0]);
+        assert_eq!(encode_all(&[Tlv::Error(ERR_CLIENT_UNKNOWN), Tlv::End]), [0x02, 2, 0x00, 0x05, 0xFF, 0]);
         round_trip(Tlv::End);
         round_trip(Tlv::UdpAssociate("10.1.2.3:53".parse().unwrap()));
         round_trip(Tlv::UdpAssociate("[2001:db8::1]:443".parse().unwrap()));

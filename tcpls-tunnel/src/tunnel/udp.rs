@@ -77,7 +77,15 @@ pub struct FlowReport {
 
 /// Concentrator: relays between a stream and a UDP socket connected to the destination until
 /// the client ends the stream, the stream fails, or the flow is idle for `idle`.
-pub async fn relay_socket(sock: UdpSocket, mut send: SendStream, mut recv: RecvStream, idle: Duration) -> FlowReport {
+/// With a `limiter` (the client's rate), a datagram beyond it is dropped, either way.
+pub async fn relay_socket(
+    sock: UdpSocket,
+    mut send: SendStream,
+    mut recv: RecvStream,
+    idle: Duration,
+    limiter: Option<&super::rate::RateLimiter>,
+) -> FlowReport {
+    let fits = |n: usize| limiter.is_none_or(|l| l.try_acquire(n));
     let start = Instant::now();
     let last = AtomicU64::new(0);
     let (up_n, down_n) = (AtomicU64::new(0), AtomicU64::new(0));
@@ -87,7 +95,9 @@ pub async fn relay_socket(sock: UdpSocket, mut send: SendStream, mut recv: RecvS
             last.store(millis(start), Ordering::Relaxed);
             up_n.fetch_add(1, Ordering::Relaxed);
             // ECONNREFUSED (an ICMP error for an earlier datagram) and the like: UDP goes on.
-            let _ = sock.send(&buf).await;
+            if fits(buf.len()) {
+                let _ = sock.send(&buf).await;
+            }
         }
     };
     let down = async {
@@ -99,6 +109,9 @@ pub async fn relay_socket(sock: UdpSocket, mut send: SendStream, mut recv: RecvS
             };
             last.store(millis(start), Ordering::Relaxed);
             down_n.fetch_add(1, Ordering::Relaxed);
+            if !fits(n) {
+                continue;
+            }
             if send.write_all(&frame(&buf[..n])).await.is_err() {
                 return;
             }
