@@ -15,6 +15,7 @@ pub mod hol_blocking;
 pub mod loopback;
 pub mod middleboxes;
 pub mod migration;
+pub mod mobility;
 pub mod mptcp_run;
 pub mod output;
 /// The transfers' payload, the same as `tcpls perf`'s.

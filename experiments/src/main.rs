@@ -52,6 +52,8 @@ enum Experiment {
     FlowLimit,
     /// Thesis Figs 5.6-5.8: goodput, time to first byte and requests/s of TCP, TCPLS and the TCPLS tunnel (one host: CPU, not a network).
     Tunnel,
+    /// Issue #15: Wi-Fi -> LTE (backup) handover and back, server with one address, TCPLS path manager vs MPTCP endpoints.
+    Mobility,
     /// Plot one session of a `tcpls --trace FILE` event trace: bytes per connection with joins,
     /// losses and failovers marked, stream progress, RTT and cwnd (docs/OBSERVABILITY.md §4).
     #[command(after_help = "Example:\n  experiments trace-plot client.jsonl -o failover-trace.png")]
@@ -95,6 +97,7 @@ fn main() -> ExitCode {
         Experiment::RttProbe => experiments::rtt_probe::run(&opts),
         Experiment::FlowLimit => experiments::flow_limit::run(&opts),
         Experiment::Tunnel => experiments::tunnel::run(&opts),
+        Experiment::Mobility => experiments::mobility::run(&opts),
         Experiment::TracePlot { file, output, session } => experiments::trace_plot::run(&file, &output, session),
     };
     if let Some(sink) = trace {

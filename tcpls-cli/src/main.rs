@@ -74,7 +74,7 @@ enum Command {
     Serve(ServeArgs),
     /// Connect and relay stdin to stream 0 and stream 0 to stdout (plain TLS servers work too).
     #[command(
-        after_help = "Examples:\n  echo hello | tcpls connect 127.0.0.1:4443 --ca tcpls-cert/cert.pem\n  tcpls connect 127.0.0.1:4443 --insecure --show-session --keylog keys.txt < /dev/null"
+        after_help = "Examples:\n  echo hello | tcpls connect 127.0.0.1:4443 --ca tcpls-cert/cert.pem\n  tcpls connect 127.0.0.1:4443 --insecure --show-session --keylog keys.txt < /dev/null\n  echo hello | tcpls connect 127.0.0.1:4443 --insecure --bind 127.0.0.2 --path 127.0.0.3@127.0.0.1:4443 --path-manager fullmesh -v\n  (two local sides, as a laptop's Wi-Fi and LTE: --bind dev:wlan0 --path dev:wwan0@HOST:4443)"
     )]
     Connect {
         /// Server address: HOST:PORT, [V6]:PORT or HOST (port 4443).
@@ -88,6 +88,8 @@ enum Command {
         /// (and why), cipher, ALPN, resumption, the server's certificate, the connections.
         #[arg(short = 'v', long, visible_alias = "verbose")]
         show_session: bool,
+        #[command(flatten)]
+        paths: PathArgs,
     },
     /// Measure goodput against `tcpls serve --mode perf`; every byte is verified.
     #[command(
@@ -123,6 +125,44 @@ enum Command {
         #[command(flatten)]
         trust: TrustArgs,
     },
+}
+
+/// Where a client's connections leave from (`connect`; `perf` and `tunnel client` have the same).
+#[derive(Args)]
+struct PathArgs {
+    /// Local side of the first connection: a local address (10.0.0.2) or an interface
+    /// (dev:wlan0; SO_BINDTODEVICE). Default: the kernel's choice by its routes.
+    #[arg(long, value_name = "LOCAL")]
+    bind: Option<String>,
+    /// Add a TCP connection: [LOCAL@]REMOTE, towards another server address or the same one
+    /// from another local address or interface (`dev:wwan0@203.0.113.5:4443`); repeatable.
+    #[arg(long, value_name = "[LOCAL@]REMOTE")]
+    path: Vec<String>,
+    /// Keep the paths up with a path manager: `manual` (--bind and the --path list) or
+    /// `fullmesh` (every local side × every server address, advertised ones included). Lost
+    /// paths are re-joined with backoff, interface events (Linux) drop or bring back paths at
+    /// once, and the session survives an outage of every path for up to 60 s.
+    #[arg(long, value_name = "POLICY", value_parser = ["manual", "fullmesh"])]
+    path_manager: Option<String>,
+}
+
+/// [`PathArgs`] parsed.
+pub struct Paths {
+    pub bind: tcpls::PathOptions,
+    pub paths: Vec<(std::net::SocketAddr, tcpls::PathOptions)>,
+    pub manager: Option<tcpls::PathPolicy>,
+}
+
+impl PathArgs {
+    fn parse(&self) -> Result<Paths, String> {
+        let bind = match &self.bind {
+            Some(b) => args::parse_local(b).map_err(|e| format!("--bind {b}: {e}"))?,
+            None => tcpls::PathOptions::new(),
+        };
+        let paths = self.path.iter().map(|p| args::parse_path(p)).collect::<Result<Vec<_>, _>>()?;
+        let manager = self.path_manager.as_deref().map(args::parse_policy).transpose()?;
+        Ok(Paths { bind, paths, manager })
+    }
 }
 
 #[derive(Args)]
@@ -184,6 +224,11 @@ struct ServeArgs {
     /// (0: never). Clients that idle longer on purpose use keepalive.
     #[arg(long, default_value_t = 300)]
     idle_timeout: u64,
+    /// Keep a session whose every connection was lost this many seconds for its client to
+    /// rejoin (0: end it with its last connection). Mobile clients with a path manager survive
+    /// outages of up to 60 s: set it at least as long for them.
+    #[arg(long, value_name = "SECS", default_value_t = 10)]
+    rejoin_timeout: u64,
     /// Memory one session may hold in received stream data, over all its streams. Each open
     /// stream is charged at least its 64 KiB initial window, so this also caps the streams a
     /// client may have open at once: the default admits about 990 (e.g. 256M for 1000+).
@@ -267,14 +312,15 @@ async fn run(command: Command) -> Result<Ended, String> {
     match command {
         Command::Cert { out, name, force } => done(cert(&out, &name, force)),
         Command::Serve(a) => serve_cmd(a).await,
-        Command::Connect { addr, trust, alpn, show_session } => {
+        Command::Connect { addr, trust, alpn, show_session, paths } => {
             let (target, name, tls) = client_setup(&addr, &trust, &alpn)?;
             let show = show_session.then(|| match (&trust.ca, trust.insecure) {
                 (_, true) => session_info::Trust::Insecure,
                 (Some(ca), false) => session_info::Trust::Ca(ca),
                 (None, false) => session_info::Trust::SystemRoots,
             });
-            done(connect::run(target, name, tls, show).await)
+            let paths = paths.parse()?;
+            done(connect::run(target, name, tls, show, paths).await)
         }
         Command::Perf(a) => perf_cmd::run(a).await,
         Command::Demo { bytes, json } => done(demo(bytes, json).await),
@@ -378,10 +424,12 @@ async fn serve_cmd(a: ServeArgs) -> Result<Ended, String> {
     }
     advertise.dedup();
     let idle_timeout = (a.idle_timeout > 0).then(|| std::time::Duration::from_secs(a.idle_timeout));
+    let rejoin_timeout = std::time::Duration::from_secs(a.rejoin_timeout);
     let settings = SessionConfig {
         tokens: a.tokens,
         advertise,
         idle_timeout,
+        rejoin_timeout,
         receive_budget: a.receive_budget,
         ..SessionConfig::default()
     };
@@ -479,6 +527,7 @@ async fn demo(bytes: u64, json: bool) -> Result<(), String> {
                 interval: None,
                 streams,
                 bind: None,
+                bind_device: None,
                 ext: probe::PerfExt::default(),
                 zero_rtt: false,
                 output: None,

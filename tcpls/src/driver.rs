@@ -179,7 +179,8 @@ impl Future for Driver {
             inner.driver_finished();
             return Poll::Ready(());
         }
-        if inner.proto.is_orphaned() && inner.proto.side() == tcpls_proto::Side::Client && !this.rejoining {
+        let own_rejoin = inner.proto.side() == tcpls_proto::Side::Client && !inner.managed;
+        if inner.proto.is_orphaned() && own_rejoin && !this.rejoining {
             this.rejoining = true;
             let session = crate::Session::new(this.shared.clone());
             let origin = inner.origin;

@@ -79,7 +79,7 @@ pub use fallback::{ConnectOutcome, FallbackMemory};
 pub use listener::{TcplsListener, HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES};
 pub use listener_stats::ListenerStats;
 pub use path::PathOptions;
-pub use path_manager::{Endpoint, PathManager, PathManagerConfig, PathPolicy, PathReport};
+pub use path_manager::{Endpoint, PathManager, PathManagerConfig, PathPolicy, PathReport, DEFAULT_OUTAGE_TOLERANCE};
 pub use registry::JoinRegistry;
 pub use session::{ConnectionInfo, Session};
 pub use socket::fast_open_listener;

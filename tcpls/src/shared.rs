@@ -27,6 +27,9 @@ pub(crate) struct Inner {
     pub(crate) issued_tokens: Vec<[u8; 32]>,
     /// Client: the server address the session was opened to (a rejoin's last resort).
     pub(crate) origin: Option<std::net::SocketAddr>,
+    /// Client: a path manager rejoins this session over its paths after an outage, so the
+    /// driver does not start its own rejoin over the default route.
+    pub(crate) managed: bool,
     /// Socket descriptors of live connections (the driver adds and removes them), for TCP_INFO.
     pub(crate) fds: HashMap<tcpls_proto::ConnId, std::os::fd::RawFd>,
     /// Answers to the extension probes (see `ext.rs`).
@@ -67,6 +70,7 @@ impl Inner {
             registry: None,
             issued_tokens: Vec::new(),
             origin: None,
+            managed: false,
             fds: HashMap::new(),
             ext: Default::default(),
             trace: crate::trace::default_trace().map(crate::trace::Tracer::new),

@@ -322,14 +322,17 @@ async fn the_path_manager_retries_a_refused_path_until_it_works_without_burning_
         ..Default::default()
     };
     let manager = PathManager::start(&session, origin, config);
-    eventually("a few refused attempts", || manager.paths().first().is_some_and(|p| p.failures >= 3)).await;
+    // The manager keeps the path the session was opened over too (as connection 0).
+    let later = || manager.paths().into_iter().find(|p| p.remote == later_addr);
+    eventually("a few refused attempts", || later().is_some_and(|p| p.failures >= 3)).await;
     assert_eq!(session.token_count(), tokens, "refused connects cost no token");
-    assert!(manager.paths()[0].conn.is_none());
+    assert!(later().unwrap().conn.is_none());
+    assert_eq!(manager.paths().iter().find(|p| p.remote == origin).unwrap().conn, Some(0));
     // The address comes up: the manager joins over it within its backoff.
     let second =
         TcplsListener::bind_with_registry(later_addr, pki.server(), SessionConfig::default(), registry).await.unwrap();
     tokio::spawn(async move { while second.accept().await.is_some() {} });
-    eventually("the path joined once its address answers", || manager.paths()[0].conn.is_some()).await;
+    eventually("the path joined once its address answers", || later().is_some_and(|p| p.conn.is_some())).await;
     let remotes: Vec<_> = session.connections().iter().filter_map(|c| c.remote).collect();
     assert!(remotes.contains(&later_addr), "{remotes:?}");
 }
