@@ -522,6 +522,9 @@ fn check_victim(victim: &Session, handshake_done: bool) {
     let config = victim.settings();
     assert!(records <= config.max_unacked_records && control <= config.max_unacked_control);
     assert!(victim.danger_queued_events() <= 4096 + 64 + 2 * MAX_PLAINTEXT, "events pile up");
+    // Control frames waiting for a record: the victim stops reading beyond 4096 entries, so at
+    // most what one record's frames (one byte each, at most) add on top.
+    assert!(victim.danger_control_queue_entries() <= 4096 + MAX_PLAINTEXT, "control frames pile up");
 }
 
 /// Splits `data` into pieces of varied sizes (a socket's reads).
