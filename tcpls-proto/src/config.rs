@@ -48,9 +48,10 @@ pub struct SessionConfig {
     /// queued stream data is at most `send_budget + streams × SEND_FLOOR`. Default 16 MiB.
     pub send_budget: usize,
     /// Stream bytes the scheduler seals for one stream before it moves on to the next one with
-    /// data (deficit round robin; PROTOCOL.md §2.3): several full records per turn keep zero-copy
-    /// placement and large socket writes with many streams. Default 64 KiB (4 full records);
-    /// 0 or a value up to one record gives record-by-record round robin.
+    /// data (deficit round robin; ARCHITECTURE.md, "Frames and packetization"): several full
+    /// records per turn keep zero-copy placement and large socket writes with many streams.
+    /// Default 64 KiB (4 full records); 0 or a value up to one record gives record-by-record
+    /// round robin.
     pub stream_quantum: usize,
     /// Peer-opened streams open at once; more are refused with Stream Reset code 0x1.
     pub max_concurrent_streams: usize,

@@ -396,8 +396,14 @@ impl Core {
             // the Stream Change (not retransmitted: it only describes this connection's order).
             let mut fields = [0u8; STREAM_FRAME_OVERHEAD];
             write_stream_trailer(&mut fields, id, offset, len as u16, fin);
+            // In front of the control frames already in `trailer` (memmove, not a byte-wise
+            // splice: `more` can be most of a record).
             moved = more.len();
-            trailer.splice(0..0, more.iter().copied().chain(fields));
+            let controls = trailer.len();
+            trailer.resize(controls + moved + STREAM_FRAME_OVERHEAD, 0);
+            trailer.copy_within(0..controls, moved + STREAM_FRAME_OVERHEAD);
+            trailer[..moved].copy_from_slice(more);
+            trailer[moved..moved + STREAM_FRAME_OVERHEAD].copy_from_slice(&fields);
             if let Some((next_stream_id, next_offset)) = change {
                 Frame::StreamChange { next_stream_id, next_offset }.encode(&mut trailer);
             }

@@ -163,6 +163,11 @@ impl Core {
     /// share does not hold up the others. Bounded work per call.
     fn wake_budget_blocked(&mut self) {
         const LOOK: usize = 8;
+        // A stream waits here only once it holds at least its floor, so while the budget is
+        // spent none of them may write (the common case under load: no lookups).
+        if self.budget_blocked.is_empty() || self.send_account.bytes() >= self.config.send_budget {
+            return;
+        }
         let mut looked = 0;
         while looked < LOOK {
             let Some(&id) = self.budget_blocked.front() else { return };
@@ -178,10 +183,6 @@ impl Core {
                     s.write_blocked = false;
                     self.events.push_back(Event::StreamWritable(id));
                 }
-            } else if s.send.buffered() > 0 && self.send_account.bytes() >= self.config.send_budget {
-                // The budget is spent: nobody behind fits either.
-                self.budget_blocked.rotate_left(1);
-                return;
             } else {
                 self.budget_blocked.rotate_left(1);
             }
