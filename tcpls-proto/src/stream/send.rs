@@ -17,6 +17,10 @@ use super::INITIAL_MAX_STREAM_DATA;
 /// streams do not pin the memory of their last burst.
 const RETAIN: usize = INITIAL_MAX_STREAM_DATA as usize;
 
+/// Where the ring wraps inside a record's worth of data, a first part shorter than this is
+/// completed with the bytes from the ring's start (copied); a longer one is sent as it is.
+const SPLIT_COPY_BELOW: usize = 8192;
+
 /// Smallest allocation, so that small writes do not regrow the buffer each time.
 const MIN_ALLOC: usize = 4096;
 
@@ -267,7 +271,9 @@ impl SendBuf {
         let wanted =
             if let Some(lost) = self.lost.first() { lost.end - offset } else { self.new_end().saturating_sub(offset) }
                 .min(max_len as u64) as usize;
-        if fin || first.len() >= wanted {
+        // A first part of half a record or more goes alone (a record a little short costs
+        // less than copying the rest); a smaller one is completed from the ring's start.
+        if fin || first.len() >= wanted || first.len() >= SPLIT_COPY_BELOW {
             return Some((offset, first, &[], fin));
         }
         let (front, back) = self.buf.as_slices();
