@@ -448,6 +448,15 @@ impl SendBuf {
         self.buf.drain(..n);
         self.head = new_head;
         self.account_update(before);
+        // ... unless the stream's share of the send budget has shrunk far below it (a stream
+        // that wrote alone at first and now shares the budget with many): give back the rest.
+        if let Some(account) = &self.account {
+            let buffered = self.buffered();
+            let limit = (buffered + account.room(buffered)).min(self.capacity).max(MIN_ALLOC);
+            if self.buf.capacity() >= 4 * limit {
+                self.buf.shrink_to((2 * limit).max(buffered));
+            }
+        }
     }
 
     /// Frees the storage when nothing is buffered and it is larger than the initial window.
