@@ -15,6 +15,7 @@ pub mod hol_blocking;
 pub mod loopback;
 pub mod middleboxes;
 pub mod migration;
+pub mod mobility;
 pub mod mptcp_run;
 pub mod output;
 /// The transfers' payload, the same as `tcpls perf`'s.
@@ -28,6 +29,7 @@ pub mod streams_records;
 pub mod tcpls_run;
 pub mod tls_run;
 pub mod trace;
+pub mod trace_plot;
 pub mod tunnel;
 pub mod tunnel_bed;
 

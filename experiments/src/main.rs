@@ -24,6 +24,10 @@ struct Cli {
     /// Output directory for NAME.csv, NAME.png and NAME.json.
     #[arg(long, global = true, default_value = "experiments-out")]
     out: std::path::PathBuf,
+    /// Trace every TCPLS session of the experiment (client and server sides) into FILE, as
+    /// `tcpls --trace` does (docs/OBSERVABILITY.md §4); plot it with `trace-plot`.
+    #[arg(long, global = true, value_name = "FILE")]
+    trace: Option<std::path::PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -48,10 +52,39 @@ enum Experiment {
     FlowLimit,
     /// Thesis Figs 5.6-5.8: goodput, time to first byte and requests/s of TCP, TCPLS and the TCPLS tunnel (one host: CPU, not a network).
     Tunnel,
+    /// Issue #15: Wi-Fi -> LTE (backup) handover and back, server with one address, TCPLS path manager vs MPTCP endpoints.
+    Mobility,
+    /// Plot one session of a `tcpls --trace FILE` event trace: bytes per connection with joins,
+    /// losses and failovers marked, stream progress, RTT and cwnd (docs/OBSERVABILITY.md §4).
+    #[command(after_help = "Example:\n  experiments trace-plot client.jsonl -o failover-trace.png")]
+    TracePlot {
+        /// The trace (JSON lines written by `tcpls --trace FILE` or `tcpls::JsonLinesTrace`).
+        file: std::path::PathBuf,
+        /// The PNG to write.
+        #[arg(short = 'o', long = "output", value_name = "PNG")]
+        output: std::path::PathBuf,
+        /// The session to draw (its `group_id`); default: the one that moved the most bytes.
+        #[arg(long)]
+        session: Option<u64>,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let trace = match &cli.trace {
+        Some(file) => match tcpls::JsonLinesTrace::create(file) {
+            Ok(sink) => {
+                let sink = std::sync::Arc::new(sink);
+                tcpls::set_default_trace(sink.clone());
+                Some(sink)
+            }
+            Err(e) => {
+                eprintln!("experiments: cannot create the trace file {}: {e}", file.display());
+                return ExitCode::FAILURE;
+            }
+        },
+        None => None,
+    };
     let opts = Opts { quick: cli.quick, out: cli.out };
     let result = match cli.experiment {
         Experiment::FailoverOutage => experiments::failover_outage::run(&opts),
@@ -64,7 +97,14 @@ fn main() -> ExitCode {
         Experiment::RttProbe => experiments::rtt_probe::run(&opts),
         Experiment::FlowLimit => experiments::flow_limit::run(&opts),
         Experiment::Tunnel => experiments::tunnel::run(&opts),
+        Experiment::Mobility => experiments::mobility::run(&opts),
+        Experiment::TracePlot { file, output, session } => experiments::trace_plot::run(&file, &output, session),
     };
+    if let Some(sink) = trace {
+        if let Err(e) = sink.flush() {
+            eprintln!("experiments: writing the trace file: {e}");
+        }
+    }
     match result {
         Ok(summary) => {
             println!("{summary}");

@@ -15,7 +15,8 @@ fn tcpls_recovers_from_a_rst_and_a_blackhole() {
         return;
     }
     let out = support::OutDir::new("failover-outage");
-    let s = support::run_quick("failover-outage", &out.0);
+    let trace = out.0.join("trace.jsonl");
+    let s = support::run_quick_with("failover-outage", &out.0, &["--trace".as_ref(), trace.as_os_str()]);
     eprintln!("{s:#}");
     support::check_outputs(&out.0, "failover-outage", &s, &["TCPLS (user timeout 250 ms)", "MPTCP (backup subflow)"]);
     assert_eq!(s["verified"], true, "every transfer verified byte by byte");
@@ -46,4 +47,31 @@ fn tcpls_recovers_from_a_rst_and_a_blackhole() {
         "blackhole recovery with keepalive {keepalive} ms: expected ≈ 250 ms + a few RTTs"
     );
     assert!(s["mptcp_recovery_ms_rst"].is_number() && s["mptcp_recovery_ms_blackhole"].is_number(), "{s}");
+    check_trace(&trace);
+}
+
+/// The `--trace` file: the three TCPLS runs, each a client and a server session. Every sender
+/// (server) lost connection 0, failed over with records re-sent, and its connection 1 carried
+/// bytes after the loss; each session's time goes forward.
+fn check_trace(path: &std::path::Path) {
+    let sessions = experiments::trace_plot::read(path).unwrap();
+    let sides: Vec<&str> = sessions.values().map(|s| s.side.as_str()).collect();
+    assert_eq!(sides, ["client", "server", "client", "server", "client", "server"], "three TCPLS runs");
+    for s in sessions.values().filter(|s| s.side == "server") {
+        let find = |name: &str| s.events.iter().find(|e| e.1 == name);
+        let lost = find("connection_lost").unwrap_or_else(|| panic!("session {}: no connection_lost", s.session));
+        assert_eq!(lost.2["conn"], 0, "the active path's connection was lost");
+        let failover = find("failed_over").unwrap_or_else(|| panic!("session {}: no failed_over", s.session));
+        assert!(failover.2["records_resent_total"].as_u64().unwrap() > 0, "records re-sent: {:?}", failover.2);
+        let conn1 = |e: &&(f64, String, serde_json::Value)| e.1 == "connection_sample" && e.2["conn"] == 1;
+        let sent = |e: &(f64, String, serde_json::Value)| e.2["bytes_sent"].as_u64().unwrap();
+        let before = s.events.iter().filter(conn1).filter(|e| e.0 <= lost.0).map(sent).max().unwrap_or(0);
+        let after = s.events.iter().filter(conn1).map(sent).max().unwrap();
+        assert!(
+            after > before + 1_000_000,
+            "session {}: connection 1 carried the rest: {before} then {after}",
+            s.session
+        );
+        assert!(s.events.windows(2).all(|w| w[0].0 <= w[1].0), "session {}: time goes forward", s.session);
+    }
 }

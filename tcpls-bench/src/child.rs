@@ -152,11 +152,16 @@ pub async fn server(proto: Proto, bytes: u64) -> Res<SideReport> {
         | Proto::TcplsNoack
         | Proto::TcplsAgg2
         | Proto::TcplsNozc
+        | Proto::TcplsTrace
         | Proto::TcplsRead
         | Proto::Tcpls64
         | Proto::Tcpls1000 => {
             let config = Arc::new(pki.server_config()?);
-            let listener = TcplsListener::bind_with(localhost(), config, proto.tcpls_settings()).await?;
+            let mut listener = TcplsListener::bind_with(localhost(), config, proto.tcpls_settings()).await?;
+            let trace = crate::proto::trace_sink(proto, "server")?;
+            if let Some(sink) = &trace {
+                listener = listener.with_trace(sink.clone());
+            }
             announce(listener.local_addr().port())?;
             let (session, _) = listener.accept().await.ok_or("TCPLS listener failed")?;
             if session.is_fallback() {
@@ -267,10 +272,16 @@ pub async fn client(proto: Proto, port: u16, bytes: u64, close_early: bool) -> R
         | Proto::TcplsNoack
         | Proto::TcplsAgg2
         | Proto::TcplsNozc
+        | Proto::TcplsTrace
         | Proto::TcplsRead
         | Proto::Tcpls64
         | Proto::Tcpls1000 => {
-            let connector = TcplsConnector::new(Arc::new(pki.client_config()?)).with_settings(proto.tcpls_settings());
+            let mut connector =
+                TcplsConnector::new(Arc::new(pki.client_config()?)).with_settings(proto.tcpls_settings());
+            let trace = crate::proto::trace_sink(proto, "client")?;
+            if let Some(sink) = &trace {
+                connector = connector.with_trace(sink.clone());
+            }
             let session = connector.connect(addr, server_name_for(SERVER_NAME)?).await?;
             if session.is_fallback() {
                 return Err("server did not negotiate TCPLS".into());

@@ -44,6 +44,9 @@ pub enum Proto {
     TcplsAgg2,
     /// As `tcpls` with `SessionConfig::zero_copy = false` (the copying receive path).
     TcplsNozc,
+    /// As `tcpls` with both sessions traced (`tcpls::JsonLinesTrace` to a file in the temporary
+    /// directory, samples every 100 ms): what `--trace FILE` costs. Not run by default.
+    TcplsTrace,
     /// One TCPLS stream, receiver uses `AsyncRead` into a 256 KiB buffer.
     TcplsRead,
     /// One TCPLS session, 64 streams sharing the bytes, receivers use `read_chunk_with`.
@@ -72,6 +75,7 @@ impl Proto {
             Proto::TcplsNoack => "tcpls-noack",
             Proto::TcplsAgg2 => "tcpls-agg2",
             Proto::TcplsNozc => "tcpls-nozc",
+            Proto::TcplsTrace => "tcpls-trace",
             Proto::TcplsRead => "tcpls-read",
             Proto::Tcpls64 => "tcpls-64",
             Proto::Tcpls1000 => "tcpls-1000",
@@ -85,6 +89,7 @@ impl Proto {
                 | Proto::TcplsNoack
                 | Proto::TcplsAgg2
                 | Proto::TcplsNozc
+                | Proto::TcplsTrace
                 | Proto::TcplsRead
                 | Proto::Tcpls64
                 | Proto::Tcpls1000
@@ -135,6 +140,7 @@ impl Proto {
             Proto::TcplsNoack => "as tcpls, failover off and no ACKs (ack thresholds at infinity)",
             Proto::TcplsAgg2 => "as tcpls, 2 TCP connections (join), stream spread by the default scheduler",
             Proto::TcplsNozc => "as tcpls, SessionConfig::zero_copy = false (copying receive path)",
+            Proto::TcplsTrace => "as tcpls, both sessions traced to a JSON-lines file (samples every 100 ms)",
             Proto::TcplsRead => "TCPLS, 1 stream, 256 KiB write_all, receiver AsyncRead into 256 KiB",
             Proto::Tcpls64 => "TCPLS, 64 streams share the bytes, receivers read_chunk_with",
             Proto::Tcpls1000 => "TCPLS, 1000 streams share the bytes, receivers read_chunk_with, receive_budget 256 MiB",
@@ -220,6 +226,21 @@ pub fn payload() -> Vec<u8> {
     }
     out.truncate(IO_SIZE);
     out
+}
+
+/// The trace sink of a `tcpls-trace` side: a JSON-lines file in the temporary directory, left
+/// there for a look (a few KiB per run).
+pub fn trace_sink(proto: Proto, side: &str) -> Result<Option<std::sync::Arc<tcpls::JsonLinesTrace>>, String> {
+    if proto != Proto::TcplsTrace {
+        return Ok(None);
+    }
+    let path = std::env::temp_dir().join(format!("tcpls-bench-trace-{}-{side}.jsonl", std::process::id()));
+    // TCPLS_BENCH_TRACE_SAMPLE_MS=1 samples every millisecond (the cost of denser samples).
+    let ms = std::env::var("TCPLS_BENCH_TRACE_SAMPLE_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(100);
+    let interval = Some(std::time::Duration::from_millis(ms));
+    let sink = tcpls::JsonLinesTrace::with_sample_interval(&path, interval)
+        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    Ok(Some(std::sync::Arc::new(sink)))
 }
 
 #[cfg(test)]

@@ -166,18 +166,60 @@ pub fn parse_path(spec: &str) -> Result<(SocketAddr, tcpls::PathOptions), String
     let remote = *resolve(remote)?.first().ok_or_else(|| format!("{remote} resolved to no address"))?;
     let options = match local {
         None => tcpls::PathOptions::new(),
-        Some(l) => match l.strip_prefix("dev:") {
-            Some("") => return Err(format!("--path {spec}: `dev:` needs an interface name, e.g. dev:wlan0")),
-            Some(dev) => tcpls::PathOptions::new().device(dev),
-            None => {
-                let ip: std::net::IpAddr = l.trim_start_matches('[').trim_end_matches(']').parse().map_err(|_| {
-                    format!("--path {spec}: '{l}' is neither a local address (10.0.0.2) nor an interface (dev:wlan0)")
-                })?;
-                tcpls::PathOptions::new().local(ip)
-            }
-        },
+        Some(l) => parse_local(l).map_err(|e| format!("--path {spec}: {e}"))?,
     };
     Ok((remote, options))
+}
+
+/// A `--bind` value (or the LOCAL of `--path`): a local address (`10.0.0.2`, `[fe80::1]`) or an
+/// interface (`dev:wlan0`).
+pub fn parse_local(l: &str) -> Result<tcpls::PathOptions, String> {
+    match l.strip_prefix("dev:") {
+        Some("") => Err("`dev:` needs an interface name, e.g. dev:wlan0".into()),
+        Some(dev) => Ok(tcpls::PathOptions::new().device(dev)),
+        None => {
+            let ip: std::net::IpAddr = l
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse()
+                .map_err(|_| format!("'{l}' is neither a local address (10.0.0.2) nor an interface (dev:wlan0)"))?;
+            Ok(tcpls::PathOptions::new().local(ip))
+        }
+    }
+}
+
+/// A `--path-manager` value.
+pub fn parse_policy(p: &str) -> Result<tcpls::PathPolicy, String> {
+    match p {
+        "manual" => Ok(tcpls::PathPolicy::Manual),
+        "fullmesh" => Ok(tcpls::PathPolicy::Fullmesh),
+        _ => Err(format!("--path-manager {p}: expected manual or fullmesh")),
+    }
+}
+
+/// Starts a path manager over `--bind`/`--path` and waits (3 s at most) for its paths; logs
+/// those still down (they keep being retried) and returns the connections it added.
+pub async fn start_path_manager(
+    who: &str,
+    session: &tcpls::Session,
+    origin: std::net::SocketAddr,
+    policy: tcpls::PathPolicy,
+    initial: tcpls::PathOptions,
+    paths: &[(SocketAddr, tcpls::PathOptions)],
+) -> (tcpls::PathManager, Vec<tcpls::ConnId>) {
+    let config = tcpls::PathManagerConfig::from_paths(policy, initial, paths);
+    let manager = tcpls::PathManager::start(session, origin, config);
+    #[cfg(target_os = "linux")]
+    if let Err(e) = manager.follow_interfaces() {
+        crate::logging::warn(who, &format!("no interface events (paths are still retried): {e}"));
+    }
+    let paths = manager.wait_for_paths(std::time::Duration::from_secs(3)).await;
+    for p in paths.iter().filter(|p| p.conn.is_none()) {
+        let why = p.last_error.as_deref().unwrap_or("not connected yet");
+        crate::logging::warn(who, &format!("path {}{} is down ({why}); retrying", p.endpoint.path, p.remote));
+    }
+    let added = paths.iter().filter_map(|p| p.conn).filter(|c| *c != 0).collect();
+    (manager, added)
 }
 
 #[cfg(test)]

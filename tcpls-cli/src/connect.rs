@@ -17,12 +17,29 @@ pub async fn run(
     server_name: ServerName<'static>,
     tls: rustls::ClientConfig,
     show: Option<Trust<'_>>,
+    paths: crate::Paths,
 ) -> Result<(), String> {
     let started = std::time::Instant::now();
     let (session, outcome) = TcplsConnector::new(Arc::new(tls))
+        .with_path(paths.bind.clone())
         .connect_detailed(addr, server_name)
         .await
         .map_err(|e| format!("cannot connect to {addr}: {}", crate::tlsconf::explain(&e)))?;
+    // Extra paths: joined once each, or kept up by a path manager.
+    let _manager = if session.is_fallback() {
+        if !paths.paths.is_empty() || paths.manager.is_some() {
+            logging::warn("connect", "plain TLS has one connection: --path and --path-manager are ignored");
+        }
+        None
+    } else if let Some(policy) = paths.manager {
+        let (m, _) = crate::args::start_path_manager("connect", &session, addr, policy, paths.bind, &paths.paths).await;
+        Some(m)
+    } else {
+        for (remote, local) in &paths.paths {
+            session.join_with(*remote, local).await.map_err(|e| format!("--path {local}{remote}: {e}"))?;
+        }
+        None
+    };
     if let Some(trust) = show {
         logging::info("connect", &format!("connected to {addr}"));
         eprintln!("{}", describe(&session, &outcome, trust, started.elapsed()));

@@ -43,6 +43,11 @@ struct Cli {
     /// Wireshark), like SSLKEYLOGFILE=FILE, which is honoured too.
     #[arg(long, global = true, value_name = "FILE")]
     keylog: Option<PathBuf>,
+    /// Write the event trace of every session this command makes or accepts to FILE: JSON
+    /// lines, qlog-style (connections joined and lost, failovers, streams, per-connection
+    /// counters every 100 ms; docs/OBSERVABILITY.md §4). Plot it with `experiments trace-plot`.
+    #[arg(long, global = true, value_name = "FILE")]
+    trace: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -69,7 +74,7 @@ enum Command {
     Serve(ServeArgs),
     /// Connect and relay stdin to stream 0 and stream 0 to stdout (plain TLS servers work too).
     #[command(
-        after_help = "Examples:\n  echo hello | tcpls connect 127.0.0.1:4443 --ca tcpls-cert/cert.pem\n  tcpls connect 127.0.0.1:4443 --insecure --show-session --keylog keys.txt < /dev/null"
+        after_help = "Examples:\n  echo hello | tcpls connect 127.0.0.1:4443 --ca tcpls-cert/cert.pem\n  tcpls connect 127.0.0.1:4443 --insecure --show-session --keylog keys.txt < /dev/null\n  echo hello | tcpls connect 127.0.0.1:4443 --insecure --bind 127.0.0.2 --path 127.0.0.3@127.0.0.1:4443 --path-manager fullmesh -v\n  (two local sides, as a laptop's Wi-Fi and LTE: --bind dev:wlan0 --path dev:wwan0@HOST:4443)"
     )]
     Connect {
         /// Server address: HOST:PORT, [V6]:PORT or HOST (port 4443).
@@ -83,6 +88,8 @@ enum Command {
         /// (and why), cipher, ALPN, resumption, the server's certificate, the connections.
         #[arg(short = 'v', long, visible_alias = "verbose")]
         show_session: bool,
+        #[command(flatten)]
+        paths: PathArgs,
     },
     /// Measure goodput against `tcpls serve --mode perf`; every byte is verified.
     #[command(
@@ -118,6 +125,44 @@ enum Command {
         #[command(flatten)]
         trust: TrustArgs,
     },
+}
+
+/// Where a client's connections leave from (`connect`; `perf` and `tunnel client` have the same).
+#[derive(Args)]
+struct PathArgs {
+    /// Local side of the first connection: a local address (10.0.0.2) or an interface
+    /// (dev:wlan0; SO_BINDTODEVICE). Default: the kernel's choice by its routes.
+    #[arg(long, value_name = "LOCAL")]
+    bind: Option<String>,
+    /// Add a TCP connection: [LOCAL@]REMOTE, towards another server address or the same one
+    /// from another local address or interface (`dev:wwan0@203.0.113.5:4443`); repeatable.
+    #[arg(long, value_name = "[LOCAL@]REMOTE")]
+    path: Vec<String>,
+    /// Keep the paths up with a path manager: `manual` (--bind and the --path list) or
+    /// `fullmesh` (every local side × every server address, advertised ones included). Lost
+    /// paths are re-joined with backoff, interface events (Linux) drop or bring back paths at
+    /// once, and the session survives an outage of every path for up to 60 s.
+    #[arg(long, value_name = "POLICY", value_parser = ["manual", "fullmesh"])]
+    path_manager: Option<String>,
+}
+
+/// [`PathArgs`] parsed.
+pub struct Paths {
+    pub bind: tcpls::PathOptions,
+    pub paths: Vec<(std::net::SocketAddr, tcpls::PathOptions)>,
+    pub manager: Option<tcpls::PathPolicy>,
+}
+
+impl PathArgs {
+    fn parse(&self) -> Result<Paths, String> {
+        let bind = match &self.bind {
+            Some(b) => args::parse_local(b).map_err(|e| format!("--bind {b}: {e}"))?,
+            None => tcpls::PathOptions::new(),
+        };
+        let paths = self.path.iter().map(|p| args::parse_path(p)).collect::<Result<Vec<_>, _>>()?;
+        let manager = self.path_manager.as_deref().map(args::parse_policy).transpose()?;
+        Ok(Paths { bind, paths, manager })
+    }
 }
 
 #[derive(Args)]
@@ -179,6 +224,11 @@ struct ServeArgs {
     /// (0: never). Clients that idle longer on purpose use keepalive.
     #[arg(long, default_value_t = 300)]
     idle_timeout: u64,
+    /// Keep a session whose every connection was lost this many seconds for its client to
+    /// rejoin (0: end it with its last connection). Mobile clients with a path manager survive
+    /// outages of up to 60 s: set it at least as long for them.
+    #[arg(long, value_name = "SECS", default_value_t = 10)]
+    rejoin_timeout: u64,
     /// Memory one session may hold in received stream data, over all its streams. Each open
     /// stream is charged at least its 64 KiB initial window, so this also caps the streams a
     /// client may have open at once: the default admits about 990 (e.g. 256M for 1000+).
@@ -215,7 +265,39 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli.command)) {
+    let trace = match &cli.trace {
+        Some(file) => match tcpls::JsonLinesTrace::create(file) {
+            Ok(sink) => {
+                let sink = std::sync::Arc::new(sink);
+                tcpls::set_default_trace(sink.clone());
+                // Written out every second too, so a server's trace can be read while it runs
+                // (and little is lost if it is killed).
+                let flusher = sink.clone();
+                runtime.spawn(async move {
+                    loop {
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                        let _ = flusher.flush();
+                    }
+                });
+                Some(sink)
+            }
+            Err(e) => {
+                eprintln!(
+                    "tcpls: cannot create the trace file {}: {e} (check the directory exists and is writable)",
+                    file.display()
+                );
+                return ExitCode::FAILURE;
+            }
+        },
+        None => None,
+    };
+    let result = runtime.block_on(run(cli.command));
+    if let Some(sink) = trace {
+        if let Err(e) = sink.flush() {
+            eprintln!("tcpls: writing the trace file: {e}");
+        }
+    }
+    match result {
         Ok(Ended::Done) => ExitCode::SUCCESS,
         Ok(Ended::Interrupted) => ExitCode::from(EXIT_INTERRUPTED),
         Err(e) => {
@@ -230,14 +312,15 @@ async fn run(command: Command) -> Result<Ended, String> {
     match command {
         Command::Cert { out, name, force } => done(cert(&out, &name, force)),
         Command::Serve(a) => serve_cmd(a).await,
-        Command::Connect { addr, trust, alpn, show_session } => {
+        Command::Connect { addr, trust, alpn, show_session, paths } => {
             let (target, name, tls) = client_setup(&addr, &trust, &alpn)?;
             let show = show_session.then(|| match (&trust.ca, trust.insecure) {
                 (_, true) => session_info::Trust::Insecure,
                 (Some(ca), false) => session_info::Trust::Ca(ca),
                 (None, false) => session_info::Trust::SystemRoots,
             });
-            done(connect::run(target, name, tls, show).await)
+            let paths = paths.parse()?;
+            done(connect::run(target, name, tls, show, paths).await)
         }
         Command::Perf(a) => perf_cmd::run(a).await,
         Command::Demo { bytes, json } => done(demo(bytes, json).await),
@@ -341,10 +424,12 @@ async fn serve_cmd(a: ServeArgs) -> Result<Ended, String> {
     }
     advertise.dedup();
     let idle_timeout = (a.idle_timeout > 0).then(|| std::time::Duration::from_secs(a.idle_timeout));
+    let rejoin_timeout = std::time::Duration::from_secs(a.rejoin_timeout);
     let settings = SessionConfig {
         tokens: a.tokens,
         advertise,
         idle_timeout,
+        rejoin_timeout,
         receive_budget: a.receive_budget,
         ..SessionConfig::default()
     };
@@ -384,9 +469,15 @@ pub(crate) fn interrupt_watch(command: &'static str, what: &'static str) -> toki
         logging::info(command, &format!("interrupted: {what} (Ctrl-C again to quit at once)"));
         let _ = tx.send(true);
         ctrl_c.recv().await;
-        std::process::exit(i32::from(EXIT_INTERRUPTED));
+        exit_interrupted();
     });
     rx
+}
+
+/// Exits at once with status 130, the `--trace` file written out first.
+pub(crate) fn exit_interrupted() -> ! {
+    let _ = tcpls::flush_default_trace();
+    std::process::exit(i32::from(EXIT_INTERRUPTED))
 }
 
 /// A loopback server and client in one process: the quickest way to see TCPLS work.
@@ -436,6 +527,7 @@ async fn demo(bytes: u64, json: bool) -> Result<(), String> {
                 interval: None,
                 streams,
                 bind: None,
+                bind_device: None,
                 ext: probe::PerfExt::default(),
                 zero_rtt: false,
                 output: None,

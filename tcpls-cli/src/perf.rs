@@ -72,6 +72,8 @@ pub struct PerfOptions {
     pub streams: u32,
     /// Local address (and port) of the first connection (`-B`, `--cport`).
     pub bind: Option<SocketAddr>,
+    /// Interface of the first connection (`-B dev:NAME`).
+    pub bind_device: Option<String>,
     /// Extension frames to send before the transfer (rate limit, congestion control, timeout).
     pub ext: crate::probe::PerfExt,
     /// 0-RTT: a warm-up session fetches a ticket, then the measured session resumes and sends
@@ -267,7 +269,7 @@ async fn connect(opts: &PerfOptions, first_request: &Request) -> Result<(Session
     let shown = opts.addrs.first().map(|a| a.to_string()).unwrap_or_default();
     let failed = |e: std::io::Error| format!("cannot connect to {shown}: {}", crate::tlsconf::explain(&e));
     let mut early_stream = None;
-    if opts.addrs.len() == 1 && opts.bind.is_none() && !opts.zero_rtt {
+    if opts.addrs.len() == 1 && opts.bind.is_none() && opts.bind_device.is_none() && !opts.zero_rtt {
         // The TCP connection is made while the crypto library finishes starting; the handshake
         // time is the TCP connect's plus the TLS handshake's, without that start-up.
         let addr = opts.addrs[0];
@@ -295,26 +297,35 @@ async fn connect(opts: &PerfOptions, first_request: &Request) -> Result<(Session
                 session
             },
         )
-    } else if let Some(local) = opts.bind {
-        let addr = *opts
-            .addrs
-            .iter()
-            .find(|a| a.is_ipv4() == local.is_ipv4())
-            .ok_or_else(|| format!("{shown} has no address of the family of the local address {local}"))?;
-        let socket = if local.is_ipv4() { tokio::net::TcpSocket::new_v4() } else { tokio::net::TcpSocket::new_v6() }
-            .map_err(|e| format!("cannot create a socket: {e}"))?;
-        socket.bind(local).map_err(|e| format!("cannot bind the local address {local}: {e}"))?;
+    } else if opts.bind.is_some() || opts.bind_device.is_some() {
+        let addr = match opts.bind {
+            Some(local) => *opts
+                .addrs
+                .iter()
+                .find(|a| a.is_ipv4() == local.is_ipv4())
+                .ok_or_else(|| format!("{shown} has no address of the family of the local address {local}"))?,
+            None => *opts.addrs.first().ok_or("no address to connect to")?,
+        };
         t0 = Instant::now();
-        match socket.connect(addr).await {
-            Ok(tcp) => connector.connect_with(tcp, opts.server_name.clone()).await,
-            Err(e) => Err(e),
-        }
+        connector.with_path(initial_path(opts)).connect(addr, opts.server_name.clone()).await
     } else {
         let options = tcpls::HappyEyeballs { stagger: Duration::from_millis(50), keep_others: false };
         connector.connect_any(&opts.addrs, opts.server_name.clone(), options).await
     }
     .map_err(failed)?;
     Ok((session, early_stream, t0.elapsed().as_secs_f64() * 1e3))
+}
+
+/// The local side of the first connection: `-B ADDR|dev:NAME` and `--cport`.
+fn initial_path(opts: &PerfOptions) -> tcpls::PathOptions {
+    let mut path = tcpls::PathOptions::new();
+    if let Some(local) = opts.bind {
+        path = path.local_addr(local);
+    }
+    if let Some(dev) = &opts.bind_device {
+        path = path.device(dev.clone());
+    }
+    path
 }
 
 /// At `--migrate-at`, moves every stream from the first connection to the second.
@@ -472,10 +483,7 @@ async fn start_path_manager(
     opts: &PerfOptions,
     policy: tcpls::PathPolicy,
 ) -> Result<Vec<u32>, String> {
-    let initial = match opts.bind {
-        Some(local) => tcpls::PathOptions::new().local_addr(local),
-        None => tcpls::PathOptions::new(),
-    };
+    let initial = initial_path(opts);
     let mut endpoints = vec![tcpls::Endpoint::new(initial.clone())];
     for (_, local) in &opts.paths {
         if !endpoints.iter().any(|e| e.path == *local) {

@@ -1,7 +1,7 @@
 //! `tcpls perf`'s options (iperf3's where they mean the same) and their checks, before the
 //! measurement itself (perf.rs).
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -69,9 +69,10 @@ pub struct PerfArgs {
     /// Write the report (and the JSON) to FILE, appended, instead of stdout (iperf3's --logfile).
     #[arg(long, value_name = "FILE")]
     logfile: Option<PathBuf>,
-    /// Local address to connect from (iperf3's -B).
-    #[arg(short = 'B', long, value_name = "ADDR")]
-    bind: Option<IpAddr>,
+    /// Local address to connect from (iperf3's -B), or an interface: `dev:wlan0`
+    /// (SO_BINDTODEVICE), as for `connect --bind` and `--path LOCAL@REMOTE`.
+    #[arg(short = 'B', long, value_name = "ADDR|dev:NAME")]
+    bind: Option<String>,
     /// Local port to connect from (iperf3's --cport).
     #[arg(long, value_name = "PORT")]
     cport: Option<u16>,
@@ -153,7 +154,14 @@ pub async fn run(a: PerfArgs) -> Result<Ended, String> {
     if (a.aggregate || a.migrate_at.is_some()) && paths.is_empty() {
         return Err("--aggregate and --migrate-at need at least one --path".into());
     }
-    let bind = match (a.bind, a.cport) {
+    let (bind_ip, bind_device) = match a.bind.as_deref() {
+        None => (None, None),
+        Some(b) => {
+            let local = crate::args::parse_local(b).map_err(|e| format!("-B/--bind {b}: {e}"))?;
+            (local.local_address().map(|a| a.ip()), local.device_name().map(str::to_string))
+        }
+    };
+    let bind = match (bind_ip, a.cport) {
         (None, None) => None,
         (ip, port) => {
             let ip = ip.unwrap_or(if addrs[0].is_ipv4() {
@@ -164,7 +172,7 @@ pub async fn run(a: PerfArgs) -> Result<Ended, String> {
             Some(SocketAddr::new(ip, port.unwrap_or(0)))
         }
     };
-    if bind.is_some() && a.zero_rtt {
+    if (bind.is_some() || bind_device.is_some()) && a.zero_rtt {
         return Err("-B/--cport cannot be combined with --zero-rtt".into());
     }
     let mut settings =
@@ -206,6 +214,7 @@ pub async fn run(a: PerfArgs) -> Result<Ended, String> {
     let opts = perf::PerfOptions {
         addrs,
         paths,
+        bind_device,
         path_manager: a.path_manager.as_deref().map(|p| {
             if p == "fullmesh" {
                 tcpls::PathPolicy::Fullmesh

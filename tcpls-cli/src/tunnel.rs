@@ -119,6 +119,11 @@ struct ServerArgs {
     /// Serve Prometheus metrics on http://ADDR/metrics (docs/OBSERVABILITY.md).
     #[arg(long, value_name = "ADDR")]
     metrics: Option<String>,
+    /// Keep a session whose every connection was lost this many seconds for its client to
+    /// rejoin (its tunneled connections survive if it does) [default: 10]. Clients with
+    /// `--path-manager` survive outages of up to 60 s: set it at least as long for them.
+    #[arg(long, value_name = "SECS")]
+    rejoin_timeout: Option<u64>,
 }
 
 #[derive(Args)]
@@ -134,6 +139,16 @@ struct ClientArgs {
     /// uplink); repeatable.
     #[arg(long, value_name = "[LOCAL@]ADDR")]
     path: Vec<String>,
+    /// Local side of the first connection: a local address (10.0.0.2) or an interface
+    /// (dev:wlan0). Default: the kernel's choice by its routes.
+    #[arg(long, value_name = "LOCAL")]
+    bind: Option<String>,
+    /// Keep the connections up with a path manager: `manual` (--bind and the --path list) or
+    /// `fullmesh` (every local side × every concentrator address). Lost paths are re-joined
+    /// with backoff, interface events (Linux) drop or bring back paths at once, and the
+    /// session survives an outage of every path for up to 60 s.
+    #[arg(long, value_name = "POLICY", value_parser = ["manual", "fullmesh"])]
+    path_manager: Option<String>,
     /// CA certificate (PEM) to verify the concentrator with (default: the system's roots).
     #[arg(long, conflicts_with = "insecure")]
     ca: Option<PathBuf>,
@@ -164,6 +179,10 @@ struct ClientArgs {
     /// fails the connection (then the session rejoins or reconnects) [default: 10].
     #[arg(long, value_name = "SECS", value_parser = seconds)]
     keepalive: Option<f64>,
+    /// Serve Prometheus metrics of the client's session on http://ADDR/metrics (bytes, streams,
+    /// connections, failovers, memory; docs/OBSERVABILITY.md §3).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
     #[command(flatten)]
     mode: Mode,
 }
@@ -343,6 +362,7 @@ fn check_config(path: &std::path::Path) -> Result<(), String> {
             max_lookups: None,
             json: false,
             metrics: None,
+            rejoin_timeout: None,
         };
         let s = ServerSettings::from(&args)?;
         let policy = s.dest_policy().map_err(|e| format!("[server]: {e}"))?;
@@ -435,6 +455,10 @@ async fn server(args: ServerArgs, a: ServerSettings) -> Result<(), String> {
         client_policy: a.client_policy.clone(),
         ..TunnelConfig::default()
     };
+    let mut cfg = cfg;
+    if let Some(secs) = args.rejoin_timeout {
+        cfg.session.rejoin_timeout = Duration::from_secs(secs);
+    }
     let mut conc = Concentrator::bind(&addrs, Arc::new(tls), cfg).await.map_err(|e| e.to_string())?;
     if let (Some(addr), Some(registry)) = (args.metrics.as_deref(), conc.registry()) {
         crate::metrics::attach_to_concentrator(&mut conc, addr, registry).await?;
@@ -471,7 +495,7 @@ async fn server(args: ServerArgs, a: ServerSettings) -> Result<(), String> {
         r = served => r.map_err(|e| e.to_string()),
         () = ctrl_c.recv() => {
             crate::logging::info("tunnel server", "interrupted (Ctrl-C): stopping");
-            std::process::exit(crate::EXIT_INTERRUPTED.into());
+            crate::exit_interrupted();
         }
     }
 }
@@ -580,6 +604,8 @@ fn summary_json(s: &SessionSummary) -> serde_json::Value {
 struct ClientSettings {
     concentrator: String,
     path: Vec<String>,
+    bind: Option<String>,
+    path_manager: Option<String>,
     ca: Option<PathBuf>,
     insecure: bool,
     server_name: Option<String>,
@@ -595,6 +621,7 @@ struct ClientSettings {
     reconnect_wait: f64,
     reconnect_max: f64,
     keepalive: f64,
+    metrics: Option<String>,
 }
 
 impl ClientSettings {
@@ -614,6 +641,8 @@ impl ClientSettings {
             concentrator: pick(a.concentrator, f.concentrator)
                 .ok_or("--concentrator is required (or `concentrator` in the [client] table of --config)")?,
             path: pick_list(a.path, f.path),
+            bind: a.bind,
+            path_manager: a.path_manager,
             ca: pick(a.ca, f.ca),
             insecure: a.insecure || f.insecure.unwrap_or(false),
             server_name: pick(a.server_name, f.server_name),
@@ -629,6 +658,7 @@ impl ClientSettings {
             reconnect_wait: secs(pick(a.reconnect_wait, f.reconnect_wait), "reconnect-wait", 10.0)?,
             reconnect_max: secs(pick(a.reconnect_max, f.reconnect_max), "reconnect-max", 30.0)?,
             keepalive: secs(pick(a.keepalive, f.keepalive), "keepalive", 10.0)?,
+            metrics: pick(a.metrics, f.metrics),
         };
         if s.socks.is_none()
             && s.http.is_none()
@@ -692,11 +722,18 @@ async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
     // A concentrator that vanished without a FIN or RST (a dead uplink, a blackhole) is noticed
     // by the keepalive rather than by TCP's retransmission timeout (minutes).
     cfg.session.keepalive = Some(Duration::from_secs_f64(a.keepalive));
+    if let Some(b) = &a.bind {
+        cfg.bind = crate::args::parse_local(b).map_err(|e| format!("--bind {b}: {e}"))?;
+    }
+    cfg.path_manager = a.path_manager.as_deref().map(crate::args::parse_policy).transpose()?;
     let client =
         TunnelClient::connect_paths(concentrator, name, Arc::new(tls), &paths, cfg).await.map_err(|e| e.to_string())?;
     let _reconnect = (!a.no_reconnect).then(|| {
         client.keep_connected(Backoff { max: Duration::from_secs_f64(a.reconnect_max), ..Backoff::default() })
     });
+    if let Some(addr) = &a.metrics {
+        crate::metrics::attach_to_tunnel_client(client.clone(), addr).await?;
+    }
     let conns = client.session().usable_connections().len();
     let mut ctrl_c = crate::interrupt::listen();
     let mut what: Vec<String> = listeners.iter().map(|(_, l, f)| format!("{l} ({})", describe(f))).collect();
@@ -732,7 +769,7 @@ async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
             if tokio::time::timeout(Duration::from_secs(2), session.close()).await.is_err() {
                 session.abort();
             }
-            std::process::exit(crate::EXIT_INTERRUPTED.into());
+            crate::exit_interrupted();
         }
     }
 }

@@ -107,6 +107,7 @@ pub struct ClientFile {
     pub reconnect_wait: Option<f64>,
     pub reconnect_max: Option<f64>,
     pub keepalive: Option<f64>,
+    pub metrics: Option<String>,
     pub verbose: Option<bool>,
 }
 
@@ -235,6 +236,8 @@ mod tests {
         let alice = cfg.clients["alice"].rule("alice").unwrap();
         assert_eq!((alice.rate, alice.max_sessions), (Some(50_000_000), Some(2)));
         assert_eq!(cfg.clients["backup.example.org"].rule("b").unwrap().only.len(), 1);
+        let c: FileConfig = toml::from_str("[client]\nmetrics = \"127.0.0.1:9465\"\n").unwrap();
+        assert_eq!(c.client.unwrap().metrics.as_deref(), Some("127.0.0.1:9465"));
     }
 
     #[test]

@@ -6,12 +6,12 @@
 mod support;
 
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::{
-    free_port, ipv6_available, make_cert, openssl, pseudo_random, run, serve, tcpls, Server, TempDir, LOCALHOST_V4,
-    LOCALHOST_V6, SHORT, TIMEOUT,
+    free_port, ipv6_available, make_cert, openssl, pseudo_random, run, serve, tcpls, Proc, Server, TempDir,
+    LOCALHOST_V4, LOCALHOST_V6, SHORT, TIMEOUT,
 };
 
 const MIB: u64 = 1 << 20;
@@ -311,6 +311,68 @@ fn connect_echo_one_mib_round_trip() {
         "a TCPLS server must not be reported as plain TLS: {}",
         done.describe()
     );
+    server.expect_exit();
+}
+
+/// `connect --bind LOCAL --path LOCAL@REMOTE --path-manager`: two connections from the local
+/// sides asked for (127.0.0.2 and 127.0.0.3 stand for two interfaces' addresses), shown by
+/// `-v`, and the echo comes back byte-exact.
+#[test]
+fn connect_from_two_local_sides() {
+    let dir = TempDir::new("echo-paths");
+    let (cert, key) = make_cert(dir.path(), "c");
+    let mut server = serve(
+        LOCALHOST_V4,
+        &["--cert", cert.to_str().unwrap(), "--key", key.to_str().unwrap(), "--mode", "echo", "--sessions", "1"],
+    );
+    let data = pseudo_random(256 << 10, 0x15);
+    let second = format!("127.0.0.3@{}", server.target());
+    let done = run(
+        tcpls().arg("connect").arg(server.target()).arg("--ca").arg(&cert).args([
+            "--bind",
+            "127.0.0.2",
+            "--path",
+            &second,
+            "--path-manager",
+            "manual",
+            "-v",
+        ]),
+        Some(data.clone()),
+        TIMEOUT,
+    );
+    assert!(done.status.success(), "tcpls connect failed: {}", done.describe());
+    assert!(done.stdout == data, "echoed bytes differ: {}", done.describe());
+    assert!(done.stderr.contains("Connections : 2"), "{}", done.describe());
+    for local in ["0: 127.0.0.2:", "1: 127.0.0.3:"] {
+        assert!(done.stderr.contains(local), "{local}: {}", done.describe());
+    }
+    server.expect_exit();
+    // A local side that cannot exist: the error names it.
+    let done = run(tcpls().args(["connect", &server.target(), "--insecure", "--bind", "dev:"]), None, SHORT);
+    done.one_line_error("--bind dev:");
+}
+
+/// `serve --rejoin-timeout`: a client that vanishes (SIGKILL: its kernel closes the sockets,
+/// no close_notify) leaves an orphaned session, kept that long for a rejoin, then reported
+/// with an error saying so.
+#[test]
+fn serve_keeps_an_orphaned_session_for_its_rejoin_timeout() {
+    let dir = TempDir::new("rejoin-timeout");
+    let (cert, key) = make_cert(dir.path(), "c");
+    let args = ["--cert", cert.to_str().unwrap(), "--key", key.to_str().unwrap(), "--mode", "echo"];
+    let mut server =
+        serve(LOCALHOST_V4, &[&args[..], &["--sessions", "1", "--json", "--rejoin-timeout", "1"]].concat());
+    let mut client = Proc::spawn(tcpls().arg("connect").arg(server.target()).arg("--ca").arg(&cert), true);
+    client.write(b"still here\n");
+    client.stdout.wait_for(b"still here", SHORT).unwrap_or_else(|e| panic!("{e}\n{}", client.diagnostics()));
+    let killed = std::process::Command::new("kill").args(["-9", &client.id().to_string()]).status().unwrap();
+    assert!(killed.success());
+    let gone = Instant::now();
+    let report = server.session_report(1);
+    let waited = gone.elapsed();
+    let error = report["error"].as_str().unwrap_or_default();
+    assert!(error.contains("none rejoined within 1.0 s"), "{report}");
+    assert!(waited < Duration::from_secs(5), "reported {waited:?} after the client vanished (1 s expected)");
     server.expect_exit();
 }
 

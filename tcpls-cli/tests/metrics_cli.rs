@@ -1,7 +1,9 @@
 //! `tcpls serve --metrics ADDR`: the Prometheus endpoint scraped over plain HTTP during a
 //! transfer, its values checked against the client session's own counters (every stream byte
 //! the client sent is one the server received, both TCP connections, the join), then after a
-//! session refused by --max-sessions and after the session ended (totals kept).
+//! session refused by --max-sessions and after the session ended (totals kept; memory gauges
+//! back to 0). The tunnel server's and the tunnel client's endpoints too: the client's counters
+//! must mirror the concentrator's.
 #![allow(clippy::unwrap_used)]
 
 mod support;
@@ -128,6 +130,12 @@ async fn metrics_match_the_session_counters_during_and_after_a_transfer() {
     ];
     let first = scrape_until_consistent(metrics, &session, &live);
     assert!(first["tcpls_stream_bytes_received_total"] >= 650_000.0, "{first:?}");
+    // Memory: one live session's budget; each open stream holds credit within it.
+    let budget = tcpls::SessionConfig::default().receive_budget as f64;
+    assert_eq!(first["tcpls_receive_budget_bytes"], budget);
+    let credit = first["tcpls_receive_credit_bytes"];
+    assert!(credit >= 2.0 * 65536.0 && credit <= budget, "two streams' credit within the budget: {credit}");
+    assert_eq!(first["tcpls_records_resent_total"], 0.0);
 
     // A second session while the first is served: refused by --max-sessions 1.
     if let Ok(other) = connector.connect(server.addr, server_name_for("localhost").unwrap()).await {
@@ -160,6 +168,9 @@ async fn metrics_match_the_session_counters_during_and_after_a_transfer() {
     let ended = [("tcpls_sessions_active", 0.0), ("tcpls_sessions_total", 1.0), ("tcpls_connections_active", 0.0)];
     let last = scrape_until_consistent(metrics, &session, &ended);
     assert_eq!(last["tcpls_stream_bytes_received_total"], second["tcpls_stream_bytes_received_total"]);
+    for gauge in ["tcpls_receive_credit_bytes", "tcpls_receive_budget_bytes", "tcpls_unacked_records"] {
+        assert_eq!(last[gauge], 0.0, "{gauge} after the session ended");
+    }
     server.expect_running();
 }
 
@@ -198,4 +209,116 @@ async fn tunnel_server_metrics_count_its_sessions() {
     let ended = [("tcpls_sessions_active", 0.0), ("tcpls_sessions_total", 1.0), ("tcpls_connections_active", 0.0)];
     scrape_until_consistent(metrics, &session, &ended);
     assert!(proc.try_status().is_none(), "the tunnel server keeps running");
+}
+
+/// A TCP echo server on 127.0.0.1 (one thread per connection).
+fn echo_server() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut reader = conn.try_clone().unwrap();
+                let mut writer = conn;
+                let _ = std::io::copy(&mut reader, &mut writer);
+            });
+        }
+    });
+    addr
+}
+
+fn metrics_addr(stderr: &str) -> SocketAddr {
+    stderr
+        .split("metrics on http://")
+        .nth(1)
+        .and_then(|r| r.split("/metrics").next())
+        .unwrap_or_else(|| panic!("no metrics address on stderr: {stderr}"))
+        .parse()
+        .unwrap()
+}
+
+/// `tcpls tunnel client --metrics`: scraped mid-transfer (1 MB echoed through a --forward,
+/// the connection still open), the client's session counters must mirror the concentrator's
+/// (its bytes sent are the server's bytes received, both ways, streams and TCP), and the memory
+/// gauges show the session's budget; after the tunneled connection closed, the stream is gone
+/// from the memory gauges and the totals stay.
+#[test]
+fn tunnel_client_metrics_mirror_the_concentrators() {
+    let dir = TempDir::new("metrics-tunnel-client");
+    let (cert, key) = make_cert(dir.path(), "server");
+    let echo = echo_server();
+    let (mut server, port) = support::start_on_free_port("tcpls tunnel server", b"listening on", |port| {
+        let mut cmd = support::tcpls();
+        cmd.args(["tunnel", "server", "--listen", &format!("127.0.0.1:{port}"), "--metrics", "127.0.0.1:0"]);
+        cmd.args(["--allow-dest", "127.0.0.0/8", "--cert"]).arg(&cert).arg("--key").arg(&key);
+        cmd
+    });
+    let (mut client, forward) =
+        support::start_on_free_port("tcpls tunnel client", b"tcpls tunnel client: session to", |local| {
+            let mut cmd = support::tcpls();
+            cmd.args(["tunnel", "client", "--insecure", "--concentrator", &format!("127.0.0.1:{port}")]);
+            cmd.args(["--forward", &format!("127.0.0.1:{local}={echo}"), "--metrics", "127.0.0.1:0"]);
+            cmd
+        });
+    let client_metrics = metrics_addr(&client.stderr.text());
+    let server_metrics = metrics_addr(&server.stderr.text());
+
+    let data = pseudo_random(1_000_000, 7);
+    let mut tcp = TcpStream::connect(("127.0.0.1", forward)).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut writer = tcp.try_clone().unwrap();
+    let sent = data.clone();
+    let w = std::thread::spawn(move || writer.write_all(&sent).unwrap());
+    let mut back = vec![0u8; data.len()];
+    tcp.read_exact(&mut back).unwrap();
+    w.join().unwrap();
+    assert!(back == data, "echoed through the tunnel byte for byte");
+
+    let mirrored = [
+        ("tcpls_stream_bytes_sent_total", "tcpls_stream_bytes_received_total"),
+        ("tcpls_stream_bytes_received_total", "tcpls_stream_bytes_sent_total"),
+        ("tcpls_bytes_sent_total", "tcpls_bytes_received_total"),
+        ("tcpls_bytes_received_total", "tcpls_bytes_sent_total"),
+        ("tcpls_streams_total{opened_by=\"client\"}", "tcpls_streams_total{opened_by=\"peer\"}"),
+        ("tcpls_connections_total", "tcpls_connections_total"),
+    ];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (c, s) = loop {
+        let (c, s) = (scrape(client_metrics), scrape(server_metrics));
+        let wrong: Vec<String> = mirrored
+            .iter()
+            .filter(|(a, b)| !c.contains_key(*a) || c.get(*a) != s.get(*b))
+            .map(|(a, b)| format!("client {a} {:?} vs concentrator {b} {:?}", c.get(*a), s.get(*b)))
+            .collect();
+        if wrong.is_empty() {
+            break (c, s);
+        }
+        assert!(Instant::now() < deadline, "client and concentrator disagree: {wrong:#?}\n{}", client.diagnostics());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(c["tcpls_sessions_active"], 1.0);
+    assert_eq!(c["tcpls_connections_active"], 1.0);
+    assert!(c["tcpls_stream_bytes_sent_total"] >= 1_000_000.0, "{c:?}");
+    assert!(!c.keys().any(|k| k.starts_with("tcpls_handshakes")), "no listener families on the client");
+    let budget = tcpls::SessionConfig::default().receive_budget as f64;
+    for m in [&c, &s] {
+        assert_eq!(m["tcpls_receive_budget_bytes"], budget, "one live session's budget");
+        let credit = m["tcpls_receive_credit_bytes"];
+        assert!(credit > 0.0 && credit <= budget, "credit within the budget: {credit}");
+        assert_eq!(m["tcpls_records_resent_total"], 0.0);
+    }
+    drop(tcp);
+    // The stream ends: its buffers and credit leave the gauges, the session stays.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let c = scrape(client_metrics);
+        if c["tcpls_receive_credit_bytes"] == 0.0 && c["tcpls_send_buffer_bytes"] == 0.0 {
+            assert_eq!(c["tcpls_sessions_active"], 1.0);
+            assert!(c["tcpls_stream_bytes_sent_total"] >= 1_000_000.0);
+            break;
+        }
+        assert!(Instant::now() < deadline, "the closed stream still in the memory gauges: {c:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(client.try_status().is_none(), "the tunnel client keeps running");
 }

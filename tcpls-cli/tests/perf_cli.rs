@@ -248,7 +248,7 @@ fn bidir_with_a_fractional_size_into_a_logfile() {
 
 #[test]
 fn bind_address_and_client_port() {
-    let mut server = perf_server(1);
+    let mut server = perf_server(2);
     let cport = free_port(LOCALHOST_V4);
     let done = run(
         perf(&server).args(["-B", "127.0.0.1", "--cport", &cport.to_string(), "--bytes", "1M", "--json"]),
@@ -258,6 +258,11 @@ fn bind_address_and_client_port() {
     .success();
     let r = report(&done.stdout);
     assert_eq!(r.connections[0].local.as_deref(), Some(format!("127.0.0.1:{cport}").as_str()), "{r:#?}");
+    assert!(r.verified);
+    // An interface instead of an address (SO_BINDTODEVICE), as for connect --bind.
+    let done = run(perf(&server).args(["-B", "dev:lo", "--bytes", "1M", "--json"]), None, TIMEOUT).success();
+    let r = report(&done.stdout);
+    assert!(r.connections[0].local.as_deref().is_some_and(|l| l.starts_with("127.0.0.1:")), "{r:#?}");
     assert!(r.verified);
     server.expect_exit();
 }

@@ -129,7 +129,8 @@ fn curl(socks_port: u16, remote_names: bool, url: &str, out: &Path, extra: &[&st
 fn curl_through_socks5_byte_exact_and_failures() {
     require_curl();
     let web = Web::start(&[("big.bin", 5_000_000), ("small.txt", 800)]);
-    let (mut server, ports) = start_server(1);
+    // A session whose client vanished is kept 1 s for a rejoin (default 10 s), then reported.
+    let (mut server, ports) = start_server_with(1, &[ALLOW_LOOPBACK, &["--rejoin-timeout", "1"]].concat());
     let (mut client, socks_port) = start_client(&ports, socks);
     let out = TempDir::new("tunnel-curl");
     for (i, (remote, host, file)) in [
@@ -163,7 +164,7 @@ fn curl_through_socks5_byte_exact_and_failures() {
     assert_eq!(r.unwrap_err().kind(), std::io::ErrorKind::ConnectionReset, "{}", client.diagnostics());
 
     // The session's summary (--json) when the client goes away: the server keeps a session
-    // whose connections were all lost for a rejoin (10 s), then reports it.
+    // whose connections were all lost for a rejoin (--rejoin-timeout 1), then reports it.
     drop(client);
     let deadline = Instant::now() + TIMEOUT;
     let report = loop {
@@ -189,7 +190,7 @@ fn a_second_uplink_from_another_local_address() {
     let web = Web::start(&[("a.bin", 4_000_000), ("b.bin", 4_000_000)]);
     let (_server, ports) = start_server(1);
     let concentrator = format!("127.0.0.1:{}", ports[0]);
-    let (mut client, socks_port) = start("tcpls tunnel client", b"tcpls tunnel client: session to", |local| {
+    let (mut client, socks_port) = start("tcpls tunnel client", b"connection(s)), accepting", |local| {
         let mut cmd = tcpls();
         cmd.args(["tunnel", "client", "-v", "--insecure", "--concentrator", &concentrator]);
         cmd.args(["--path", &format!("127.0.0.3@{concentrator}"), "--socks", &format!("127.0.0.1:{local}")]);
@@ -211,6 +212,31 @@ fn a_second_uplink_from_another_local_address() {
     cmd.args(["--path", &format!("192.0.2.1@{concentrator}"), "--socks", "127.0.0.1:0"]);
     let done = run(&mut cmd, None, TIMEOUT);
     assert!(!done.status.success() && done.stderr.contains("not an address of this host"), "{}", done.describe());
+}
+
+/// The same two uplinks under the path manager (`--bind` for the first connection, `--path`
+/// for the second, `--path-manager fullmesh`): both come up, downloads stay byte-exact.
+#[test]
+fn two_uplinks_under_the_path_manager() {
+    require_curl();
+    let web = Web::start(&[("a.bin", 3_000_000)]);
+    let (_server, ports) = start_server(1);
+    let concentrator = format!("127.0.0.1:{}", ports[0]);
+    let (mut client, socks_port) = start("tcpls tunnel client", b"connection(s)), accepting", |local| {
+        let mut cmd = tcpls();
+        cmd.args(["tunnel", "client", "-v", "--insecure", "--concentrator", &concentrator, "--bind", "127.0.0.2"]);
+        cmd.args(["--path", &format!("127.0.0.3@{concentrator}"), "--path-manager", "fullmesh"]);
+        cmd.args(["--socks", &format!("127.0.0.1:{local}")]);
+        cmd
+    });
+    let ready = client.stderr.text();
+    assert!(ready.contains("(2 connection(s))"), "two uplinks: {ready}");
+    let out = TempDir::new("tunnel-managed");
+    let dst = out.path().join("a.bin");
+    let url = format!("http://127.0.0.1:{}/a.bin", web.port);
+    let done = curl(socks_port, false, &url, &dst, &[]);
+    assert!(done.status.success(), "curl {url}: {}\n{}", done.describe(), client.diagnostics());
+    assert_eq!(sha256(&dst), web.sha256("a.bin"), "byte-exact under the path manager");
 }
 
 #[test]

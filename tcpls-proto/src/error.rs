@@ -131,6 +131,10 @@ impl fmt::Display for StreamError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StreamError::UnknownStream(id) => write!(f, "unknown stream {id}"),
+            StreamError::Reset(crate::session::streams::RESET_REFUSED) => f.write_str(
+                "stream refused by the peer (code 0x1): it has as many streams open as its stream limit or \
+                 receive budget allows; open it again once some end, or raise the peer's limit",
+            ),
             StreamError::Reset(code) => write!(f, "stream reset by peer (code {code:#x})"),
             StreamError::Finished => f.write_str("stream already finished"),
             StreamError::SessionClosed => f.write_str("session closed"),

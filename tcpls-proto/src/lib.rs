@@ -20,7 +20,7 @@ pub use event::{ConnId, Event, StreamId};
 pub use session::sched::{FnScheduler, LowestRtt, PathView, RoundRobin, Scheduler, Weighted};
 pub use session::MAX_EARLY_STREAM_BYTES;
 pub use session::{
-    tcpls_client_config, tcpls_server_config, Accepted, ConnStats, JoiningConnection, Session, SessionStats, Side,
-    MIN_READ_CHUNK, READ_CHUNK,
+    tcpls_client_config, tcpls_server_config, Accepted, ConnStats, JoiningConnection, MemoryUse, Session, SessionStats,
+    Side, StreamProgress, MIN_READ_CHUNK, READ_CHUNK,
 };
 pub use tls::{crypto_provider, HandshakeInfo, ALPN_TCPLS};

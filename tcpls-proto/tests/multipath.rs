@@ -332,6 +332,35 @@ fn an_orphaned_session_ends_when_no_rejoin_comes() {
     assert!(why.contains("every connection was lost and none rejoined within 10.0 s"), "{why}");
 }
 
+/// A path manager's outage tolerance (set_rejoin_timeout), the reasons it notes for the final
+/// error (set_rejoin_note), and ending the wait at once when the server refused the rejoin
+/// (end_orphaned).
+#[test]
+fn the_rejoin_wait_follows_the_tolerance_and_can_end_at_once() {
+    let mut p = MultiPair::default_pair();
+    p.client.set_rejoin_timeout(std::time::Duration::from_secs(60));
+    p.kill(0);
+    assert!(p.client.is_orphaned() && p.client.orphaned_since().is_some());
+    let deadline = p.client.poll_timeout().expect("the rejoin deadline is a timer");
+    assert_eq!(deadline - p.client.orphaned_since().unwrap(), std::time::Duration::from_secs(60));
+    p.client.set_rejoin_note("2 path(s) tried, connecting via wlan0: Network is unreachable".into());
+    p.now = deadline;
+    p.client.prepare_transmit(p.now);
+    let why = p.client.error().unwrap().to_string();
+    assert!(why.contains("none rejoined within 60.0 s"), "{why}");
+    assert!(why.contains("last attempts: 2 path(s) tried, connecting via wlan0: Network is unreachable"), "{why}");
+
+    let mut p = MultiPair::default_pair();
+    p.kill(0);
+    p.client.end_orphaned(Error::ConnectionLost("the server refused the rejoin".into()));
+    assert!(p.client.is_closed() && !p.client.is_orphaned());
+    assert!(p.client.error().unwrap().to_string().contains("the server refused the rejoin"));
+    // Not orphaned: nothing happens.
+    let mut p = MultiPair::default_pair();
+    p.client.end_orphaned(Error::ConnectionLost("x".into()));
+    assert!(!p.client.is_closed() && p.client.error().is_none());
+}
+
 #[test]
 fn aborting_an_orphaned_session_ends_it_at_once() {
     let mut p = MultiPair::default_pair();

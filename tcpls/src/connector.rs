@@ -252,7 +252,9 @@ impl TcplsConnector {
         let origin = stream.peer_addr().ok();
         let shared = Shared::new(proto);
         shared.lock().origin = origin;
-        shared.lock().trace = self.trace.clone().map(crate::trace::Tracer::new);
+        if let Some(sink) = self.trace.clone() {
+            shared.lock().trace = Some(crate::trace::Tracer::new(sink));
+        }
         tokio::spawn(Driver::new(shared.clone(), 0, stream));
         // If this future is dropped (a lost happy-eyeballs race) or fails, the half-made
         // session is aborted rather than left running without a handle.

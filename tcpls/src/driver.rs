@@ -173,12 +173,14 @@ impl Future for Driver {
                 break;
             }
         }
+        inner.trace_sample(false);
         // An orphaned session (every connection lost) lives on until a rejoin or its deadline.
         if this.sockets.iter().all(|s| s.stream.is_none()) && !inner.proto.is_orphaned() {
             inner.driver_finished();
             return Poll::Ready(());
         }
-        if inner.proto.is_orphaned() && inner.proto.side() == tcpls_proto::Side::Client && !this.rejoining {
+        let own_rejoin = inner.proto.side() == tcpls_proto::Side::Client && !inner.managed;
+        if inner.proto.is_orphaned() && own_rejoin && !this.rejoining {
             this.rejoining = true;
             let session = crate::Session::new(this.shared.clone());
             let origin = inner.origin;

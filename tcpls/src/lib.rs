@@ -79,7 +79,7 @@ pub use fallback::{ConnectOutcome, FallbackMemory};
 pub use listener::{TcplsListener, HANDSHAKE_TIMEOUT, MAX_PENDING_HANDSHAKES};
 pub use listener_stats::ListenerStats;
 pub use path::PathOptions;
-pub use path_manager::{Endpoint, PathManager, PathManagerConfig, PathPolicy, PathReport};
+pub use path_manager::{Endpoint, PathManager, PathManagerConfig, PathPolicy, PathReport, DEFAULT_OUTAGE_TOLERANCE};
 pub use registry::JoinRegistry;
 pub use session::{ConnectionInfo, Session};
 pub use socket::fast_open_listener;
@@ -89,4 +89,8 @@ pub use tcpls_proto::{
     self as proto, crypto_provider, ConnId, Error, Event, FnScheduler, LowestRtt, PathView, RoundRobin, Scheduler,
     SessionConfig, StreamError, StreamId, Weighted,
 };
-pub use trace::{JsonLinesTrace, TraceRecord, TraceSink};
+pub use tcpls_proto::{MemoryUse, StreamProgress};
+pub use trace::{
+    describe as describe_trace_event, flush_default_trace, set_default_trace, ConnectionSample, JsonLinesTrace,
+    NullTrace, PathEvent, SessionSample, TraceEvent, TraceRecord, TraceSink, DEFAULT_SAMPLE_INTERVAL,
+};

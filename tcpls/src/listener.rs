@@ -51,7 +51,11 @@ pub struct TcplsListener {
     errors: Arc<std::sync::atomic::AtomicU64>,
     admission: Admission,
     task: tokio::task::JoinHandle<()>,
+    trace: TraceSlot,
 }
+
+/// The sink a listener's new sessions are traced into (set after the accept task started).
+type TraceSlot = Arc<std::sync::Mutex<Option<Arc<dyn crate::TraceSink>>>>;
 
 impl TcplsListener {
     pub async fn bind(addr: SocketAddr, config: Arc<ServerConfig>) -> io::Result<Self> {
@@ -98,7 +102,9 @@ impl TcplsListener {
         let (tx, rx) = mpsc::channel(128);
         let errors = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let admission = Admission::default();
+        let trace = TraceSlot::default();
         let ctx = AcceptCtx {
+            trace: trace.clone(),
             config,
             settings,
             registry: registry.clone(),
@@ -106,7 +112,20 @@ impl TcplsListener {
             admission: admission.clone(),
         };
         let task = tokio::spawn(accept_loop(listener, ctx, tx));
-        Self { local, registry, sessions: tokio::sync::Mutex::new(rx), errors, admission, task }
+        Self { local, registry, sessions: tokio::sync::Mutex::new(rx), errors, admission, task, trace }
+    }
+
+    /// Traces every session this listener accepts from now on into `sink`, from the end of
+    /// its first handshake (docs/OBSERVABILITY.md §4); overrides [`crate::set_default_trace`].
+    pub fn with_trace(self, sink: Arc<dyn crate::TraceSink>) -> Self {
+        self.set_trace(Some(sink));
+        self
+    }
+
+    /// Like [`with_trace`](Self::with_trace) on a shared listener; `None` stops tracing new
+    /// sessions (the default trace, if any, applies again).
+    pub fn set_trace(&self, sink: Option<Arc<dyn crate::TraceSink>>) {
+        *self.trace.lock().unwrap_or_else(|e| e.into_inner()) = sink;
     }
 
     /// The registry this listener routes joins with.
@@ -154,6 +173,7 @@ struct AcceptCtx {
     registry: JoinRegistry,
     errors: Arc<std::sync::atomic::AtomicU64>,
     admission: Admission,
+    trace: TraceSlot,
 }
 
 /// Handshakes in progress at once per listener, counted from the first byte a connection
@@ -231,6 +251,9 @@ async fn accept_one(mut stream: TcpStream, ctx: &AcceptCtx) -> io::Result<Option
             Accepted::NewSession => {
                 let mut inner = Inner::new(proto);
                 inner.registry = Some(ctx.registry.clone());
+                if let Some(sink) = ctx.trace.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+                    inner.trace = Some(crate::trace::Tracer::new(sink));
+                }
                 let shared = Shared(Arc::new(std::sync::Mutex::new(inner)));
                 {
                     let mut inner = shared.lock();

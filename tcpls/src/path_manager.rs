@@ -13,6 +13,38 @@
 //! backup paths with Path Priority, and can drop a path at once when its interface goes away
 //! ([`PathManager::interface_down`]), so its unacknowledged records fail over without waiting for
 //! a timeout. It stops when the session ends.
+//!
+//! **Outages.** When every path is lost at once (a Wi-Fi handover, a tunnel, a flapping
+//! uplink), the session waits for a rejoin for [`PathManagerConfig::outage_tolerance`] (default
+//! 60 s) instead of the session's own 10 s, and the manager keeps trying every path (at least
+//! once a second, and at once when an interface comes back). A failed TCP connect costs no join
+//! token, so however long the outage, the session resumes as soon as one path connects, and the
+//! unacknowledged data is sent again: nothing is lost. Past the tolerance the session ends with
+//! `ConnectionLost("every connection was lost and none rejoined within 60.0 s (first loss: ...;
+//! last attempts: ...)")`. The server keeps an orphaned session only for its own
+//! [`SessionConfig::rejoin_timeout`](tcpls_proto::SessionConfig::rejoin_timeout): a server for
+//! mobile clients sets it at least as long (docs/ARCHITECTURE.md, "Break-before-make").
+//!
+//! ```no_run
+//! # async fn demo(session: tcpls::Session) -> std::io::Result<()> {
+//! use tcpls::{Endpoint, PathManager, PathManagerConfig, PathOptions, PathPolicy};
+//! // A laptop with Wi-Fi and LTE; the server has one address. LTE is a backup path: it
+//! // carries data only while Wi-Fi is down.
+//! let server = "203.0.113.5:4443".parse().unwrap();
+//! let config = PathManagerConfig {
+//!     policy: PathPolicy::Fullmesh,
+//!     endpoints: vec![
+//!         Endpoint::new(PathOptions::new().device("wlan0")),
+//!         Endpoint::backup(PathOptions::new().device("wwan0")),
+//!     ],
+//!     initial: PathOptions::new().device("wlan0"), // what the connector used
+//!     outage_tolerance: std::time::Duration::from_secs(120),
+//!     ..Default::default()
+//! };
+//! let manager = PathManager::start(&session, server, config);
+//! manager.follow_interfaces()?; // Linux: react to interfaces going down and up at once
+//! # Ok(()) }
+//! ```
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -66,9 +98,13 @@ pub struct PathManagerConfig {
     /// The local side of the session's first connection (what the connector used), so the
     /// manager does not open a second connection over the same path.
     pub initial: PathOptions,
-    /// Pause after a path's first failed attempt; doubles up to `max_backoff`.
+    /// Pause after a path's first failed attempt; doubles up to `max_backoff` (1 s at most
+    /// while every path is down).
     pub first_backoff: Duration,
     pub max_backoff: Duration,
+    /// How long the session survives with no connection at all (every path down), waiting for
+    /// one to come back; then it ends with an error saying so. Default 60 s.
+    pub outage_tolerance: Duration,
 }
 
 impl Default for PathManagerConfig {
@@ -80,6 +116,29 @@ impl Default for PathManagerConfig {
             initial: PathOptions::new(),
             first_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(5),
+            outage_tolerance: DEFAULT_OUTAGE_TOLERANCE,
+        }
+    }
+}
+
+impl PathManagerConfig {
+    /// The configuration the CLI builds from `--bind LOCAL` (`initial`, the first connection's
+    /// local side) and `--path [LOCAL@]REMOTE` (`paths`): with [`PathPolicy::Manual`] exactly
+    /// those paths; with [`PathPolicy::Fullmesh`] also every local side among them × every
+    /// server address (the first and the advertised ones).
+    pub fn from_paths(policy: PathPolicy, initial: PathOptions, paths: &[(SocketAddr, PathOptions)]) -> Self {
+        let mut endpoints = vec![Endpoint::new(initial.clone())];
+        for (_, local) in paths {
+            if !endpoints.iter().any(|e| e.path == *local) {
+                endpoints.push(Endpoint::new(local.clone()));
+            }
+        }
+        PathManagerConfig {
+            policy,
+            endpoints,
+            paths: paths.iter().map(|(r, l)| (*r, Endpoint::new(l.clone()))).collect(),
+            initial,
+            ..Default::default()
         }
     }
 }
@@ -94,6 +153,8 @@ struct PathState {
     backoff: Duration,
     next_attempt: Instant,
     attempting: bool,
+    /// The attempt is still in its TCP connect (no token taken yet): it may be restarted.
+    connecting: Option<(Instant, tokio::task::AbortHandle)>,
     failures: u32,
     last_error: Option<String>,
 }
@@ -101,6 +162,9 @@ struct PathState {
 /// State shared by the manager's task and its handle.
 struct Shared {
     paths: Mutex<BTreeMap<String, (PathKey, PathState)>>,
+    first_backoff: Duration,
+    /// When an interface, address or route last appeared.
+    network_changed: Mutex<Option<Instant>>,
     /// Wakes the task early (an interface came back, the handle was dropped...).
     wake: Notify,
     stopped: std::sync::atomic::AtomicBool,
@@ -130,18 +194,39 @@ pub struct PathReport {
 /// How often the manager looks at the session when nothing wakes it.
 const TICK: Duration = Duration::from_millis(100);
 
+/// [`PathManagerConfig::outage_tolerance`] by default.
+pub const DEFAULT_OUTAGE_TOLERANCE: Duration = Duration::from_secs(60);
+
+/// Longest pause between attempts on a path while the session has no connection at all: an
+/// outage ends when the network comes back, and failed connects are cheap (no token).
+const OUTAGE_MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// How long the network must stay unchanged after an interface, address or route appeared
+/// before waiting paths are tried, and connect attempts started before the change restarted.
+const SETTLE: Duration = Duration::from_millis(50);
+
 impl PathManager {
     /// Starts managing `session`'s paths (a client session; `origin` is the server address it
     /// was opened to).
     pub fn start(session: &Session, origin: SocketAddr, config: PathManagerConfig) -> PathManager {
         let shared = Arc::new(Shared {
             paths: Mutex::new(BTreeMap::new()),
+            first_backoff: config.first_backoff,
+            network_changed: Mutex::new(None),
             wake: Notify::new(),
             stopped: std::sync::atomic::AtomicBool::new(false),
         });
         let manager = PathManager { session: session.clone(), shared };
+        // The manager rejoins over its paths after an outage, for as long as it tolerates one.
+        session.set_rejoin_timeout(config.outage_tolerance);
+        session.set_managed(true);
         let task = manager.clone();
-        tokio::spawn(async move { task.run(origin, config).await });
+        tokio::spawn(async move {
+            let session = task.session.clone();
+            task.run(origin, config).await;
+            // Stopped: a later outage is the session's own business again.
+            session.set_managed(false);
+        });
         manager
     }
 
@@ -183,17 +268,33 @@ impl PathManager {
         for conn in dropped {
             let what = device.map(str::to_string).or(address.map(|a| a.to_string())).unwrap_or_default();
             info!("path manager: {what} went away: dropping connection {conn}");
+            self.session.trace_path(|| crate::PathEvent {
+                state: "dropped",
+                remote: SocketAddr::from(([0, 0, 0, 0], 0)),
+                local: what.clone(),
+                conn: Some(conn),
+                error: Some(format!("interface {what} went away")),
+                retry_ms: None,
+            });
             self.session.abandon_connection(conn, &format!("interface {what} went away"));
         }
         self.shared.wake.notify_one();
     }
 
-    /// An interface came up or gained an address: paths waiting for a retry are tried now.
+    /// An interface came up, gained an address or a route: paths waiting for a retry are tried
+    /// now, from the first backoff again. An attempt still in its TCP connect is started
+    /// afresh: it may be stuck on the network as it was (e.g. an unanswered neighbour
+    /// resolution takes 3 s to fail), and it holds no token yet.
     pub fn interface_up(&self) {
         let mut paths = self.shared.paths.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        // Changes come in bursts (link, addresses, routes, neighbours): attempts start once
+        // it has settled, and those started before are restarted then (start_due_attempts).
+        *self.shared.network_changed.lock().unwrap_or_else(|p| p.into_inner()) = Some(now);
         for (_, st) in paths.values_mut() {
             if st.conn.is_none() {
-                st.next_attempt = Instant::now();
+                st.next_attempt = st.next_attempt.min(now + SETTLE);
+                st.backoff = self.shared.first_backoff;
             }
         }
         drop(paths);
@@ -216,6 +317,19 @@ impl PathManager {
             }
         });
         Ok(())
+    }
+
+    /// Waits until every wanted path has a connection, or `within` has passed; returns the
+    /// paths as they are then (those still down keep being retried).
+    pub async fn wait_for_paths(&self, within: Duration) -> Vec<PathReport> {
+        let deadline = Instant::now() + within;
+        loop {
+            let paths = self.paths();
+            if (!paths.is_empty() && paths.iter().all(|p| p.conn.is_some())) || Instant::now() >= deadline {
+                return paths;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Resolves when the manager is stopped or its session ends.
@@ -254,6 +368,14 @@ impl PathManager {
     /// and forgets connections that are no longer live.
     fn update_wanted(&self, origin: SocketAddr, config: &PathManagerConfig, first: bool) {
         let mut wanted: Vec<PathKey> = config.paths.clone();
+        if config.policy == PathPolicy::Manual {
+            // The path the session was opened over is kept up too (re-established after an
+            // outage), unless it is listed already.
+            let initial = (origin, Endpoint::new(config.initial.clone()));
+            if !wanted.iter().any(|(r, e)| *r == origin && e.path == config.initial) {
+                wanted.insert(0, initial);
+            }
+        }
         if config.policy == PathPolicy::Fullmesh {
             let mut remotes = vec![origin];
             remotes.extend(self.session.peer_addresses().into_iter().map(|(_, a)| a).filter(|a| *a != origin));
@@ -278,6 +400,7 @@ impl PathManager {
                     backoff: config.first_backoff,
                     next_attempt: Instant::now(),
                     attempting: false,
+                    connecting: None,
                     failures: 0,
                     last_error: None,
                 };
@@ -296,6 +419,7 @@ impl PathManager {
             if let Some(conn) = st.conn {
                 if !live.contains(&conn) {
                     debug!("path manager: {}{remote}: connection {conn} lost", endpoint.path);
+                    self.session.trace_path(|| path_event("lost", *remote, endpoint, Some(conn), None, None));
                     st.conn = None;
                     st.next_attempt = Instant::now();
                 }
@@ -305,27 +429,68 @@ impl PathManager {
 
     fn start_due_attempts(&self, config: &PathManagerConfig) {
         let now = Instant::now();
+        let changed = *self.shared.network_changed.lock().unwrap_or_else(|p| p.into_inner());
+        let settled = changed.filter(|at| now.saturating_duration_since(*at) >= SETTLE);
         let mut paths = self.shared.paths.lock().unwrap_or_else(|p| p.into_inner());
         for (name, ((remote, endpoint), st)) in paths.iter_mut() {
+            if let (Some(at), Some((since, task))) = (settled, &st.connecting) {
+                if *since < at {
+                    // Started on the network as it was (e.g. waiting 3 s for a neighbour that
+                    // never answers): start afresh. It holds no token yet.
+                    debug!("path manager: {}{remote}: network changed, restarting the connect", endpoint.path);
+                    task.abort();
+                    st.connecting = None;
+                    st.attempting = false;
+                    st.next_attempt = now;
+                }
+            }
             if st.conn.is_some() || st.attempting || st.next_attempt > now {
                 continue;
             }
             st.attempting = true;
             let (me, name, remote, endpoint) = (self.clone(), name.clone(), *remote, endpoint.clone());
             let (first_backoff, max_backoff) = (config.first_backoff, config.max_backoff);
-            tokio::spawn(async move {
-                let result = me.session.join_with(remote, &endpoint.path).await;
+            let task = tokio::spawn(async move {
+                let result = match endpoint.path.connect(remote).await {
+                    Ok(stream) => {
+                        // From here on a token is at stake: no restart.
+                        if let Some((_, st)) = me.shared.paths.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&name)
+                        {
+                            st.connecting = None;
+                        }
+                        me.session.join_connected(remote, stream, endpoint.path.timeout_or_default()).await
+                    }
+                    Err(e) => Err(e),
+                };
                 if let Ok(conn) = result {
                     if endpoint.backup {
                         let _ = me.session.set_backup(conn, true);
                     }
                 }
+                // Every path is down and the server refuses the rejoin (access_denied: the token
+                // names no session it knows): it restarted, or ended the session after its own
+                // rejoin timeout. Waiting longer cannot help.
+                let orphaned = me.session.orphaned_since();
+                let refused = matches!(&result, Err(e) if e.to_string().contains("AccessDenied"));
+                if let (true, Some(since)) = (refused, orphaned) {
+                    let why = format!(
+                        "every connection was lost, and {}s later the server refused the rejoin (path {}{remote}): \
+                         it no longer knows this session (it restarted, or ended the session after its own rejoin \
+                         timeout, e.g. `tcpls serve --rejoin-timeout`)",
+                        format_args!("{:.1} ", since.elapsed().as_secs_f64()),
+                        endpoint.path
+                    );
+                    tracing::warn!("path manager: {why}");
+                    me.session.end_orphaned(why);
+                }
                 let mut paths = me.shared.paths.lock().unwrap_or_else(|p| p.into_inner());
                 let Some((_, st)) = paths.get_mut(&name) else { return };
                 st.attempting = false;
+                st.connecting = None;
                 match result {
                     Ok(conn) => {
                         info!("path manager: {}{remote} up as connection {conn}", endpoint.path);
+                        me.session.trace_path(|| path_event("up", remote, &endpoint, Some(conn), None, None));
                         st.conn = Some(conn);
                         st.failures = 0;
                         st.last_error = None;
@@ -337,17 +502,55 @@ impl PathManager {
                         if st.failures == 1 {
                             info!("path manager: {}{remote}: {e} (retrying with backoff)", endpoint.path);
                         }
-                        st.next_attempt = Instant::now() + crate::session::jittered(st.backoff);
-                        st.backoff = (st.backoff * 2).min(max_backoff);
+                        let outage = me.session.orphaned_since().is_some();
+                        let cap = if outage { max_backoff.min(OUTAGE_MAX_BACKOFF) } else { max_backoff };
+                        let wait = crate::session::jittered(st.backoff.min(cap));
+                        st.next_attempt = Instant::now() + wait;
+                        let retry = Some(wait.as_millis() as u64);
+                        me.session
+                            .trace_path(|| path_event("failed", remote, &endpoint, None, Some(e.to_string()), retry));
+                        st.backoff = (st.backoff * 2).min(cap);
+                    }
+                }
+                if me.session.orphaned_since().is_some() {
+                    // For the session's error, should the outage outlast the tolerance.
+                    let note: Vec<String> = paths
+                        .iter()
+                        .filter_map(|(name, ((remote, _), st))| {
+                            // Connect errors name their path already; join errors do not.
+                            st.last_error.as_ref().map(|e| {
+                                if e.contains(&remote.to_string()) {
+                                    e.clone()
+                                } else {
+                                    format!("{}: {e}", name.trim())
+                                }
+                            })
+                        })
+                        .collect();
+                    if !note.is_empty() {
+                        me.session.set_rejoin_note(format!("{} path(s) tried, {}", paths.len(), note.join("; ")));
                     }
                 }
                 drop(paths);
                 me.shared.wake.notify_one();
             });
+            st.connecting = Some((now, task.abort_handle()));
         }
     }
 }
 
 fn path_name((remote, e): &PathKey) -> String {
     format!("{}{remote}{}", e.path, if e.backup { " backup" } else { "" })
+}
+
+/// A path manager decision for the session's trace.
+fn path_event(
+    state: &'static str,
+    remote: SocketAddr,
+    endpoint: &Endpoint,
+    conn: Option<ConnId>,
+    error: Option<String>,
+    retry_ms: Option<u64>,
+) -> crate::PathEvent {
+    crate::PathEvent { state, remote, local: endpoint.path.to_string(), conn, error, retry_ms }
 }

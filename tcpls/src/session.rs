@@ -98,6 +98,7 @@ impl Session {
     pub fn open_stream(&self) -> io::Result<(SendStream, RecvStream)> {
         let mut inner = self.shared.lock();
         let id = inner.proto.open_stream().map_err(stream_error)?;
+        inner.trace_stream(id, "opened", None);
         drop(inner);
         Ok(self.stream_pair(id))
     }
@@ -215,6 +216,25 @@ impl Session {
         self.shared.lock().trace = Some(crate::trace::Tracer::new(sink));
     }
 
+    /// Memory the session holds against its budget (receive credit, buffers, unacknowledged
+    /// records): what `tcpls serve --metrics` exports. O(streams + connections).
+    pub fn memory_use(&self) -> tcpls_proto::MemoryUse {
+        self.shared.lock().proto.memory_use()
+    }
+
+    /// Whether `other` is a handle to the same session.
+    pub fn is_same(&self, other: &Session) -> bool {
+        std::sync::Arc::ptr_eq(&self.shared.0, &other.shared.0)
+    }
+
+    /// Hands a path manager decision to the session's trace, if it is traced.
+    pub(crate) fn trace_path(&self, event: impl FnOnce() -> crate::PathEvent) {
+        let inner = self.shared.lock();
+        if let Some(tracer) = &inner.trace {
+            tracer.path(inner.proto.side(), &event());
+        }
+    }
+
     /// Ends the session at once: queued data is dropped.
     pub fn abort(&self) {
         let mut inner = self.shared.lock();
@@ -242,8 +262,18 @@ impl Session {
     /// path that cannot connect (an interface going down, a refused or unreachable network)
     /// costs no token, however often it is tried.
     pub async fn join_with(&self, addr: SocketAddr, path: &PathOptions) -> io::Result<ConnId> {
-        let timeout = path.timeout_or_default();
         let stream = path.connect(addr).await?;
+        self.join_connected(addr, stream, path.timeout_or_default()).await
+    }
+
+    /// The second half of [`join_with`](Self::join_with): joins a TCP connection to `addr`
+    /// that is up already (a token is taken now), waiting at most `timeout` for the server.
+    pub(crate) async fn join_connected(
+        &self,
+        addr: SocketAddr,
+        stream: tokio::net::TcpStream,
+        timeout: std::time::Duration,
+    ) -> io::Result<ConnId> {
         let id = self.take_token_for_join().await?;
         // From here on, an early return (an error, a timeout, or the caller dropping this
         // future) must end the half-made connection, or the session could never close.
@@ -261,7 +291,7 @@ impl Session {
             if inner.proto.is_connection_usable(id) {
                 return Poll::Ready(Ok(id));
             }
-            if inner.driver_done || inner.proto.is_connection_finished(id) {
+            if inner.driver_done || inner.proto.is_closed() || inner.proto.is_connection_finished(id) {
                 let why = inner
                     .proto
                     .connection_error(id)
@@ -321,6 +351,9 @@ impl Session {
     async fn take_token_for_join(&self) -> io::Result<ConnId> {
         let attempt = poll_fn(|cx| {
             let mut inner = self.shared.lock();
+            if inner.driver_done || inner.proto.is_closed() {
+                return Poll::Ready(Err(io::Error::new(io::ErrorKind::NotConnected, "the session is over")));
+            }
             match inner.proto.add_connection() {
                 Ok(id) => Poll::Ready(Ok(id)),
                 Err(tcpls_proto::Error::NoToken) if !inner.driver_done => {
@@ -334,6 +367,46 @@ impl Session {
             Ok(result) => result,
             Err(_) => Err(io::Error::other(tcpls_proto::Error::NoToken)),
         }
+    }
+
+    /// How long this session waits for a rejoin once every connection is lost, from now on
+    /// ([`tcpls_proto::SessionConfig::rejoin_timeout`], default 10 s; a [`PathManager`](crate::PathManager)
+    /// sets its outage tolerance). On a server, how long an orphaned session is kept for its
+    /// client to come back.
+    pub fn set_rejoin_timeout(&self, timeout: std::time::Duration) {
+        let mut inner = self.shared.lock();
+        inner.proto.set_rejoin_timeout(timeout);
+        inner.wake_driver();
+    }
+
+    /// Since when every connection of this session has been lost (it waits for a rejoin), if so.
+    pub fn orphaned_since(&self) -> Option<std::time::Instant> {
+        self.shared.lock().proto.orphaned_since()
+    }
+
+    /// A path manager takes over (or gives back, `false`) the rejoin after an outage.
+    pub(crate) fn set_managed(&self, managed: bool) {
+        let mut inner = self.shared.lock();
+        inner.managed = managed;
+        inner.wake_driver();
+    }
+
+    /// A [`PathManager`](crate::PathManager) rejoins this session over its paths after an
+    /// outage (for its outage tolerance), rather than the session's own rejoin.
+    pub fn is_managed(&self) -> bool {
+        self.shared.lock().managed
+    }
+
+    /// Ends a session that waits for a rejoin, with `ConnectionLost(why)`.
+    pub(crate) fn end_orphaned(&self, why: String) {
+        let mut inner = self.shared.lock();
+        inner.proto.end_orphaned(tcpls_proto::Error::ConnectionLost(why));
+        inner.wake_driver();
+    }
+
+    /// Recorded for the session's final error, should no rejoin come in time.
+    pub(crate) fn set_rejoin_note(&self, note: String) {
+        self.shared.lock().proto.set_rejoin_note(note);
     }
 
     /// Moves every stream steered to connection `from` to `to` and closes `from` gracefully

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
+use std::time::Instant;
 
 use tcpls_proto::{Event, StreamId};
 
@@ -26,6 +27,9 @@ pub(crate) struct Inner {
     pub(crate) issued_tokens: Vec<[u8; 32]>,
     /// Client: the server address the session was opened to (a rejoin's last resort).
     pub(crate) origin: Option<std::net::SocketAddr>,
+    /// Client: a path manager rejoins this session over its paths after an outage, so the
+    /// driver does not start its own rejoin over the default route.
+    pub(crate) managed: bool,
     /// Socket descriptors of live connections (the driver adds and removes them), for TCP_INFO.
     pub(crate) fds: HashMap<tcpls_proto::ConnId, std::os::fd::RawFd>,
     /// Answers to the extension probes (see `ext.rs`).
@@ -66,9 +70,10 @@ impl Inner {
             registry: None,
             issued_tokens: Vec::new(),
             origin: None,
+            managed: false,
             fds: HashMap::new(),
             ext: Default::default(),
-            trace: None,
+            trace: crate::trace::default_trace().map(crate::trace::Tracer::new),
         }
     }
 
@@ -93,8 +98,18 @@ impl Inner {
     /// Routes the core's events to the tasks waiting for them.
     pub(crate) fn dispatch_events(&mut self) {
         while let Some(event) = self.proto.poll_event() {
-            if let Some(tracer) = &self.trace {
-                tracer.record(self.proto.side(), &event);
+            if let Some(tracer) = &mut self.trace {
+                if matches!(event, Event::ConnectionClosed { .. } | Event::FailedOver { .. }) {
+                    // The counters of the connection that ended (and what failover re-sent),
+                    // next to its end in the trace.
+                    let fds = &self.fds;
+                    tracer.sample(
+                        &self.proto,
+                        &|c| fds.get(&c).and_then(|fd| crate::tcp_info::read(*fd).ok()),
+                        Instant::now(),
+                    );
+                }
+                tracer.record(&self.proto, &event);
             }
             if trace_events() {
                 match &event {
@@ -151,6 +166,25 @@ impl Inner {
         }
     }
 
+    /// Samples the session for its trace when one is due (`trace.rs`); one `Option` test when
+    /// the session is not traced.
+    pub(crate) fn trace_sample(&mut self, force: bool) {
+        if let Some(tracer) = &mut self.trace {
+            let now = Instant::now();
+            if force || tracer.sample_due(now) {
+                let fds = &self.fds;
+                tracer.sample(&self.proto, &|c| fds.get(&c).and_then(|fd| crate::tcp_info::read(*fd).ok()), now);
+            }
+        }
+    }
+
+    /// Traces the application's stream calls (open, finish, reset), if the session is traced.
+    pub(crate) fn trace_stream(&self, stream: StreamId, what: &'static str, error_code: Option<u32>) {
+        if let Some(tracer) = &self.trace {
+            tracer.stream(self.proto.side(), stream, what, error_code);
+        }
+    }
+
     fn push_app_event(&mut self, event: Event) {
         if self.app_events.len() == MAX_APP_EVENTS {
             self.app_events.pop_front();
@@ -159,6 +193,10 @@ impl Inner {
     }
 
     pub(crate) fn driver_finished(&mut self) {
+        if !self.driver_done {
+            // The last counters of the session, before the descriptors go.
+            self.trace_sample(true);
+        }
         self.driver_done = true;
         // The sockets close right after: no TCP_INFO may be read from their descriptors.
         self.fds.clear();

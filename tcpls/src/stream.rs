@@ -40,6 +40,7 @@ impl SendStream {
         self.finished = true;
         let mut inner = self.shared.lock();
         inner.proto.reset_stream(self.id, error_code).map_err(stream_error)?;
+        inner.trace_stream(self.id, "reset", Some(error_code));
         inner.wake_driver();
         Ok(())
     }
@@ -52,6 +53,7 @@ impl SendStream {
         self.finished = true;
         let mut inner = self.shared.lock();
         inner.proto.finish(self.id).map_err(stream_error)?;
+        inner.trace_stream(self.id, "finished", None);
         inner.wake_driver();
         Ok(())
     }
@@ -89,7 +91,9 @@ impl Drop for SendStream {
     fn drop(&mut self) {
         if !self.finished {
             let mut inner = self.shared.lock();
-            let _ = inner.proto.finish(self.id);
+            if inner.proto.finish(self.id).is_ok() {
+                inner.trace_stream(self.id, "finished", None);
+            }
             inner.writers.remove(&self.id);
             inner.wake_driver();
         }

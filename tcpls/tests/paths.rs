@@ -214,7 +214,9 @@ async fn the_path_manager_keeps_a_fullmesh_up_and_replaces_lost_paths() {
     let (server, _) = echo_server(&pki).await;
     let wifi = PathOptions::new().local(ip("127.0.0.2"));
     let lte = PathOptions::new().local(ip("127.0.0.3"));
-    let connector = TcplsConnector::new(pki.client()).with_path(wifi.clone());
+    // The path manager's decisions go to the session's trace.
+    let trace = std::sync::Arc::new(Capture::default());
+    let connector = TcplsConnector::new(pki.client()).with_path(wifi.clone()).with_trace(trace.clone());
     let session = connector.connect(server, server_name_for("localhost").unwrap()).await.unwrap();
     let config = PathManagerConfig {
         policy: PathPolicy::Fullmesh,
@@ -266,6 +268,30 @@ async fn the_path_manager_keeps_a_fullmesh_up_and_replaces_lost_paths() {
     assert!(got == data, "content after two path losses");
     assert!(session.stats().failovers >= 1, "{:?}", session.stats());
     manager.stop();
+    let path_states: Vec<String> = trace
+        .events()
+        .into_iter()
+        .filter(|(name, _)| name == "path_updated")
+        .map(|(_, data)| data["state"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(path_states.iter().filter(|s| *s == "dropped").count(), 2, "{path_states:?}");
+    assert!(path_states.iter().filter(|s| *s == "up").count() >= 3, "lte once, wifi twice: {path_states:?}");
+}
+
+/// A trace sink keeping (name, data) of every event.
+#[derive(Default)]
+struct Capture(std::sync::Mutex<Vec<(String, serde_json::Value)>>);
+
+impl Capture {
+    fn events(&self) -> Vec<(String, serde_json::Value)> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+impl tcpls::TraceSink for Capture {
+    fn record(&self, record: &tcpls::TraceRecord<'_>) {
+        self.0.lock().unwrap().push(tcpls::describe_trace_event(&record.event));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -296,14 +322,17 @@ async fn the_path_manager_retries_a_refused_path_until_it_works_without_burning_
         ..Default::default()
     };
     let manager = PathManager::start(&session, origin, config);
-    eventually("a few refused attempts", || manager.paths().first().is_some_and(|p| p.failures >= 3)).await;
+    // The manager keeps the path the session was opened over too (as connection 0).
+    let later = || manager.paths().into_iter().find(|p| p.remote == later_addr);
+    eventually("a few refused attempts", || later().is_some_and(|p| p.failures >= 3)).await;
     assert_eq!(session.token_count(), tokens, "refused connects cost no token");
-    assert!(manager.paths()[0].conn.is_none());
+    assert!(later().unwrap().conn.is_none());
+    assert_eq!(manager.paths().iter().find(|p| p.remote == origin).unwrap().conn, Some(0));
     // The address comes up: the manager joins over it within its backoff.
     let second =
         TcplsListener::bind_with_registry(later_addr, pki.server(), SessionConfig::default(), registry).await.unwrap();
     tokio::spawn(async move { while second.accept().await.is_some() {} });
-    eventually("the path joined once its address answers", || manager.paths()[0].conn.is_some()).await;
+    eventually("the path joined once its address answers", || later().is_some_and(|p| p.conn.is_some())).await;
     let remotes: Vec<_> = session.connections().iter().filter_map(|c| c.remote).collect();
     assert!(remotes.contains(&later_addr), "{remotes:?}");
 }

@@ -42,8 +42,18 @@ pub fn supported(test: &str, needs_mptcp: bool) -> bool {
 
 /// Runs `experiments NAME --quick --out DIR` and returns the summary it printed.
 pub fn run_quick(name: &str, out: &Path) -> serde_json::Value {
+    run_quick_with(name, out, &[])
+}
+
+/// Same with extra arguments (`--trace FILE`).
+pub fn run_quick_with(name: &str, out: &Path, extra: &[&std::ffi::OsStr]) -> serde_json::Value {
     let started = std::time::Instant::now();
-    let o = Command::new(env!("CARGO_BIN_EXE_experiments")).args([name, "--quick", "--out"]).arg(out).output().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_experiments"))
+        .args([name, "--quick", "--out"])
+        .arg(out)
+        .args(extra)
+        .output()
+        .unwrap();
     let stdout = String::from_utf8_lossy(&o.stdout);
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "experiments {name} --quick failed: {stderr}\n{stdout}");

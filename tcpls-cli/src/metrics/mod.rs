@@ -32,8 +32,11 @@ pub struct ServerMetrics {
 
 #[derive(Debug)]
 struct State {
-    /// The registry every listener of the server shares: its listener statistics.
-    joins: JoinRegistry,
+    /// The registry every listener of the server shares: its listener statistics (none for the
+    /// tunnel client, which accepts no TCPLS connections).
+    joins: Option<JoinRegistry>,
+    /// The `opened_by` label of streams this side opened: "server" or "client".
+    local: &'static str,
     sessions: SessionTable,
     refused_max_sessions: AtomicU64,
     /// A tunnel concentrator's per-client counters (label `client`).
@@ -65,8 +68,14 @@ impl Drop for Tracked {
 impl ServerMetrics {
     /// Metrics for the server whose listeners share `registry`.
     pub fn new(registry: JoinRegistry) -> Self {
+        Self::with_listeners(Some(registry))
+    }
+
+    fn with_listeners(joins: Option<JoinRegistry>) -> Self {
+        let local = if joins.is_some() { "server" } else { "client" };
         let state = State {
-            joins: registry,
+            joins,
+            local,
             sessions: SessionTable::default(),
             refused_max_sessions: AtomicU64::new(0),
             clients: OnceLock::new(),
@@ -131,7 +140,6 @@ fn labelled_counters(
 impl Collector for Snapshot {
     fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let state = &self.0;
-        let l = state.joins.listener_stats();
         let Totals { live, all } = state.sessions.totals();
         let e = &mut e;
         gauge(e, "tcpls_sessions_active", "Sessions being served now.", live.sessions)?;
@@ -148,7 +156,7 @@ impl Collector for Snapshot {
             "tcpls_streams",
             "Streams of served sessions, by the side that opened them.",
             "opened_by",
-            &[("peer", all.streams_by_peer), ("server", all.streams_by_server)],
+            &[("peer", all.streams_by_peer), (state.local, all.streams_by_server)],
         )?;
         counter(e, "tcpls_stream_bytes_received", "Stream payload bytes received.", all.stream_bytes_received)?;
         counter(
@@ -175,6 +183,44 @@ impl Collector for Snapshot {
             "Connections that failed with unacknowledged records, re-sent on others.",
             all.failovers,
         )?;
+        counter(
+            e,
+            "tcpls_records_resent",
+            "Records of failed connections whose content was sent again on others (failover).",
+            all.records_resent,
+        )?;
+        gauge(
+            e,
+            "tcpls_receive_credit_bytes",
+            "Flow-control credit granted to peers and not yet read by the application (live sessions): what the receive budget bounds.",
+            live.receive_credit,
+        )?;
+        gauge(
+            e,
+            "tcpls_receive_budget_bytes",
+            "Receive budgets of the live sessions (SessionConfig::receive_budget), summed.",
+            live.receive_budget,
+        )?;
+        gauge(
+            e,
+            "tcpls_receive_buffer_bytes",
+            "Memory allocated by the live sessions' stream receive buffers.",
+            live.receive_allocated,
+        )?;
+        gauge(
+            e,
+            "tcpls_send_buffer_bytes",
+            "Stream bytes held for sending by the live sessions (written, not yet acknowledged).",
+            live.send_buffered,
+        )?;
+        gauge(
+            e,
+            "tcpls_unacked_records",
+            "Sent records the live sessions keep for failover until the peer acknowledges them.",
+            live.unacked_records,
+        )?;
+        let Some(joins) = &state.joins else { return Ok(()) };
+        let l = joins.listener_stats();
         labelled_counters(
             e,
             "tcpls_handshakes",
@@ -280,5 +326,28 @@ pub async fn attach_to_concentrator(
     let control = conc.control();
     metrics.with_clients(Arc::new(move || control.client_stats()));
     conc.on_session_start(Arc::new(move |session: &Session| Box::new(metrics.track(session)) as Box<dyn Send>));
+    Ok(())
+}
+
+/// `tcpls tunnel client --metrics ADDR`: the client's current session (the one after a
+/// reconnect too), without the listener families (the client accepts no TCPLS connections).
+pub async fn attach_to_tunnel_client(client: tcpls_tunnel::tunnel::TunnelClient, addr: &str) -> Result<(), String> {
+    let addr = *crate::args::resolve(addr)?.first().ok_or_else(|| format!("--metrics {addr}: no address"))?;
+    let metrics = ServerMetrics::with_listeners(None);
+    let bound = serve_metrics(addr, metrics.clone()).await?;
+    eprintln!("tcpls tunnel client: metrics on http://{bound}/metrics");
+    // The task holds a clone of the client for the life of the command (which serves until
+    // it exits). It follows reconnects: a new session is counted from when it replaces the old.
+    tokio::spawn(async move {
+        let mut tracked: Option<(Session, Tracked)> = None;
+        loop {
+            let current = client.session();
+            if !tracked.as_ref().is_some_and(|(s, _)| s.is_same(&current)) {
+                let guard = metrics.track(&current);
+                tracked = Some((current, guard));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    });
     Ok(())
 }

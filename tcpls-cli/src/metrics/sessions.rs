@@ -20,6 +20,13 @@ pub struct Counts {
     pub bytes_received: u64,
     pub bytes_sent: u64,
     pub failovers: u64,
+    pub records_resent: u64,
+    /// Memory gauges (live sessions only; 0 for ended ones).
+    pub receive_credit: u64,
+    pub receive_budget: u64,
+    pub receive_allocated: u64,
+    pub send_buffered: u64,
+    pub unacked_records: u64,
 }
 
 impl Counts {
@@ -35,6 +42,12 @@ impl Counts {
         self.bytes_received += o.bytes_received;
         self.bytes_sent += o.bytes_sent;
         self.failovers += o.failovers;
+        self.records_resent += o.records_resent;
+        self.receive_credit += o.receive_credit;
+        self.receive_budget += o.receive_budget;
+        self.receive_allocated += o.receive_allocated;
+        self.send_buffered += o.send_buffered;
+        self.unacked_records += o.unacked_records;
     }
 }
 
@@ -63,7 +76,14 @@ impl Live {
             usable += u64::from(c.usable);
         }
         let s = self.session.stats();
+        let m = self.session.memory_use();
         Counts {
+            records_resent: s.records_resent,
+            receive_credit: m.receive_credit,
+            receive_budget: m.receive_budget,
+            receive_allocated: m.receive_allocated,
+            send_buffered: m.send_buffered,
+            unacked_records: m.unacked_records,
             sessions: 1,
             usable,
             connections: self.conns.len() as u64,
@@ -106,7 +126,15 @@ impl SessionTable {
     pub fn end(&self, id: u64) {
         let mut t = self.table();
         if let Some(mut live) = t.live.remove(&id) {
-            let last = Counts { usable: 0, ..live.read() };
+            let last = Counts {
+                usable: 0,
+                receive_credit: 0,
+                receive_budget: 0,
+                receive_allocated: 0,
+                send_buffered: 0,
+                unacked_records: 0,
+                ..live.read()
+            };
             t.ended.add(&last);
         }
     }

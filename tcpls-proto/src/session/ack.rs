@@ -144,7 +144,9 @@ impl Core {
         let resent = !c.sent_log.is_empty();
         c.sent_log_control = 0;
         for record in std::mem::take(&mut c.sent_log) {
+            self.stats.records_resent += 1;
             if let Some((id, offset, len, fin)) = record.stream {
+                self.stats.stream_bytes_resent += len as u64;
                 if let Some(s) = self.streams.get_mut(&id) {
                     s.send.retransmit(offset, len, fin);
                 }

@@ -15,10 +15,11 @@ mod early;
 mod ext;
 mod frames;
 mod multipath;
+mod observe;
 mod packetize;
 mod placement;
 pub mod sched;
-mod streams;
+pub(crate) mod streams;
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -33,6 +34,7 @@ pub(crate) use conn::{Connection, Inbound, RecordSink};
 pub(crate) use control::ControlQueue;
 pub use early::MAX_EARLY_STREAM_BYTES;
 pub use multipath::{Accepted, JoiningConnection};
+pub use observe::{MemoryUse, StreamProgress};
 pub(crate) use streams::Stream;
 
 use crate::config::SessionConfig;
@@ -123,6 +125,8 @@ pub(crate) struct Core {
     pub(crate) orphaned_since: Option<Instant>,
     /// The loss that orphaned the session: its error if no rejoin comes.
     pub(crate) orphan_error: Option<Error>,
+    /// Client: what the IO layer's last rejoin attempts said (per path), for the final error.
+    pub(crate) rejoin_note: Option<String>,
     /// Client: sequence numbers of tokens already spent (IDs of connections, live or not).
     pub(crate) used_token_seqs: std::collections::BTreeSet<u32>,
     /// Extension state (rate limits), see `ext.rs`.
@@ -155,6 +159,10 @@ pub struct SessionStats {
     /// `SessionConfig::max_unacked_records` (or `max_unacked_control` bytes) pile up: their
     /// failover guarantee is lost.
     pub unacked_released: u64,
+    /// Records of failed connections whose content was queued again for the others (failover).
+    pub records_resent: u64,
+    /// Stream bytes of those records (sent again, re-encrypted, on another connection).
+    pub stream_bytes_resent: u64,
 }
 
 pub struct Session {
@@ -265,6 +273,7 @@ impl Session {
                 acks: ack::Acks::default(),
                 orphaned_since: None,
                 orphan_error: None,
+                rejoin_note: None,
                 ext: ext::ExtState::default(),
                 early: early::EarlyState::default(),
                 refused_streams: crate::stream::RangeSet::new(),
@@ -496,6 +505,7 @@ impl Session {
             core.events.push_back(Event::ConnectionEstablished { conn: c.id });
             core.orphaned_since = None;
             core.orphan_error = None;
+            core.rejoin_note = None;
         }
         if let Err(e) = result {
             c.fail(e);
@@ -677,12 +687,42 @@ impl Session {
                 self.core.orphaned_since = None;
                 // Say what happened and for how long we waited, not only the first loss.
                 let first = self.core.orphan_error.take().map_or_else(|| "unknown".to_string(), |e| e.to_string());
+                let tried = self.core.rejoin_note.take().map_or_else(String::new, |n| format!("; last attempts: {n}"));
                 self.core.error = Some(Error::ConnectionLost(format!(
-                    "every connection was lost and none rejoined within {:.1} s (first loss: {first})",
+                    "every connection was lost and none rejoined within {:.1} s (first loss: {first}{tried})",
                     waited.as_secs_f64()
                 )));
                 self.core.on_closed();
             }
+        }
+    }
+
+    /// Changes how long this session waits for a rejoin once every connection is lost
+    /// ([`SessionConfig::rejoin_timeout`]), e.g. a client's path manager applying its outage
+    /// tolerance. Zero: the session ends with its last connection.
+    pub fn set_rejoin_timeout(&mut self, timeout: std::time::Duration) {
+        self.core.config.rejoin_timeout = timeout;
+    }
+
+    /// Since when every connection has been lost (the session waits for a rejoin), if it has.
+    pub fn orphaned_since(&self) -> Option<Instant> {
+        self.core.orphaned_since
+    }
+
+    /// Client: what the last rejoin attempts said (e.g. per path: "wifi: network unreachable"),
+    /// quoted in the session's error if no rejoin comes in time.
+    pub fn set_rejoin_note(&mut self, note: String) {
+        self.core.rejoin_note = Some(note);
+    }
+
+    /// Client: ends a session that waits for a rejoin at once, with `error` (e.g. the server
+    /// refused the rejoin: it no longer knows the session). Nothing happens otherwise.
+    pub fn end_orphaned(&mut self, error: Error) {
+        if self.core.orphaned_since.take().is_some() && !self.core.closed {
+            self.core.orphan_error = None;
+            self.core.rejoin_note = None;
+            self.core.error = Some(error);
+            self.core.on_closed();
         }
     }
 

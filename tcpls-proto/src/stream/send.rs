@@ -413,6 +413,16 @@ impl SendBuf {
         self.reset
     }
 
+    /// End of the bytes sent at least once (flow control and the scheduler let them out).
+    pub fn sent_offset(&self) -> u64 {
+        self.sent
+    }
+
+    /// Lowest offset not yet acknowledged: every byte below it was acknowledged.
+    pub fn acked_offset(&self) -> u64 {
+        self.head
+    }
+
     /// Bytes currently held (written and not yet released).
     pub fn buffered(&self) -> usize {
         (self.write_offset - self.head) as usize

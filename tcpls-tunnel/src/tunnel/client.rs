@@ -119,6 +119,9 @@ struct Dial {
     server_name: ServerName<'static>,
     /// Extra connections: a concentrator address and the local side to leave from.
     paths: Vec<(SocketAddr, PathOptions)>,
+    /// The first connection's local side and the path manager's policy (TunnelConfig).
+    bind: PathOptions,
+    path_manager: Option<tcpls::PathPolicy>,
 }
 
 impl Dial {
@@ -136,6 +139,20 @@ impl Dial {
                 io::ErrorKind::Unsupported,
                 format!("{concentrator} speaks plain TLS, not TCPLS: is it a `tcpls tunnel server`?"),
             ));
+        }
+        if let Some(policy) = self.path_manager {
+            // The manager lives as long as the session; paths down now keep being retried.
+            let config = tcpls::PathManagerConfig::from_paths(policy, self.bind.clone(), &self.paths);
+            let manager = tcpls::PathManager::start(&session, concentrator, config);
+            #[cfg(target_os = "linux")]
+            if let Err(e) = manager.follow_interfaces() {
+                tracing::warn!("tunnel: no interface events (paths are still retried): {e}");
+            }
+            for p in manager.wait_for_paths(Duration::from_secs(3)).await.iter().filter(|p| p.conn.is_none()) {
+                let why = p.last_error.as_deref().unwrap_or("not connected yet");
+                tracing::warn!("tunnel: path {}{} is down ({why}); retrying", p.endpoint.path, p.remote);
+            }
+            return Ok(session);
         }
         for (p, local) in &self.paths {
             match session.join_with(*p, local).await {
@@ -167,7 +184,9 @@ async fn trouble(session: &Session) -> (String, bool) {
         let mut since = None;
         loop {
             tokio::time::sleep(Duration::from_millis(100)).await;
-            if is_usable(session) {
+            if is_usable(session) || session.is_managed() {
+                // A path manager rejoins for its outage tolerance, and ends the session at once
+                // if the concentrator no longer knows it.
                 since = None;
             } else if since.get_or_insert_with(tokio::time::Instant::now).elapsed() >= ORPHAN_GRACE {
                 return (format!("no usable connection for {ORPHAN_GRACE:?}"), false);
@@ -215,8 +234,15 @@ impl TunnelClient {
     ) -> io::Result<TunnelClient> {
         // The connector keeps the TLS configuration and with it rustls' ticket store: a new
         // session to the same concentrator process resumes (PSK) rather than a full handshake.
-        let connector = TcplsConnector::new(tls).with_settings(cfg.session.clone());
-        let dial = Dial { connector, concentrator, server_name, paths: paths.to_vec() };
+        let connector = TcplsConnector::new(tls).with_settings(cfg.session.clone()).with_path(cfg.bind.clone());
+        let dial = Dial {
+            connector,
+            concentrator,
+            server_name,
+            paths: paths.to_vec(),
+            bind: cfg.bind.clone(),
+            path_manager: cfg.path_manager,
+        };
         let session = dial.session().await?;
         let (current, _) = watch::channel(Current { session, up: true, fatal: None });
         let inner = Inner {

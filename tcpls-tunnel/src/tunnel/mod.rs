@@ -87,6 +87,13 @@ pub struct TunnelConfig {
     /// Concentrator: the addresses clients may ask it to listen on (reverse forwards, Reverse
     /// Bind); empty (default): none.
     pub reverse_allowed: Vec<std::net::SocketAddr>,
+    /// Client: the local side of the session's first connection (a local address or an
+    /// interface); default: the kernel's choice.
+    pub bind: tcpls::PathOptions,
+    /// Client: keep the first connection and the extra paths up with a path manager of this
+    /// policy (re-joined when lost, interface events followed, outages of every path survived
+    /// for [`tcpls::DEFAULT_OUTAGE_TOLERANCE`]); None (default): each path is joined once.
+    pub path_manager: Option<tcpls::PathPolicy>,
     /// Concentrator: per-client destinations, rate and sessions, by client certificate name
     /// ([`crate::clients`]); default: none (every client gets the server-wide policy).
     pub client_policy: ClientPolicy,
@@ -126,6 +133,8 @@ impl Default for TunnelConfig {
             udp_idle_timeout: Duration::from_secs(60),
             max_udp_flows: 256,
             reverse_allowed: Vec::new(),
+            bind: tcpls::PathOptions::new(),
+            path_manager: None,
             client_policy: ClientPolicy::default(),
         }
     }

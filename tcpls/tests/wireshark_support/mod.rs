@@ -80,7 +80,7 @@ impl Capture {
     /// Starts tcpdump and waits until it listens, so no packet of what follows is missed.
     pub fn start(filter: &str, path: &Path) -> Result<Self, String> {
         let mut child = Command::new("tcpdump")
-            .args(["-i", "lo", "--immediate-mode", "-U", "-s", "0", "-B", "8192", "-w"])
+            .args(["-i", "lo", "--immediate-mode", "-U", "-s", "0", "-B", "65536", "-w"])
             .arg(path)
             .arg(filter)
             .stdout(Stdio::null())
