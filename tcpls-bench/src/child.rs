@@ -17,7 +17,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::pki::{Pki, SERVER_NAME};
-use crate::proto::{payload, share, Proto, Ready, SideReport, TcplsReceiverStats, IO_SIZE};
+use crate::proto::{payload, peak_rss_kib, share, Proto, Ready, SideReport, TcplsReceiverStats, IO_SIZE};
 use crate::sys::{monotonic_ns, Cpu};
 use crate::Res;
 
@@ -46,7 +46,15 @@ impl Counter {
         let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let (t, cpu) = st.1.unwrap_or_else(|| (monotonic_ns(), Cpu::now()));
         let cpu = cpu.since(cpu0);
-        SideReport { bytes: st.0, t_ns: t, cpu_user_ns: cpu.user_ns, cpu_sys_ns: cpu.sys_ns, tcpls: None }
+        SideReport {
+            bytes: st.0,
+            t_ns: t,
+            cpu_user_ns: cpu.user_ns,
+            cpu_sys_ns: cpu.sys_ns,
+            tcpls: None,
+            peak_rss_kib: peak_rss_kib(),
+            streams: Vec::new(),
+        }
     }
 }
 
@@ -89,13 +97,18 @@ async fn read_to_eof<R: AsyncRead + Unpin>(r: &mut R, counter: &Counter) -> Res<
     }
 }
 
-/// Consumes a TCPLS stream in place until its FIN.
-async fn chunks_to_eof(recv: &mut tcpls::RecvStream, counter: &Counter) -> Res<()> {
+/// Consumes a TCPLS stream in place until its FIN; returns its bytes and when the last one
+/// was read (CLOCK_MONOTONIC ns).
+async fn chunks_to_eof(recv: &mut tcpls::RecvStream, counter: &Counter) -> Res<(u64, u64)> {
+    let mut total = 0u64;
+    let mut last = monotonic_ns();
     loop {
         let n = recv.read_chunk_with(|chunk| chunk.len()).await?;
         if n == 0 {
-            return Ok(());
+            return Ok((total, last));
         }
+        total += n as u64;
+        last = monotonic_ns();
         counter.add(n);
     }
 }
@@ -141,7 +154,8 @@ pub async fn server(proto: Proto, bytes: u64) -> Res<SideReport> {
         | Proto::TcplsNozc
         | Proto::TcplsTrace
         | Proto::TcplsRead
-        | Proto::Tcpls64 => {
+        | Proto::Tcpls64
+        | Proto::Tcpls1000 => {
             let config = Arc::new(pki.server_config()?);
             let mut listener = TcplsListener::bind_with(localhost(), config, proto.tcpls_settings()).await?;
             let trace = crate::proto::trace_sink(proto, "server")?;
@@ -157,6 +171,7 @@ pub async fn server(proto: Proto, bytes: u64) -> Res<SideReport> {
             debug_ticker("server", &session, move || format!("received {}", c.state.lock().map(|s| s.0).unwrap_or(0)));
             let cpu0 = Cpu::now();
             let mut sends = Vec::new();
+            let mut per_stream = Vec::new();
             if proto.streams() == 1 {
                 let (send, mut recv) = session.accept_stream().await.ok_or("session ended before a stream")?;
                 sends.push(send);
@@ -174,7 +189,7 @@ pub async fn server(proto: Proto, bytes: u64) -> Res<SideReport> {
                     tasks.spawn(async move { chunks_to_eof(&mut recv, &counter).await.map_err(|e| e.to_string()) });
                 }
                 while let Some(r) = tasks.join_next().await {
-                    r??;
+                    per_stream.push(r??);
                 }
             }
             // Tell the client everything arrived (see `client`), on the client's first stream.
@@ -184,6 +199,7 @@ pub async fn server(proto: Proto, bytes: u64) -> Res<SideReport> {
             }
             let mut report = counter.finish(cpu0);
             report.tcpls = Some(receiver_stats(&session));
+            report.streams = per_stream;
             if let Some(e) = session.close().await {
                 return Err(format!("TCPLS session failed: {e}").into());
             }
@@ -258,7 +274,8 @@ pub async fn client(proto: Proto, port: u16, bytes: u64, close_early: bool) -> R
         | Proto::TcplsNozc
         | Proto::TcplsTrace
         | Proto::TcplsRead
-        | Proto::Tcpls64 => {
+        | Proto::Tcpls64
+        | Proto::Tcpls1000 => {
             let mut connector =
                 TcplsConnector::new(Arc::new(pki.client_config()?)).with_settings(proto.tcpls_settings());
             let trace = crate::proto::trace_sink(proto, "client")?;
@@ -316,5 +333,13 @@ pub async fn client(proto: Proto, port: u16, bytes: u64, close_early: bool) -> R
         }
     };
     let cpu = Cpu::now().since(cpu0);
-    Ok(SideReport { bytes, t_ns: t0, cpu_user_ns: cpu.user_ns, cpu_sys_ns: cpu.sys_ns, tcpls: None })
+    Ok(SideReport {
+        bytes,
+        t_ns: t0,
+        cpu_user_ns: cpu.user_ns,
+        cpu_sys_ns: cpu.sys_ns,
+        tcpls: None,
+        peak_rss_kib: peak_rss_kib(),
+        streams: Vec::new(),
+    })
 }

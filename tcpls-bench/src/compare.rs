@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::pki::Pki;
-use crate::proto::{Proto, Ready, SideReport, TcplsReceiverStats};
+use crate::proto::{jain_index, Proto, Ready, SideReport, TcplsReceiverStats};
 use crate::sys::kill_child;
 use crate::Res;
 
@@ -93,6 +93,16 @@ struct Sample {
     /// TCPLS: what the receiving session counted (zero-copy and copied bytes, per connection).
     #[serde(skip_serializing_if = "Option::is_none")]
     receiver_tcpls: Option<TcplsReceiverStats>,
+    /// Peak resident set size (VmHWM) of the sending and the receiving process, MiB.
+    sender_peak_rss_mib: f64,
+    receiver_peak_rss_mib: f64,
+    /// Multi-stream transfers: Jain's fairness index over the streams' goodputs (each stream's
+    /// bytes / (its last byte read - the sender's first write)); 1 = all equal.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_fairness: Option<f64>,
+    /// ... and the slowest and fastest stream's goodput, Mbit/s.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_mbit_s_min_max: Option<(f64, f64)>,
 }
 
 impl Sample {
@@ -133,6 +143,12 @@ struct Summary {
     zero_copy_bytes: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     copied_bytes: Option<u64>,
+    /// Medians over the repetitions of the processes' peak RSS, MiB.
+    sender_peak_rss_mib: f64,
+    receiver_peak_rss_mib: f64,
+    /// Median of the samples' Jain's index over per-stream goodputs (multi-stream protocols).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_fairness: Option<f64>,
     samples: Vec<Sample>,
 }
 
@@ -169,13 +185,19 @@ pub fn run(opts: Options) -> Res<()> {
         for &proto in &opts.protos {
             let s = run_one(proto, rep, &opts, &env).map_err(|e| format!("{} (rep {rep}): {e}", proto.name()))?;
             eprintln!(
-                "rep {rep}/{} {:<11} {:7.2} Gbit/s  {:6.3} s  CPU s/GiB sender {:.3} receiver {:.3}  other load {}{}",
+                "rep {rep}/{} {:<11} {:7.2} Gbit/s  {:6.3} s  CPU s/GiB sender {:.3} receiver {:.3}  peak RSS MiB sender {:.0} receiver {:.0}{}  other load {}{}",
                 opts.reps,
                 proto.name(),
                 s.gbit_s,
                 s.seconds,
                 s.sender_cpu() / (opts.bytes as f64 / GIB),
                 s.receiver_cpu() / (opts.bytes as f64 / GIB),
+                s.sender_peak_rss_mib,
+                s.receiver_peak_rss_mib,
+                s.stream_fairness
+                    .zip(s.stream_mbit_s_min_max)
+                    .map(|(j, (lo, hi))| format!("  fairness (Jain) {j:.3}, stream Mbit/s {lo:.1}..{hi:.1}"))
+                    .unwrap_or_default(),
                 percent(s.other_load),
                 s.receiver_tcpls.as_ref().map(describe_receiver).unwrap_or_default(),
             );
@@ -234,6 +256,10 @@ fn summarize(opts: &Options, samples: Vec<(Proto, Sample)>) -> Report {
                 copied_bytes: p
                     .is_tcpls()
                     .then(|| mine.iter().filter_map(|s| s.receiver_tcpls.as_ref()).map(|t| t.copied_bytes).sum()),
+                sender_peak_rss_mib: median(&mine.iter().map(|s| s.sender_peak_rss_mib).collect::<Vec<_>>()),
+                receiver_peak_rss_mib: median(&mine.iter().map(|s| s.receiver_peak_rss_mib).collect::<Vec<_>>()),
+                stream_fairness: (p.streams() > 1)
+                    .then(|| median(&mine.iter().filter_map(|s| s.stream_fairness).collect::<Vec<_>>())),
                 samples: mine,
             }
         })
@@ -301,12 +327,24 @@ fn print_table(r: &Report) {
     println!("cpu: {}", r.cpu);
     println!();
     println!(
-        "{:<11} {:>8} {:>8} {:>8} {:>7}   {:>9} {:>8} {:>8}   {:>6}   {:>9}",
-        "", "Gbit/s", "", "", "ratio", "CPU s/GiB", "", "", "other", "received"
+        "{:<11} {:>8} {:>8} {:>8} {:>7}   {:>9} {:>8} {:>8}   {:>6}   {:>9}   {:>8} {:>8}   {:>6}",
+        "", "Gbit/s", "", "", "ratio", "CPU s/GiB", "", "", "other", "received", "peak RSS", "MiB", "stream"
     );
     println!(
-        "{:<11} {:>8} {:>8} {:>8} {:>7}   {:>9} {:>8} {:>8}   {:>6}   {:>9}",
-        "protocol", "median", "min", "max", "to tls", "sender", "receiver", "total", "load", "zero-copy"
+        "{:<11} {:>8} {:>8} {:>8} {:>7}   {:>9} {:>8} {:>8}   {:>6}   {:>9}   {:>8} {:>8}   {:>6}",
+        "protocol",
+        "median",
+        "min",
+        "max",
+        "to tls",
+        "sender",
+        "receiver",
+        "total",
+        "load",
+        "zero-copy",
+        "sender",
+        "receiver",
+        "Jain"
     );
     for s in &r.results {
         let ratio = s.ratio_to_tls.map(|x| format!("{x:.2}")).unwrap_or_else(|| "-".into());
@@ -314,8 +352,9 @@ fn print_table(r: &Report) {
             (Some(z), Some(c)) if z + c > 0 => format!("{:.0}%", 100.0 * z as f64 / (z + c) as f64),
             _ => "-".into(),
         };
+        let fairness = s.stream_fairness.map(|j| format!("{j:.3}")).unwrap_or_else(|| "-".into());
         println!(
-            "{:<11} {:>8.2} {:>8.2} {:>8.2} {:>7}   {:>9.3} {:>8.3} {:>8.3}   {:>6}   {:>9}",
+            "{:<11} {:>8.2} {:>8.2} {:>8.2} {:>7}   {:>9.3} {:>8.3} {:>8.3}   {:>6}   {:>9}   {:>8.0} {:>8.0}   {:>6}",
             s.protocol,
             s.median_gbit_s,
             s.min_gbit_s,
@@ -326,6 +365,9 @@ fn print_table(r: &Report) {
             s.cpu_s_per_gib.total,
             percent(s.max_other_load),
             zero_copy,
+            s.sender_peak_rss_mib,
+            s.receiver_peak_rss_mib,
+            fairness,
         );
     }
     println!();
@@ -335,6 +377,8 @@ fn print_table(r: &Report) {
         r.machine.nproc
     );
     println!("receivers' zero_copy_bytes / (zero_copy_bytes + copied_bytes) over all repetitions.");
+    println!("peak RSS: VmHWM of each process at its end, medians. stream Jain: Jain's fairness index over");
+    println!("the streams' goodputs (bytes / (its last byte read - first write)), 1 = equal, medians.");
     if r.results.iter().any(|s| s.max_other_load.is_some_and(|l| l > NOISY)) {
         println!(
             "WARNING: other programs used more than {:.0}% of the machine during some runs; results are skewed.",
@@ -493,6 +537,18 @@ fn run_one(proto: Proto, rep: u32, opts: &Options, env: &[(&'static str, String)
         return Err("clock went backwards between first write and last read".into());
     }
     let seconds = (received.t_ns - sent.t_ns) as f64 / 1e9;
+    let per_stream: Vec<f64> = received
+        .streams
+        .iter()
+        .map(|&(bytes, t)| bytes as f64 * 8.0 / (t.saturating_sub(sent.t_ns).max(1) as f64 / 1e9) / 1e6)
+        .collect();
+    let (stream_fairness, stream_mbit_s_min_max) = if per_stream.len() > 1 {
+        let min = per_stream.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = per_stream.iter().copied().fold(0.0, f64::max);
+        (Some(jain_index(&per_stream)), Some((min, max)))
+    } else {
+        (None, None)
+    };
     Ok(Sample {
         rep,
         seconds,
@@ -503,6 +559,10 @@ fn run_one(proto: Proto, rep: u32, opts: &Options, env: &[(&'static str, String)
         receiver_sys_s: received.cpu_sys_ns as f64 / 1e9,
         other_load,
         receiver_tcpls: received.tcpls,
+        sender_peak_rss_mib: sent.peak_rss_kib as f64 / 1024.0,
+        receiver_peak_rss_mib: received.peak_rss_kib as f64 / 1024.0,
+        stream_fairness,
+        stream_mbit_s_min_max,
     })
 }
 

@@ -8,6 +8,13 @@ pub const IO_SIZE: usize = 256 << 10;
 /// Streams of the `tcpls-64` variant.
 pub const MANY_STREAMS: u32 = 64;
 
+/// Streams of the `tcpls-1000` variant.
+pub const VERY_MANY_STREAMS: u32 = 1000;
+
+/// Receive budget of the `tcpls-1000` receiver: the default 64 MiB admits ~990 streams (each is
+/// charged its 64 KiB initial window), so 1000 need more (as experiments/src/streams.rs does).
+pub const VERY_MANY_RECEIVE_BUDGET: u64 = 256 << 20;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Proto {
@@ -46,6 +53,11 @@ pub enum Proto {
     #[value(name = "tcpls-64")]
     #[serde(rename = "tcpls-64")]
     Tcpls64,
+    /// One TCPLS session, 1000 streams sharing the bytes, receivers use `read_chunk_with`; the
+    /// receiver's `receive_budget` is raised to 256 MiB so that it admits them all.
+    #[value(name = "tcpls-1000")]
+    #[serde(rename = "tcpls-1000")]
+    Tcpls1000,
 }
 
 impl Proto {
@@ -66,6 +78,7 @@ impl Proto {
             Proto::TcplsTrace => "tcpls-trace",
             Proto::TcplsRead => "tcpls-read",
             Proto::Tcpls64 => "tcpls-64",
+            Proto::Tcpls1000 => "tcpls-1000",
         }
     }
 
@@ -79,12 +92,14 @@ impl Proto {
                 | Proto::TcplsTrace
                 | Proto::TcplsRead
                 | Proto::Tcpls64
+                | Proto::Tcpls1000
         )
     }
 
     pub fn streams(self) -> u32 {
         match self {
             Proto::Tcpls64 => MANY_STREAMS,
+            Proto::Tcpls1000 => VERY_MANY_STREAMS,
             _ => 1,
         }
     }
@@ -109,6 +124,7 @@ impl Proto {
                 ..default
             },
             Proto::TcplsNozc => tcpls::SessionConfig { zero_copy: false, ..default },
+            Proto::Tcpls1000 => tcpls::SessionConfig { receive_budget: VERY_MANY_RECEIVE_BUDGET, ..default },
             _ => default,
         }
     }
@@ -127,6 +143,7 @@ impl Proto {
             Proto::TcplsTrace => "as tcpls, both sessions traced to a JSON-lines file (samples every 100 ms)",
             Proto::TcplsRead => "TCPLS, 1 stream, 256 KiB write_all, receiver AsyncRead into 256 KiB",
             Proto::Tcpls64 => "TCPLS, 64 streams share the bytes, receivers read_chunk_with",
+            Proto::Tcpls1000 => "TCPLS, 1000 streams share the bytes, receivers read_chunk_with, receive_budget 256 MiB",
         }
     }
 }
@@ -156,6 +173,34 @@ pub struct SideReport {
     /// The receiving TCPLS session's counters (server side of TCPLS transfers only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcpls: Option<TcplsReceiverStats>,
+    /// Peak resident set size of the process (`VmHWM`), KiB, when it reported.
+    #[serde(default)]
+    pub peak_rss_kib: u64,
+    /// Receiver of a multi-stream transfer: for each stream, `(bytes, CLOCK_MONOTONIC ns when
+    /// its last byte was read)`, for per-stream goodput and fairness.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub streams: Vec<(u64, u64)>,
+}
+
+/// This process's peak resident set size (`VmHWM` in /proc/self/status), KiB; 0 if unknown.
+pub fn peak_rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Jain's fairness index of `x`: (sum x)^2 / (n * sum x^2), 1 when all are equal, 1/n when one
+/// gets everything.
+pub fn jain_index(x: &[f64]) -> f64 {
+    let sum: f64 = x.iter().sum();
+    let squares: f64 = x.iter().map(|v| v * v).sum();
+    if x.is_empty() || squares == 0.0 {
+        return f64::NAN;
+    }
+    sum * sum / (x.len() as f64 * squares)
 }
 
 /// What the receiving TCPLS session says about its receive path and its connections.
@@ -209,6 +254,13 @@ mod tests {
             assert_eq!(sum, total);
         }
         assert_eq!(share(10, 1, 0), 10);
+    }
+
+    #[test]
+    fn jain() {
+        assert!((jain_index(&[3.0, 3.0, 3.0]) - 1.0).abs() < 1e-12);
+        assert!((jain_index(&[1.0, 0.0, 0.0, 0.0]) - 0.25).abs() < 1e-12);
+        assert!(jain_index(&[]).is_nan());
     }
 
     #[test]

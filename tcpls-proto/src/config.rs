@@ -21,6 +21,10 @@ pub fn system_random() -> RandomSource {
     })
 }
 
+/// What every stream may queue whatever the session's `send_budget`: two full records, so one
+/// can be in flight (unacknowledged) while the next is written.
+pub const SEND_FLOOR: usize = 2 * MAX_PLAINTEXT;
+
 /// Tunables of a TCPLS session. `Default` gives the documented defaults.
 #[derive(Clone)]
 pub struct SessionConfig {
@@ -34,8 +38,21 @@ pub struct SessionConfig {
     /// with 16 MiB windows would be 64 GiB). Streams over the budget get credit as others are
     /// read; each stream always keeps 64 KiB, so one unread stream never stalls the others.
     pub receive_budget: u64,
-    /// Bytes the application may queue on one stream before writes block.
+    /// Bytes the application may queue on one stream before writes block (its data stays
+    /// queued until the peer acknowledges it, with failover).
     pub stream_send_buffer: usize,
+    /// Most bytes queued over all the session's streams (written, not yet acknowledged),
+    /// shared fairly: a stream may hold the budget divided by the streams holding data, and
+    /// always [`SEND_FLOOR`] (so no stream starves), within its `stream_send_buffer`. A stream
+    /// over its share takes no more (`write` returns 0; `StreamWritable` follows). Memory for
+    /// queued stream data is at most `send_budget + streams × SEND_FLOOR`. Default 16 MiB.
+    pub send_budget: usize,
+    /// Stream bytes the scheduler seals for one stream before it moves on to the next one with
+    /// data (deficit round robin; ARCHITECTURE.md, "Frames and packetization"): several full
+    /// records per turn keep zero-copy placement and large socket writes with many streams.
+    /// Default 64 KiB (4 full records); 0 or a value up to one record gives record-by-record
+    /// round robin.
+    pub stream_quantum: usize,
     /// Peer-opened streams open at once; more are refused with Stream Reset code 0x1.
     pub max_concurrent_streams: usize,
     /// New Token frames a server hands out on the initial connection.
@@ -99,6 +116,8 @@ impl Default for SessionConfig {
             stream_receive_window: 16 << 20,
             receive_budget: 64 << 20,
             stream_send_buffer: 4 << 20,
+            send_budget: 16 << 20,
+            stream_quantum: 64 << 10,
             max_concurrent_streams: 4096,
             tokens: 4,
             advertise: Vec::new(),
@@ -128,6 +147,8 @@ impl std::fmt::Debug for SessionConfig {
             .field("stream_receive_window", &self.stream_receive_window)
             .field("receive_budget", &self.receive_budget)
             .field("stream_send_buffer", &self.stream_send_buffer)
+            .field("send_budget", &self.send_budget)
+            .field("stream_quantum", &self.stream_quantum)
             .field("max_concurrent_streams", &self.max_concurrent_streams)
             .field("tokens", &self.tokens)
             .field("advertise", &self.advertise)

@@ -79,6 +79,13 @@ pub(crate) struct Core {
     pub(crate) accept_queue: VecDeque<StreamId>,
     /// Streams that may have something to send, in round-robin order.
     pub(crate) ready: VecDeque<StreamId>,
+    /// Deficit round robin (`packetize.rs`): the stream at the front of `ready` and the stream
+    /// bytes sealed for it in its current turn.
+    pub(crate) turn: (StreamId, usize),
+    /// The streams' shared send budget (`SessionConfig::send_budget`, `streams.rs`).
+    pub(crate) send_account: std::sync::Arc<crate::stream::SendAccount>,
+    /// Streams whose writes the send budget held back, told when it frees up.
+    pub(crate) budget_blocked: VecDeque<StreamId>,
     pub(crate) control: ControlQueue,
     pub(crate) events: VecDeque<Event>,
     /// Join tokens the server gave us (client), or issued (server), with their sequence numbers.
@@ -230,6 +237,9 @@ impl Session {
             conns: Vec::new(),
             core: Core {
                 side,
+                send_account: crate::stream::SendAccount::new(config.send_budget, crate::config::SEND_FLOOR),
+                budget_blocked: VecDeque::new(),
+                turn: (0, 0),
                 config,
                 streams: HashMap::new(),
                 next_local_stream,

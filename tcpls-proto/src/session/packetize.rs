@@ -98,8 +98,12 @@ impl Session {
         failed
     }
 
-    /// Stream records, round-robin over streams; each goes on its steered connection or where
-    /// the scheduler puts it, as long as some connection has room.
+    /// Stream records, deficit round robin over streams (each turn seals up to
+    /// `SessionConfig::stream_quantum` bytes of one stream, in full records); each goes on its
+    /// steered connection or where the scheduler puts it, as long as some connection has room.
+    /// A record is not cut short while more of its stream's data may come in time: a tail
+    /// shorter than a record waits while its connection still has bytes to write (autocorking),
+    /// so that bulk writers' records stay full (zero-copy placement, fewer records).
     fn fill_streams(&mut self) -> bool {
         let high = self.core.config.transmit_high_water;
         let mut failed = false;
@@ -116,6 +120,11 @@ impl Session {
         }
         while let Some(id) = self.core.next_ready() {
             if skipped > self.core.ready.len() {
+                break;
+            }
+            // No connection can take a record: stop here, so that the next pass starts with
+            // this stream, as the last record's Stream Change announced.
+            if !self.conns.iter().any(|c| c.carries_streams() && c.tx.len() < high) {
                 break;
             }
             let steer = self.core.streams.get(&id).and_then(|s| s.steer);
@@ -140,9 +149,11 @@ impl Session {
                     }
                 }
             };
-            let Some(conn) = target else {
-                // This stream's connection is full: let the others go first.
+            let Some(conn) = target.filter(|_| !self.core.holds_short_tail(id)) else {
+                // This stream's connection is full, or all it has is a short tail that the
+                // application's next write will complete: let the others go first.
                 skipped += 1;
+                self.core.end_turn();
                 self.core.ready.rotate_left(1);
                 continue;
             };
@@ -247,7 +258,12 @@ impl Core {
     pub(crate) fn next_ready(&mut self) -> Option<StreamId> {
         while let Some(&id) = self.ready.front() {
             match self.streams.get_mut(&id) {
-                Some(s) if s.send.has_pending() && !s.send_reset => return Some(id),
+                Some(s) if s.send.has_pending() && !s.send_reset => {
+                    if self.turn.0 != id {
+                        self.turn = (id, 0);
+                    }
+                    return Some(id);
+                }
                 Some(s) => {
                     s.queued = false;
                     self.ready.pop_front();
@@ -260,6 +276,56 @@ impl Core {
         None
     }
 
+    /// The front stream's turn is over (the next one starts afresh).
+    pub(crate) fn end_turn(&mut self) {
+        self.turn.1 = 0;
+        if let Some(&next) = self.ready.get(1) {
+            self.turn.0 = next;
+        }
+    }
+
+    /// Stream bytes per turn of the deficit round robin (at least one record's worth).
+    fn quantum(&self) -> usize {
+        self.config.stream_quantum.max(1)
+    }
+
+    /// All that stream `id` has to send now is new data short of a full record that the
+    /// application's next write will complete (its last write did not fit, and no FIN, lost
+    /// bytes or flow control limit ends it): sealing it now would cut a short record. It waits
+    /// only while that write is sure to come: the stream has sealed bytes whose acknowledgement
+    /// will make room, or has room already (the application was told, or is writing).
+    pub(crate) fn holds_short_tail(&self, id: StreamId) -> bool {
+        self.streams.get(&id).is_some_and(|s| {
+            self.completed_by_writer(s, s.send.sendable()) && (s.send.in_flight() > 0 || s.send.writable() > 0)
+        })
+    }
+
+    /// `pending` bytes of `s` (short of a record) are a tail its writer will complete.
+    fn completed_by_writer(&self, s: &super::streams::Stream, pending: usize) -> bool {
+        let full = self.record_size() - STREAM_FRAME_OVERHEAD;
+        s.more_coming
+            && pending < full
+            && !s.send.is_finished()
+            && !s.send_reset
+            && !s.send.has_lost()
+            && !s.send.credit_limited()
+    }
+
+    /// After a record of up to `room` bytes of stream `id`, whether the stream's next record
+    /// goes out right after it (it has more that is not a tail waiting for its writer).
+    fn goes_on(&self, id: StreamId, room: usize) -> bool {
+        self.streams.get(&id).is_some_and(|s| {
+            let left = s.send.sendable().saturating_sub(room);
+            left > 0 && !self.completed_by_writer(s, left)
+        })
+    }
+
+    /// After sealing `len` more bytes of stream `id` in this turn: whether its next record
+    /// comes right after (its turn goes on).
+    fn turn_goes_on(&self, id: StreamId, len: usize) -> bool {
+        self.turn.0 == id && self.turn.1 + len < self.quantum() && self.goes_on(id, len)
+    }
+
     fn record_size(&self) -> usize {
         self.config.record_size.clamp(STREAM_FRAME_OVERHEAD + MIN_STREAM_CHUNK + 1, MAX_PLAINTEXT)
     }
@@ -268,19 +334,39 @@ impl Core {
     /// (the front of the ready queue), and its next offset: what a Stream Change announces so
     /// the receiver can decrypt that record in place (PROTOCOL.md §2.3). `None` when it is the
     /// current stream again, or not known (only a few queued streams are looked at).
-    fn next_on_connection(&self, conn: crate::event::ConnId, sole_carrier: bool) -> Option<(StreamId, u64)> {
+    fn next_on_connection(
+        &self,
+        conn: crate::event::ConnId,
+        sole_carrier: bool,
+        current: StreamId,
+        room: usize,
+    ) -> Option<(StreamId, u64)> {
         const LOOKAHEAD: usize = 8;
-        self.ready.iter().skip(1).take(LOOKAHEAD).find_map(|next| {
+        if self.turn_goes_on(current, room) {
+            return None;
+        }
+        let candidate = |next: &StreamId, holding_ok: bool| {
             let s = self.streams.get(next)?;
             let here = match s.steer {
                 Some(steer) => steer == conn,
                 None => sole_carrier,
             };
-            if !here || s.send_reset || !s.send.has_pending() {
+            // A short tail waits for its writer: the streams after it go first in this pass.
+            if !here || s.send_reset || !s.send.has_pending() || (!holding_ok && self.holds_short_tail(*next)) {
                 return None;
             }
             s.send.next_chunk(1).map(|(offset, _, _)| (*next, offset))
-        })
+        };
+        let queued = || self.ready.iter().skip(1).take(LOOKAHEAD);
+        if let Some(next) = queued().find_map(|next| candidate(next, false)) {
+            return Some(next);
+        }
+        // Every other one waits for its writer: the current stream goes on if it has full
+        // records left, else the next pass starts with the first of them.
+        if self.goes_on(current, room) {
+            return None;
+        }
+        queued().find_map(|next| candidate(next, true))
     }
 
     /// One record of stream `id` (the front of the ready queue) on connection `c`, with the
@@ -290,23 +376,34 @@ impl Core {
         let record_size = self.record_size();
         let mut trailer = std::mem::take(&mut self.scratch);
         trailer.clear();
-        let change = self.next_on_connection(c.id, sole_carrier);
+        let full_room = record_size - STREAM_FRAME_OVERHEAD;
+        let change = self.next_on_connection(c.id, sole_carrier, id, full_room);
         let change_len = if change.is_some() { STREAM_CHANGE_LEN } else { 0 };
         let budget = record_size - STREAM_FRAME_OVERHEAD - MIN_STREAM_CHUNK - change_len;
         let control_len = self.control.take_into(c.id, budget, &mut trailer);
         let number = c.next_tx_number();
         let mut sent = None;
+        let mut moved = 0;
         let result: Result<(), Error> = (|| {
             let ConnState::Tcpls(layer) = &mut c.state else { return Ok(()) };
             let Some(s) = self.streams.get_mut(&id) else { return Ok(()) };
             let room = record_size - control_len - change_len - STREAM_FRAME_OVERHEAD;
-            let Some((offset, data, fin)) = s.send.next_chunk(room) else { return Ok(()) };
-            let len = data.len();
+            // Where the send buffer's ring wraps, the data's second part is copied after the
+            // first (at most one record's worth, once per wrap) so that the record stays full.
+            let Some((offset, data, more, fin)) = s.send.next_chunk_split(room) else { return Ok(()) };
+            let len = data.len() + more.len();
             // Stream frame first: its data, then its fields, then the control frames, then
             // the Stream Change (not retransmitted: it only describes this connection's order).
             let mut fields = [0u8; STREAM_FRAME_OVERHEAD];
             write_stream_trailer(&mut fields, id, offset, len as u16, fin);
-            trailer.splice(0..0, fields);
+            // In front of the control frames already in `trailer` (memmove, not a byte-wise
+            // splice: `more` can be most of a record).
+            moved = more.len();
+            let controls = trailer.len();
+            trailer.resize(controls + moved + STREAM_FRAME_OVERHEAD, 0);
+            trailer.copy_within(0..controls, moved + STREAM_FRAME_OVERHEAD);
+            trailer[..moved].copy_from_slice(more);
+            trailer[moved..moved + STREAM_FRAME_OVERHEAD].copy_from_slice(&fields);
             if let Some((next_stream_id, next_offset)) = change {
                 Frame::StreamChange { next_stream_id, next_offset }.encode(&mut trailer);
             }
@@ -319,15 +416,26 @@ impl Core {
         match sent {
             Some(chunk) => {
                 c.stats.records_sent += 1;
-                let control = &trailer[STREAM_FRAME_OVERHEAD..STREAM_FRAME_OVERHEAD + control_len];
+                let control = &trailer[moved + STREAM_FRAME_OVERHEAD..moved + STREAM_FRAME_OVERHEAD + control_len];
                 self.log_sent(c, number, Some((id, chunk.0, chunk.1, chunk.2)), control);
-                // Round robin: a stream with more to send goes to the back.
-                self.ready.pop_front();
-                if let Some(s) = self.streams.get_mut(&id) {
-                    if s.send.has_pending() {
-                        self.ready.push_back(id);
-                    } else {
-                        s.queued = false;
+                // Deficit round robin: a stream with more to send keeps its turn until it has
+                // sealed a quantum, then goes to the back.
+                if self.turn.0 == id {
+                    self.turn.1 += chunk.1;
+                } else {
+                    self.turn = (id, chunk.1);
+                }
+                let pending = self.streams.get(&id).is_some_and(|s| s.send.has_pending());
+                // A stream left with a tail for its writer to complete ends its turn too.
+                if !pending || self.turn.1 >= self.quantum() || self.holds_short_tail(id) {
+                    self.end_turn();
+                    self.ready.pop_front();
+                    if let Some(s) = self.streams.get_mut(&id) {
+                        if pending {
+                            self.ready.push_back(id);
+                        } else {
+                            s.queued = false;
+                        }
                     }
                 }
                 self.notify_writable_if_blocked(id);

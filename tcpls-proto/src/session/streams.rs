@@ -15,6 +15,9 @@ const STREAM_STATE_CHARGE: u64 = 2048;
 /// What a newly opened stream is charged: its 64 KiB initial window and its state.
 pub(crate) const NEW_STREAM_CHARGE: u64 = INITIAL_MAX_STREAM_DATA + STREAM_STATE_CHARGE;
 
+/// Smallest Max Stream Data increase granted out of the receive budget (one full record).
+const MIN_GRANT: u64 = crate::record::MAX_PLAINTEXT as u64;
+
 /// Stream Reset code when the receiver refuses a stream over its concurrency limit.
 pub const RESET_REFUSED: u32 = 0x1;
 
@@ -36,6 +39,12 @@ pub(crate) struct Stream {
     pub(crate) read_notified: bool,
     /// The application found the send buffer full.
     pub(crate) write_blocked: bool,
+    /// In `Core::budget_blocked`: the session's send budget, not this stream's buffer, held
+    /// back its last write.
+    pub(crate) budget_waiting: bool,
+    /// The application's last write did not fit (it has more for this stream): the scheduler
+    /// need not cut a short record of what is queued (`packetize.rs`, `holds_short_tail`).
+    pub(crate) more_coming: bool,
     pub(crate) peer_initiated: bool,
     /// The connection this stream's records go on (stream steering); None: any.
     pub(crate) steer: Option<crate::event::ConnId>,
@@ -51,6 +60,8 @@ impl Stream {
             // and delivery. Without this a fallback sender stalls after the initial 64 KiB credit.
             send.set_max_data(u64::MAX);
             send.set_retain_unacked(false);
+        } else {
+            send.set_account(core.send_account.clone());
         }
         Self {
             send,
@@ -62,6 +73,8 @@ impl Stream {
             queued: false,
             read_notified: false,
             write_blocked: false,
+            budget_waiting: false,
+            more_coming: false,
             peer_initiated,
             steer: None,
         }
@@ -132,11 +145,46 @@ impl Core {
         }
     }
 
+    /// Tells the application it can write `id` again if it found it full, then (since `id`
+    /// may just have released some of the session's send budget) the streams the budget held
+    /// back that fit now.
     pub(crate) fn notify_writable_if_blocked(&mut self, id: StreamId) {
         if let Some(s) = self.streams.get_mut(&id) {
             if s.write_blocked && (s.send.writable() > 0 || s.send_reset) {
                 s.write_blocked = false;
                 self.events.push_back(Event::StreamWritable(id));
+            }
+        }
+        self.wake_budget_blocked();
+    }
+
+    /// Streams held back by the send budget, oldest first: those that may write now are told
+    /// (`StreamWritable`); a few that still may not go to the back, so that one stream over its
+    /// share does not hold up the others. Bounded work per call.
+    fn wake_budget_blocked(&mut self) {
+        const LOOK: usize = 8;
+        // A stream waits here only once it holds at least its floor, so while the budget is
+        // spent none of them may write (the common case under load: no lookups).
+        if self.budget_blocked.is_empty() || self.send_account.bytes() >= self.config.send_budget {
+            return;
+        }
+        let mut looked = 0;
+        while looked < LOOK {
+            let Some(&id) = self.budget_blocked.front() else { return };
+            looked += 1;
+            let Some(s) = self.streams.get_mut(&id) else {
+                self.budget_blocked.pop_front();
+                continue;
+            };
+            if !s.write_blocked || s.send.writable() > 0 || s.send_reset {
+                self.budget_blocked.pop_front();
+                s.budget_waiting = false;
+                if s.write_blocked {
+                    s.write_blocked = false;
+                    self.events.push_back(Event::StreamWritable(id));
+                }
+            } else {
+                self.budget_blocked.rotate_left(1);
             }
         }
     }
@@ -195,7 +243,10 @@ impl Core {
         let floor = s.recv.read_offset().saturating_add(INITIAL_MAX_STREAM_DATA);
         let limit = s.recv.limit();
         let granted = wanted.min(limit.saturating_add(room).max(floor));
-        if granted <= limit {
+        // A sliver of credit (the budget's last bytes) would only make the peer seal a short
+        // record: wait until a record's worth is free, or the stream is owed its floor.
+        let sliver = granted < wanted && granted < floor && granted - limit.min(granted) < MIN_GRANT;
+        if granted <= limit || sliver {
             self.credit_starved.insert(id);
             *charged = Some(total);
             return;
@@ -263,8 +314,13 @@ impl Session {
             return Err(StreamError::Finished);
         }
         let n = s.send.write(data);
+        s.more_coming = n < data.len();
         if n < data.len() {
             s.write_blocked = true;
+            if !s.budget_waiting && s.send.budget_limited() {
+                s.budget_waiting = true;
+                self.core.budget_blocked.push_back(id);
+            }
         }
         self.core.stats.stream_bytes_sent += n as u64;
         self.core.schedule(id);
@@ -379,6 +435,12 @@ impl Session {
     /// how many bytes the peer sent on it (after a reset, more than were delivered).
     pub fn stream_final_size(&self, id: StreamId) -> Option<u64> {
         self.core.streams.get(&id).and_then(|s| s.recv.final_size())
+    }
+
+    /// Bytes held by this session's stream send buffers (written and not yet acknowledged):
+    /// what `SessionConfig::send_budget` bounds.
+    pub fn send_buffered(&self) -> usize {
+        self.core.send_account.bytes()
     }
 
     /// Number of streams currently known (open in at least one direction).

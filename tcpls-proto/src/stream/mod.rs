@@ -15,7 +15,7 @@ mod sparse;
 
 pub use ranges::{Gaps, RangeSet};
 pub use recv::{RecvBuf, RecvError};
-pub use send::SendBuf;
+pub use send::{SendAccount, SendBuf};
 
 /// Flow control credit each side grants the other for every stream, in each direction, before
 /// any Max Stream Data frame (a protocol constant).

@@ -7,6 +7,8 @@
 
 use std::collections::VecDeque;
 use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use super::ranges::RangeSet;
 use super::INITIAL_MAX_STREAM_DATA;
@@ -15,8 +17,71 @@ use super::INITIAL_MAX_STREAM_DATA;
 /// streams do not pin the memory of their last burst.
 const RETAIN: usize = INITIAL_MAX_STREAM_DATA as usize;
 
+/// Where the ring wraps inside a record's worth of data, a first part shorter than this is
+/// completed with the bytes from the ring's start (copied); a longer one is sent as it is.
+const SPLIT_COPY_BELOW: usize = 8192;
+
 /// Smallest allocation, so that small writes do not regrow the buffer each time.
 const MIN_ALLOC: usize = 4096;
+
+/// The session-wide send budget (`SessionConfig::send_budget`) shared by its streams' send
+/// buffers: what they hold in total, and how many hold anything. Each buffer keeps its own
+/// entry up to date (write, release, reset, drop), so the totals are exact without the session
+/// summing its streams. Atomics only because a session is `Send`; one thread uses them.
+#[derive(Debug)]
+pub struct SendAccount {
+    budget: usize,
+    floor: usize,
+    bytes: AtomicUsize,
+    active: AtomicUsize,
+}
+
+impl SendAccount {
+    /// `budget`: the most bytes all streams together may hold beyond their floors; `floor`:
+    /// what every stream may always hold, however many share the budget.
+    pub fn new(budget: usize, floor: usize) -> Arc<Self> {
+        Arc::new(Self { budget, floor, bytes: AtomicUsize::new(0), active: AtomicUsize::new(0) })
+    }
+
+    /// Bytes held by all the streams' send buffers.
+    pub fn bytes(&self) -> usize {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Streams holding at least one byte.
+    pub fn active(&self) -> usize {
+        self.active.load(Ordering::Relaxed)
+    }
+
+    /// A buffer went from holding `before` bytes to `after`.
+    fn update(&self, before: usize, after: usize) {
+        if after >= before {
+            self.bytes.fetch_add(after - before, Ordering::Relaxed);
+        } else {
+            self.bytes.fetch_sub(before - after, Ordering::Relaxed);
+        }
+        match (before == 0, after == 0) {
+            (true, false) => {
+                self.active.fetch_add(1, Ordering::Relaxed);
+            }
+            (false, true) => {
+                self.active.fetch_sub(1, Ordering::Relaxed);
+            }
+            _ => {}
+        }
+    }
+
+    /// Bytes a stream holding `buffered` may add: up to its fair share (the budget split over
+    /// the streams holding data, counting this one, but never less than the floor) as long as
+    /// the budget has room, and up to the floor in any case.
+    fn room(&self, buffered: usize) -> usize {
+        let active = self.active() + usize::from(buffered == 0);
+        let share = (self.budget / active.max(1)).max(self.floor);
+        let by_share = share.saturating_sub(buffered);
+        let by_total = self.budget.saturating_sub(self.bytes());
+        by_share.min(by_total).max(self.floor.saturating_sub(buffered))
+    }
+}
 
 /// The sending half of one stream.
 #[derive(Debug)]
@@ -43,6 +108,16 @@ pub struct SendBuf {
     fin_acked: bool,
     retain_unacked: bool,
     reset: bool,
+    /// The session's send budget, if any.
+    account: Option<Arc<SendAccount>>,
+}
+
+impl Drop for SendBuf {
+    fn drop(&mut self) {
+        if let Some(account) = &self.account {
+            account.update(self.buffered(), 0);
+        }
+    }
 }
 
 impl SendBuf {
@@ -64,6 +139,27 @@ impl SendBuf {
             fin_acked: false,
             retain_unacked: true,
             reset: false,
+            account: None,
+        }
+    }
+
+    /// Shares the session's send budget: [`writable`](Self::writable) is also bounded by this
+    /// stream's share of it. Call before the first write.
+    pub fn set_account(&mut self, account: Arc<SendAccount>) {
+        debug_assert_eq!(self.buffered(), 0, "set_account after writes");
+        self.account = Some(account);
+    }
+
+    /// The session's send budget, not this stream's own capacity, is what limits writes now.
+    pub fn budget_limited(&self) -> bool {
+        let own = self.own_room();
+        self.account.as_ref().is_some_and(|a| a.room(self.buffered()) < own)
+    }
+
+    /// Reports a change of `buffered()` from `before` to the session's account.
+    fn account_update(&self, before: usize) {
+        if let Some(account) = &self.account {
+            account.update(before, self.buffered());
         }
     }
 
@@ -74,6 +170,7 @@ impl SendBuf {
         if n == 0 {
             return 0;
         }
+        let before = self.buffered();
         let need = self.buf.len() + n;
         if need > self.buf.capacity() {
             // Grow by doubling, but never past the stream's capacity (`need <= capacity`).
@@ -82,6 +179,7 @@ impl SendBuf {
         }
         self.buf.extend(&data[..n]);
         self.write_offset += n as u64;
+        self.account_update(before);
         n
     }
 
@@ -165,6 +263,30 @@ impl SendBuf {
         Some((range.start, bytes, fin))
     }
 
+    /// As [`next_chunk`](Self::next_chunk), but a chunk that the ring's wrap-around would cut
+    /// goes on in a second slice (`offset`, first part, second part, `fin`), so that a record
+    /// is not cut short where the storage happens to wrap.
+    pub fn next_chunk_split(&self, max_len: usize) -> Option<(u64, &[u8], &[u8], bool)> {
+        let (offset, first, fin) = self.next_chunk(max_len)?;
+        let wanted =
+            if let Some(lost) = self.lost.first() { lost.end - offset } else { self.new_end().saturating_sub(offset) }
+                .min(max_len as u64) as usize;
+        // A first part of half a record or more goes alone (a record a little short costs
+        // less than copying the rest); a smaller one is completed from the ring's start.
+        if fin || first.len() >= wanted || first.len() >= SPLIT_COPY_BELOW {
+            return Some((offset, first, &[], fin));
+        }
+        let (front, back) = self.buf.as_slices();
+        let from = (offset - self.head) as usize;
+        if from + first.len() != front.len() {
+            return Some((offset, first, &[], fin));
+        }
+        let second = &back[..(wanted - first.len()).min(back.len())];
+        let end = offset + (first.len() + second.len()) as u64;
+        let fin = self.fin_pending && end == self.write_offset;
+        Some((offset, first, second, fin))
+    }
+
     /// The chunk `offset..offset + len` (with `fin`) was sealed into a record.
     pub fn mark_sent(&mut self, offset: u64, len: usize, fin: bool) {
         if self.reset {
@@ -225,12 +347,36 @@ impl SendBuf {
         }
     }
 
-    /// Bytes the application may write now (0 once finished or reset).
+    /// Bytes the application may write now (0 once finished or reset): within the stream's
+    /// capacity and, with a session account, within its share of the send budget.
     pub fn writable(&self) -> usize {
+        let own = self.own_room();
+        match &self.account {
+            Some(account) if own > 0 => own.min(account.room(self.buffered())),
+            _ => own,
+        }
+    }
+
+    fn own_room(&self) -> usize {
         if self.finished || self.reset {
             return 0;
         }
         self.capacity.saturating_sub(self.buffered())
+    }
+
+    /// New bytes are held back by the peer's flow control: only its credit lets them go.
+    pub fn credit_limited(&self) -> bool {
+        self.write_offset > self.max_data
+    }
+
+    /// Lost bytes wait to be sent again.
+    pub fn has_lost(&self) -> bool {
+        !self.lost.is_empty()
+    }
+
+    /// Bytes sealed at least once and not yet acknowledged (released when they are).
+    pub fn in_flight(&self) -> usize {
+        (self.sent - self.head) as usize
     }
 
     /// Offset of the next byte the application writes (= bytes written so far).
@@ -250,6 +396,7 @@ impl SendBuf {
     /// would state a final size beyond the peer's limit, which it must treat as a fatal
     /// flow-control error.
     pub fn reset(&mut self) -> u64 {
+        let before = self.buffered();
         let final_size = self.sent;
         self.reset = true;
         self.buf = VecDeque::new();
@@ -258,6 +405,7 @@ impl SendBuf {
         self.acked.clear();
         self.lost.clear();
         self.fin_pending = false;
+        self.account_update(before);
         final_size
     }
 
@@ -304,10 +452,21 @@ impl SendBuf {
 
     /// Releases the bytes below `new_head`.
     fn release(&mut self, new_head: u64) {
+        let before = self.buffered();
         let n = ((new_head - self.head) as usize).min(self.buf.len());
         // Keep the allocation: a bulk writer refills it at once. `release_if_idle` frees it.
         self.buf.drain(..n);
         self.head = new_head;
+        self.account_update(before);
+        // ... unless the stream's share of the send budget has shrunk far below it (a stream
+        // that wrote alone at first and now shares the budget with many): give back the rest.
+        if let Some(account) = &self.account {
+            let buffered = self.buffered();
+            let limit = (buffered + account.room(buffered)).min(self.capacity).max(MIN_ALLOC);
+            if self.buf.capacity() >= 4 * limit {
+                self.buf.shrink_to((2 * limit).max(buffered));
+            }
+        }
     }
 
     /// Frees the storage when nothing is buffered and it is larger than the initial window.

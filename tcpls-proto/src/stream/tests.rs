@@ -960,3 +960,66 @@ mod send {
         assert!(received == data, "bytes survive the wrap-around");
     }
 }
+
+#[test]
+fn send_account_shares_the_budget_with_a_floor() {
+    let account = SendAccount::new(100_000, 10_000);
+    let mut a = SendBuf::new(1 << 20);
+    let mut b = SendBuf::new(1 << 20);
+    a.set_account(account.clone());
+    b.set_account(account.clone());
+    let data = vec![7u8; 1 << 20];
+    // Alone, a stream may take the whole budget; the next one only its floor.
+    assert_eq!(a.write(&data), 100_000);
+    assert_eq!(b.write(&data), 10_000);
+    assert_eq!((account.bytes(), account.active()), (110_000, 2));
+    assert!(a.budget_limited() && b.budget_limited());
+    // Half of the budget each now: `a` is over its share until acknowledgements release it.
+    assert_eq!(a.writable(), 0);
+    a.mark_sent(0, 60_000, false);
+    a.ack(0, 60_000, false);
+    assert_eq!(account.bytes(), 50_000);
+    assert_eq!(a.writable(), 10_000);
+    assert_eq!(b.writable(), 40_000);
+    drop(b);
+    assert_eq!((account.bytes(), account.active()), (40_000, 1));
+    a.reset();
+    assert_eq!((account.bytes(), account.active()), (0, 0));
+    // Without an account only the stream's own capacity counts.
+    let mut c = SendBuf::new(300_000);
+    assert_eq!(c.write(&data), 300_000);
+    assert!(!c.budget_limited());
+}
+
+#[test]
+fn chunks_across_the_ring_wrap_carry_the_right_bytes() {
+    let mut rng = Rng::new(17);
+    let stream: Vec<u8> = (0..4_000_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    let mut buf = SendBuf::new(50_000);
+    buf.set_max_data(u64::MAX);
+    let (mut written, mut splits, mut sent) = (0usize, 0, 0u64);
+    while sent < 3_000_000 {
+        written += buf.write(&stream[written..written + (rng.next() % 30_000) as usize]);
+        let max = 1 + (rng.next() % 16_384) as usize;
+        if let Some((offset, first, second, fin)) = buf.next_chunk_split(max) {
+            assert!(!fin);
+            let len = first.len() + second.len();
+            assert!(len <= max && len > 0);
+            let at = offset as usize;
+            assert!(first == &stream[at..at + first.len()], "first part at {offset}");
+            assert!(second == &stream[at + first.len()..at + len], "second part at {offset}");
+            if !second.is_empty() {
+                splits += 1;
+                assert!(first.len() < 8192, "a first part of {} bytes is sent alone", first.len());
+            }
+            buf.mark_sent(offset, len, false);
+            sent = offset + len as u64;
+        }
+        // Acknowledge everything sent but a random tail, so the ring's head moves around.
+        let keep = rng.next() % 20_000;
+        if sent > keep {
+            buf.ack(0, (sent - keep) as usize, false);
+        }
+    }
+    assert!(splits > 10, "only {splits} chunks crossed the wrap");
+}
