@@ -117,6 +117,10 @@ async fn both_sides_trace_the_join_the_stream_and_the_end_of_a_connection() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     echo(&mut send, &mut recv, &pattern(1 << 20, 4)).await;
+    // Samples come every 5 ms and a stream that ends between two of them is reported with its
+    // last sampled progress: give the samples time to see the second echo (with the batching
+    // scheduler it can complete, and the stream end, within one interval).
+    tokio::time::sleep(Duration::from_millis(50)).await;
     send.shutdown().await.unwrap();
     let mut rest = Vec::new();
     recv.read_to_end(&mut rest).await.unwrap();
