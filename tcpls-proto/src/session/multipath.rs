@@ -352,6 +352,9 @@ impl Session {
 
     /// Client: starts a new TCP connection's handshake, to be joined with the next unused token.
     /// Connect a socket to one of the server's addresses and feed it as connection `id`.
+    /// Without a token while every connection of the session has ended, the connection rejoins
+    /// with a Rejoin frame instead (PROTOCOL.md §3), under an ID of `REJOIN_ID_BASE | n`; with
+    /// a live connection and no token, [`Error::NoToken`] (the server sends more).
     pub fn add_connection(&mut self) -> Result<ConnId, Error> {
         if self.core.side != Side::Client || self.core.fallback || !self.core.established || self.core.closed {
             return Err(TransportError::internal("only an established TCPLS client session can add connections").into());
