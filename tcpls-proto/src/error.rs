@@ -84,7 +84,8 @@ pub enum Error {
     ConnectionLost(String),
     /// The session was closed by the application; the operation is no longer possible.
     SessionClosed,
-    /// No unused join token is left (the server's limit on this session's connections).
+    /// No unused join token is left (the server's limit on this session's connections) while a
+    /// connection of the session lives (when none does, a client rejoins without a token).
     NoToken,
 }
 

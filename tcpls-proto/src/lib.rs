@@ -21,6 +21,6 @@ pub use session::sched::{FnScheduler, LowestRtt, PathView, RoundRobin, Scheduler
 pub use session::MAX_EARLY_STREAM_BYTES;
 pub use session::{
     tcpls_client_config, tcpls_server_config, Accepted, ConnStats, JoiningConnection, MemoryUse, Session, SessionStats,
-    Side, StreamProgress, MIN_READ_CHUNK, READ_CHUNK,
+    Side, StreamProgress, MIN_READ_CHUNK, READ_CHUNK, REJOIN_ID_BASE,
 };
 pub use tls::{crypto_provider, HandshakeInfo, ALPN_TCPLS};

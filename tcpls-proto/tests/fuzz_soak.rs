@@ -169,6 +169,7 @@ fn frame_bytes(rng: &mut Rng, own: u32, out: &mut Vec<u8>) {
         12 => Frame::NewAddress { address_id: rng.u8(), addr },
         13 => Frame::RemoveAddress { address_id: rng.u8() },
         14 => Frame::StreamChange { next_stream_id: stream_id, next_offset: offset },
+        15 if rng.chance(8) => Frame::Rejoin { connection_id, session_ref: [rng.u8(); 16], proof: token },
         15 if rng.chance(4) => Frame::Join { token },
         16 => Frame::StreamReset { stream_id, final_size: offset, error_code: rng.next() as u32 },
         17 => Frame::MaxStreamData { stream_id, maximum_offset: offset },

@@ -218,6 +218,13 @@ pub(crate) fn register_tokens(shared: &Shared, inner: &mut crate::shared::Inner)
     for token in issued {
         registry.insert(token, std::sync::Arc::downgrade(&shared.0));
     }
+    // Once the initial connection is established: the reference rejoins name the session by.
+    if inner.session_ref.is_none() && !inner.driver_done {
+        if let Some(session_ref) = inner.proto.session_ref() {
+            registry.insert_session_ref(session_ref, std::sync::Arc::downgrade(&shared.0));
+            inner.session_ref = Some(session_ref);
+        }
+    }
 }
 
 /// If the driver ends for any reason, a panic included, the session's waiters must learn it

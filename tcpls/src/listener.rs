@@ -313,8 +313,15 @@ async fn join(
     remote: Option<SocketAddr>,
 ) -> io::Result<()> {
     let Some(joining) = proto.take_joining_connection() else { return Ok(()) };
-    let target = ctx.registry.take(joining.token());
-    let reason = if target.is_some() { Outcome::JoinRefusedBudget } else { Outcome::JoinRefusedToken };
+    // A Join names its session by a single-use token, a Rejoin by the session's reference (the
+    // session then checks its proof).
+    let (target, rejoin) = match (joining.token(), joining.session_ref()) {
+        (Some(token), _) => (ctx.registry.take(token), false),
+        (None, Some(session_ref)) => (ctx.registry.session_by_ref(session_ref), true),
+        (None, None) => (None, false),
+    };
+    // A refused rejoin is counted with bad tokens: unknown session or bad proof, mostly.
+    let reason = if target.is_some() && !rejoin { Outcome::JoinRefusedBudget } else { Outcome::JoinRefusedToken };
     let refused = match target {
         Some(target) => {
             let mut inner = target.lock().unwrap_or_else(|e| e.into_inner());
@@ -335,5 +342,10 @@ async fn join(
     let alert = tcpls_proto::Session::refuse_join(refused);
     let _ = stream.write_all(&alert).await;
     let _ = stream.shutdown().await;
-    Err(io::Error::new(io::ErrorKind::PermissionDenied, "join refused: unknown, used or expired token"))
+    let why = if rejoin {
+        "rejoin refused: unknown session, bad proof, ID in use or over the budget"
+    } else {
+        "join refused: unknown, used or expired token"
+    };
+    Err(io::Error::new(io::ErrorKind::PermissionDenied, why))
 }

@@ -15,9 +15,14 @@ use crate::shared::Inner;
 /// Token → the session that issued it (weak: a registry never keeps a session alive).
 type TokenMap = HashMap<[u8; 32], Weak<Mutex<Inner>>>;
 
+/// Session reference → its session, for rejoins without a token (PROTOCOL.md §3): one entry per
+/// live TCPLS session, inserted when its initial connection is established, removed when it ends.
+type RefMap = HashMap<[u8; tcpls_proto::frame::SESSION_REF_LEN], Weak<Mutex<Inner>>>;
+
 #[derive(Clone, Default)]
 pub struct JoinRegistry {
     tokens: Arc<Mutex<TokenMap>>,
+    session_refs: Arc<Mutex<RefMap>>,
     counters: Arc<ListenerCounters>,
 }
 
@@ -47,6 +52,29 @@ impl JoinRegistry {
     /// The live session that issued `token`; the entry is removed either way (single use).
     pub(crate) fn take(&self, token: &[u8; 32]) -> Option<Arc<Mutex<Inner>>> {
         self.map().remove(token).and_then(|w| w.upgrade())
+    }
+
+    fn refs(&self) -> std::sync::MutexGuard<'_, RefMap> {
+        self.session_refs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn insert_session_ref(&self, session_ref: [u8; 16], session: Weak<Mutex<Inner>>) {
+        self.refs().insert(session_ref, session);
+    }
+
+    pub(crate) fn remove_session_ref(&self, session_ref: &[u8; 16]) {
+        self.refs().remove(session_ref);
+    }
+
+    /// The live session a Rejoin names (the entry stays: a session reference is not single use;
+    /// the session checks the proof).
+    pub(crate) fn session_by_ref(&self, session_ref: &[u8; 16]) -> Option<Arc<Mutex<Inner>>> {
+        self.refs().get(session_ref).and_then(Weak::upgrade)
+    }
+
+    /// Registered session references: one per live session (for tests and statistics).
+    pub fn session_refs(&self) -> usize {
+        self.refs().len()
     }
 
     /// Registered tokens (for tests and statistics).

@@ -25,6 +25,8 @@ pub(crate) struct Inner {
     /// Tokens issued since the driver last published them in the registry (it holds the
     /// session's Arc). Used tokens need no change: the listener removed them when routing.
     pub(crate) issued_tokens: Vec<[u8; 32]>,
+    /// Server: the session reference registered for rejoins, removed when the session ends.
+    pub(crate) session_ref: Option<[u8; 16]>,
     /// Client: the server address the session was opened to (a rejoin's last resort).
     pub(crate) origin: Option<std::net::SocketAddr>,
     /// Client: a path manager rejoins this session over its paths after an outage, so the
@@ -69,6 +71,7 @@ impl Inner {
             new_sockets: Vec::new(),
             registry: None,
             issued_tokens: Vec::new(),
+            session_ref: None,
             origin: None,
             managed: false,
             fds: HashMap::new(),
@@ -204,6 +207,9 @@ impl Inner {
         if let Some(registry) = &self.registry {
             for (_, token) in self.proto.tokens() {
                 registry.remove(token);
+            }
+            if let Some(session_ref) = self.session_ref.take() {
+                registry.remove_session_ref(&session_ref);
             }
         }
         self.wake_state();

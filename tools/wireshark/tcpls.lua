@@ -26,6 +26,7 @@ local FRAME_NAMES = {
     [0x13] = "User Timeout", [0x14] = "RTT Probe", [0x15] = "RTT Echo", [0x16] = "TCP Info Request",
     [0x17] = "TCP Info", [0x18] = "Address Probe", [0x19] = "Address Echo", [0x1A] = "Rate Limit",
     [0x1B] = "Congestion Control", [0x1C] = "Stream Steer", [0x1D] = "Path Priority",
+    [0x1E] = "Rejoin",
 }
 
 local RESET_CODES = { [0] = "application abort", [1] = "refused (stream limit)", [2] = "tunnel: TCP reset" }
@@ -107,6 +108,10 @@ field("uint32", "stream_steer.conn_id", "Connection ID")
 field("uint32", "stream_steer.stream_id", "Stream ID")
 field("uint32", "path_priority.conn_id", "Connection ID")
 field("uint8", "path_priority.backup", "Backup", base.DEC, { [0] = "regular path", [1] = "backup path" })
+-- Rejoin (0x1E): a tokenless join; the session reference and the proof are secrets, redacted.
+field("uint32", "rejoin.conn_id", "Connection ID")
+field("string", "rejoin.session_ref", "Session Ref (redacted)")
+field("string", "rejoin.proof", "Proof (redacted)")
 -- Bytes the tail reader could not reach after an error.
 field("bytes", "unparsed", "Unparsed bytes")
 
@@ -162,7 +167,7 @@ local function packet_has_handshake(wanted)
 end
 
 local function redact(range)
-    return range:bytes():tohex():lower():sub(1, 8) .. "… (28 bytes redacted)"
+    return range:bytes():tohex():lower():sub(1, 8) .. "… (" .. (range:len() - 4) .. " bytes redacted)"
 end
 
 -- Adds [a, b) to a sorted list of disjoint ranges; true when it overlaps bytes already there.
@@ -232,6 +237,7 @@ end)
 parse[0x18] = parse[0x16]
 parse[0x1A] = fixed(12, function(t, s) return { bps = t(s, 8), cid = t(s + 8, 4) } end)
 parse[0x1C] = fixed(8, function(t, s) return { cid = t(s, 4), id = t(s + 4, 4) } end)
+parse[0x1E] = fixed(52, function(t, s) return { cid = t(s, 4), sref = t(s + 4, 16), proof = t(s + 20, 32) } end)
 parse[0x1D] = function(tvb, pos)
     if not need(pos, 5) then return nil, "truncated" end
     local backup = tvb(pos - 5, 1)
@@ -318,6 +324,8 @@ local function summary(fr)
         return string.format("Max Stream Data %d to %s", b.id:uint(), tostring(b.max:uint64()))
     elseif t == 0x1D then
         return string.format("Path Priority conn %d %s", b.cid:uint(), b.backup:uint() == 1 and "backup" or "regular")
+    elseif t == 0x1E then
+        return "Rejoin conn " .. b.cid:uint()
     end
     return FRAME_NAMES[t]
 end
@@ -479,6 +487,10 @@ local function add_frame(rec_tree, tvb, fr, i, d)
     elseif t == 0x1D then
         item:add(f["path_priority.conn_id"], b.cid)
         item:add(f["path_priority.backup"], b.backup)
+    elseif t == 0x1E then
+        item:add(f["rejoin.conn_id"], b.cid)
+        item:add(f["rejoin.session_ref"], b.sref, redact(b.sref))
+        item:add(f["rejoin.proof"], b.proof, redact(b.proof))
     end
 end
 

@@ -10,7 +10,7 @@ fn first_error(bytes: &[u8]) -> Option<FrameError> {
 
 #[test]
 fn unknown_types_are_rejected() {
-    for b in (0x0A..=0x0F).chain(0x1E..=0xFF) {
+    for b in (0x0A..=0x0F).chain(0x1F..=0xFF) {
         assert_eq!(FrameType::from_u8(b), None);
         let record = [0x01, b];
         let mut reader = FrameReader::new(&record);

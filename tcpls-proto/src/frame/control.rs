@@ -5,7 +5,7 @@
 //! checked by the session, not here: the codec has no notion of roles.
 
 use super::error::BodyError;
-use super::{Frame, TOKEN_LEN};
+use super::{Frame, REJOIN_PROOF_LEN, SESSION_REF_LEN, TOKEN_LEN};
 use crate::coding::TailReader;
 
 /// ACK 0x04: Highest Record Sequence(64), Connection ID(32), Type.
@@ -32,6 +32,14 @@ pub(super) fn decode_connection_reset<'a>(r: &mut TailReader<'a>) -> Result<Fram
 pub(super) fn decode_join<'a>(r: &mut TailReader<'a>) -> Result<Frame<'a>, BodyError> {
     let token = *r.array::<TOKEN_LEN>()?;
     Ok(Frame::Join { token })
+}
+
+/// Rejoin 0x1E: Connection ID(32), Session Ref(128), Proof(256), Type.
+pub(super) fn decode_rejoin<'a>(r: &mut TailReader<'a>) -> Result<Frame<'a>, BodyError> {
+    let proof = *r.array::<REJOIN_PROOF_LEN>()?;
+    let session_ref = *r.array::<SESSION_REF_LEN>()?;
+    let connection_id = r.u32()?;
+    Ok(Frame::Rejoin { connection_id, session_ref, proof })
 }
 
 /// User Timeout 0x13: Timeout in ms(32), Type.

@@ -31,11 +31,12 @@ pub enum FrameType {
     CongestionControl = 0x1B,
     StreamSteer = 0x1C,
     PathPriority = 0x1D,
+    Rejoin = 0x1E,
 }
 
 impl FrameType {
     /// Every frame type, in type byte order; lets tests and tools cover the whole table.
-    pub const ALL: [FrameType; 24] = [
+    pub const ALL: [FrameType; 25] = [
         Self::Padding,
         Self::Ping,
         Self::Stream,
@@ -60,9 +61,10 @@ impl FrameType {
         Self::CongestionControl,
         Self::StreamSteer,
         Self::PathPriority,
+        Self::Rejoin,
     ];
 
-    /// Parses a type byte; `None` for bytes outside the table (0x0A..=0x0F and 0x1E..=0xFF).
+    /// Parses a type byte; `None` for bytes outside the table (0x0A..=0x0F and 0x1F..=0xFF).
     pub fn from_u8(b: u8) -> Option<Self> {
         Some(match b {
             0x00 => Self::Padding,
@@ -89,6 +91,7 @@ impl FrameType {
             0x1B => Self::CongestionControl,
             0x1C => Self::StreamSteer,
             0x1D => Self::PathPriority,
+            0x1E => Self::Rejoin,
             _ => return None,
         })
     }

@@ -40,6 +40,12 @@ pub const STREAM_FRAME_OVERHEAD: usize = 15;
 /// Size of the single-use tokens of New Token and Join.
 pub const TOKEN_LEN: usize = 32;
 
+/// Size of the session reference of a Rejoin frame.
+pub const SESSION_REF_LEN: usize = 16;
+
+/// Size of the proof (HMAC-SHA256) of a Rejoin frame.
+pub const REJOIN_PROOF_LEN: usize = 32;
+
 /// Longest congestion control name: its length travels in one byte.
 pub const MAX_CC_NAME_LEN: usize = 255;
 
@@ -120,6 +126,9 @@ pub enum Frame<'a> {
     /// Marks a connection as a backup path (no stream data while a regular one is usable) or
     /// as a regular one again (MPTCP's MP_PRIO).
     PathPriority { connection_id: u32, backup: bool },
+    /// Binds a new TCP connection to a session without a token (PROTOCOL.md §3): the session is
+    /// named by a reference and the client proves it knows the session's secret.
+    Rejoin { connection_id: u32, session_ref: [u8; SESSION_REF_LEN], proof: [u8; REJOIN_PROOF_LEN] },
 }
 
 impl Frame<'_> {
@@ -150,6 +159,7 @@ impl Frame<'_> {
             Self::CongestionControl { .. } => FrameType::CongestionControl,
             Self::StreamSteer { .. } => FrameType::StreamSteer,
             Self::PathPriority { .. } => FrameType::PathPriority,
+            Self::Rejoin { .. } => FrameType::Rejoin,
         }
     }
 
@@ -178,6 +188,7 @@ impl Frame<'_> {
             Self::CongestionControl { name, .. } => name.len() + 1 + 4,
             Self::StreamSteer { .. } => 4 + 4,
             Self::PathPriority { .. } => 1 + 4,
+            Self::Rejoin { .. } => 4 + SESSION_REF_LEN + REJOIN_PROOF_LEN,
         };
         body + 1
     }
@@ -263,6 +274,11 @@ impl Frame<'_> {
             Self::PathPriority { connection_id, backup } => {
                 put_u8(out, u8::from(backup));
                 put_u32(out, connection_id);
+            }
+            Self::Rejoin { connection_id, session_ref, proof } => {
+                put_u32(out, connection_id);
+                out.extend_from_slice(&session_ref);
+                out.extend_from_slice(&proof);
             }
         }
         put_u8(out, self.frame_type() as u8);

@@ -80,6 +80,7 @@ fn decode_body<'a>(type_byte: u8, r: &mut TailReader<'a>) -> Result<Frame<'a>, F
         FrameType::CongestionControl => ext::decode_congestion_control(r),
         FrameType::StreamSteer => stream::decode_stream_steer(r),
         FrameType::PathPriority => multipath::decode_path_priority(r),
+        FrameType::Rejoin => control::decode_rejoin(r),
     };
     frame.map_err(|e| e.with_type(type_byte))
 }

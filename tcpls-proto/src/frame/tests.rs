@@ -32,6 +32,7 @@ pub(super) fn samples(buf: &[u8]) -> Vec<Frame<'_>> {
         Frame::RemoveAddress { address_id: 255 },
         Frame::StreamChange { next_stream_id: 1, next_offset: 2 },
         Frame::Join { token: [0x11; TOKEN_LEN] },
+        Frame::Rejoin { connection_id: 0x8000_0001, session_ref: [0x22; 16], proof: [0x33; 32] },
         Frame::StreamReset { stream_id: 5, final_size: 6, error_code: 0x100 },
         Frame::MaxStreamData { stream_id: 5, maximum_offset: 65536 },
         Frame::UserTimeout { timeout_ms: 0 },
@@ -173,7 +174,7 @@ fn ack_eliciting_is_all_but_padding_and_ack() {
 
 #[test]
 fn errors_display_their_type() {
-    assert_eq!(FrameError::UnknownType(0x1e).to_string(), "unknown frame type 0x1e");
+    assert_eq!(FrameError::UnknownType(0x1f).to_string(), "unknown frame type 0x1f");
     let e = FrameError::Malformed { frame_type: 0x07, what: "address version is not 4 or 6" };
     assert_eq!(e.frame_type(), 0x07);
     assert!(e.to_string().contains("0x07") && e.to_string().contains("version"));

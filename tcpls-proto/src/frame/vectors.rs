@@ -103,6 +103,11 @@ pub(super) fn expected(name: &str) -> Option<Vec<Frame<'static>>> {
         "congestion-control" => one(Frame::CongestionControl { connection_id: 1, name: b"bbr" }),
         "stream-steer" => one(Frame::StreamSteer { stream_id: 4, connection_id: 1 }),
         "path-priority" => one(Frame::PathPriority { connection_id: 1, backup: true }),
+        "rejoin" => one(Frame::Rejoin {
+            connection_id: 0x8000_0000,
+            session_ref: std::array::from_fn(|i| 0xc0 + i as u8),
+            proof: token(0xd0),
+        }),
         "record-stream-max-stream-data-padding" => Some(vec![
             Frame::Padding,
             Frame::MaxStreamData { stream_id: 1, maximum_offset: 131072 },
@@ -113,7 +118,7 @@ pub(super) fn expected(name: &str) -> Option<Vec<Frame<'static>>> {
 }
 
 /// Every vector name `expected` knows, so a vector deleted from the document is noticed.
-const NAMES: [&str; 27] = [
+const NAMES: [&str; 28] = [
     "padding",
     "ping",
     "stream",
@@ -140,6 +145,7 @@ const NAMES: [&str; 27] = [
     "congestion-control",
     "stream-steer",
     "path-priority",
+    "rejoin",
     "record-stream-max-stream-data-padding",
 ];
 
@@ -156,6 +162,11 @@ fn render(frame: &Frame<'_>) -> String {
             format!("NewToken {{ sequence: {sequence}, token: {} }}", hex(token))
         }
         Frame::Join { token } => format!("Join {{ token: {} }}", hex(token)),
+        Frame::Rejoin { connection_id, session_ref, proof } => format!(
+            "Rejoin {{ connection_id: {connection_id}, session_ref: {}, proof: {} }}",
+            hex(session_ref),
+            hex(proof)
+        ),
         Frame::CongestionControl { connection_id, name } => {
             format!("CongestionControl {{ connection_id: {connection_id}, name: {} }}", text(name))
         }

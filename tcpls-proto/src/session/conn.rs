@@ -87,6 +87,11 @@ pub(crate) struct Connection {
     /// Client side of a joining connection: the server has not yet answered on it, so it may
     /// still refuse the join; stream data waits (it would be lost with the connection).
     pub(crate) awaiting_join_ack: bool,
+    /// Client side of a connection rejoining without a token: its Rejoin frame's session
+    /// reference and rejoin key (the proof is computed once the handshake is done).
+    pub(crate) rejoin: Option<super::multipath::RejoinCredentials>,
+    /// TCPLS connections: the secret of this TLS connection (for rejoin, PROTOCOL.md §3).
+    pub(crate) secret: Option<crate::tls::ConnSecret>,
     /// A backup path (Path Priority, PROTOCOL.md §3): no unsteered stream data while a regular
     /// connection can carry it.
     pub(crate) backup: bool,
@@ -189,6 +194,8 @@ impl Connection {
             app_records: 0,
             join_token: None,
             awaiting_join_ack: false,
+            rejoin: None,
+            secret: None,
             backup: false,
             established: false,
             paused: false,
@@ -240,7 +247,7 @@ impl Connection {
 
     /// Can carry stream records: usable, and (for a joining connection) accepted by the server.
     pub(crate) fn carries_streams(&self) -> bool {
-        self.is_usable() && self.join_token.is_none() && !self.awaiting_join_ack
+        self.is_usable() && !self.join_pending() && !self.awaiting_join_ack
     }
 
     /// Advances the handshake. Returns the outcome's info once, when it completes.
@@ -257,7 +264,8 @@ impl Connection {
                     return Ok(None);
                 };
                 let info = match hs.finish()? {
-                    HandshakeOutcome::Tcpls { tx, rx, kernel, info } => {
+                    HandshakeOutcome::Tcpls { tx, rx, kernel, info, secret } => {
+                        self.secret = Some(secret);
                         let tx_key_since = tx.seq();
                         self.state = ConnState::Tcpls(Box::new(RecordLayer {
                             tx,

@@ -100,4 +100,43 @@ impl Session {
         self.drive_handshakes();
         Ok(id)
     }
+
+    /// **Dangerous, for tests only.** Starts a connection that rejoins without a token under
+    /// connection ID `id` (any, even outside the rejoin space), with this session reference
+    /// and proof instead of the real ones when given (to forge or replay rejoins).
+    #[doc(hidden)]
+    pub fn danger_add_connection_with_rejoin(
+        &mut self,
+        id: ConnId,
+        session_ref: Option<[u8; 16]>,
+        proof: Option<[u8; 32]>,
+    ) -> Result<ConnId, Error> {
+        let Some((config, name)) = self.core.client_tls.clone() else {
+            return Err(TransportError::internal("not a client session").into());
+        };
+        let mut creds =
+            self.rejoin_credentials().ok_or_else(|| TransportError::internal("no initial connection secret"))?;
+        if let Some(r) = session_ref {
+            creds.session_ref = r;
+        }
+        creds.forged_proof = proof;
+        let mut conn = super::Connection::new(id, crate::tls::Handshake::client(config, name)?);
+        conn.rejoin = Some(creds);
+        conn.awaiting_join_ack = true;
+        self.conns.push(conn);
+        self.drive_handshakes();
+        Ok(id)
+    }
+
+    /// **Dangerous, for tests only.** The proof a Rejoin with Connection ID `for_id` would carry
+    /// on connection `conn` (bound to its TLS secret), to replay it on another connection.
+    #[doc(hidden)]
+    pub fn danger_rejoin_proof(&self, conn: ConnId, for_id: ConnId) -> Option<[u8; 32]> {
+        let creds = self.rejoin_credentials()?;
+        let c = self.conn(conn)?;
+        match c.rejoin_frame_with_id(&creds, for_id)? {
+            crate::frame::Frame::Rejoin { proof, .. } => Some(proof),
+            _ => None,
+        }
+    }
 }

@@ -12,7 +12,7 @@ use crate::stream::RecvError;
 use crate::tls::HandshakeInfo;
 
 use super::conn::Flow;
-use super::multipath::{JoinRequest, JOIN_FRAME_LEN};
+use super::multipath::{JoinKey, JoinRequest, JOIN_FRAME_LEN, REJOIN_ID_BASE};
 use super::placement::LeadStream;
 use super::{Core, Inbound, RecordSink, Side};
 
@@ -116,13 +116,20 @@ impl Core {
                 front = Some(frame);
             }
         }
-        if let Some(Frame::Join { token }) = front {
+        let key = match front {
+            Some(Frame::Join { token }) => Some((JoinKey::Token(token), JOIN_FRAME_LEN)),
+            Some(f @ Frame::Rejoin { connection_id, session_ref, proof }) => {
+                Some((JoinKey::Rejoin { connection_id, session_ref, proof }, f.encoded_len()))
+            }
+            _ => None,
+        };
+        if let Some((key, len)) = key {
             if conn != 0 || self.initial_seen {
                 return Err(TransportError::unexpected("Join on a connection of an established session"));
             }
             // Frames after the Join belong to the session the token names: keep them for it.
-            let rest = plaintext.get(JOIN_FRAME_LEN..).unwrap_or_default().to_vec();
-            self.join_request = Some(JoinRequest { token, seq, rest });
+            let rest = plaintext.get(len..).unwrap_or_default().to_vec();
+            self.join_request = Some(JoinRequest { key, seq, rest });
             self.events.push_back(Event::JoinRequested);
             return Ok(Flow::Pause);
         }
@@ -151,7 +158,8 @@ impl Core {
                 }
                 // Sequence numbers become connection IDs: 0 is the initial connection's and a
                 // repeated one would give two connections one ID, so such tokens are ignored.
-                let fresh = sequence != 0 && !self.tokens.iter().any(|(s, _)| *s == sequence);
+                let fresh =
+                    sequence != 0 && sequence < REJOIN_ID_BASE && !self.tokens.iter().any(|(s, _)| *s == sequence);
                 if self.tokens.len() < MAX_TOKENS && fresh && !self.used_token_seqs.contains(&sequence) {
                     // Frames of a record are read back to front: keep the list ordered.
                     let at = self.tokens.partition_point(|(s, _)| *s < sequence);
@@ -173,7 +181,7 @@ impl Core {
                 self.peer_addresses.retain(|(id, _)| *id != address_id);
                 self.events.push_back(Event::PeerAddressRemoved { address_id });
             }
-            Frame::Join { .. } => {
+            Frame::Join { .. } | Frame::Rejoin { .. } => {
                 return Err(TransportError::unexpected(match self.side {
                     Side::Client => "Join sent by a server",
                     Side::Server => "Join on an established connection",

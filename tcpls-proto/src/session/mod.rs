@@ -33,7 +33,7 @@ pub use conn::ConnStats;
 pub(crate) use conn::{Connection, Inbound, RecordSink};
 pub(crate) use control::ControlQueue;
 pub use early::MAX_EARLY_STREAM_BYTES;
-pub use multipath::{Accepted, JoiningConnection};
+pub use multipath::{Accepted, JoiningConnection, REJOIN_ID_BASE};
 pub use observe::{MemoryUse, StreamProgress};
 pub(crate) use streams::Stream;
 
@@ -117,6 +117,8 @@ pub(crate) struct Core {
     pub(crate) initial_seen: bool,
     /// Server: sequence number (future connection ID) of the next token.
     pub(crate) next_token_seq: u32,
+    /// Client: counter of the Connection IDs of rejoins (`REJOIN_ID_BASE | n`).
+    pub(crate) next_rejoin: u32,
     /// Policy for records of unsteered streams.
     pub(crate) scheduler: Box<dyn sched::Scheduler>,
     /// Receive-side acknowledgement state per connection.
@@ -268,6 +270,7 @@ impl Session {
                 join_request: None,
                 initial_seen: false,
                 next_token_seq: 1,
+                next_rejoin: 0,
                 scheduler: Box::new(sched::LowestRtt),
                 used_token_seqs: std::collections::BTreeSet::new(),
                 acks: ack::Acks::default(),
@@ -664,7 +667,9 @@ impl Session {
     /// TCPLS session that keeps what it sent, is not closing, and whose client can still join.
     fn can_wait_for_rejoin(&self) -> bool {
         let core = &self.core;
-        let client_can_join = core.side == Side::Server || !core.tokens.is_empty();
+        // A client without a token can still rejoin with the initial connection's secret.
+        let client_can_join =
+            core.side == Side::Server || !core.tokens.is_empty() || self.rejoin_credentials().is_some();
         core.established
             && !core.fallback
             && core.config.failover

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use crate::error::{AlertCode, Error, TransportError};
 use crate::event::{ConnId, Event, StreamId};
-use crate::frame::{Frame, TOKEN_LEN};
+use crate::frame::{Frame, REJOIN_PROOF_LEN, SESSION_REF_LEN, TOKEN_LEN};
 use crate::tls::Handshake;
 
 use super::sched::{PathView, Scheduler};
@@ -14,10 +14,86 @@ use super::{Connection, Core, Session, Side};
 /// Wire length of a Join frame: the token and the type byte.
 pub(crate) const JOIN_FRAME_LEN: usize = TOKEN_LEN + 1;
 
-/// A connection whose first record asked to join a session by token.
+/// First Connection ID of the rejoin space (PROTOCOL.md §3): token sequence numbers stay below it.
+pub const REJOIN_ID_BASE: ConnId = 0x8000_0000;
+
+/// Labels of the values derived from a connection's secret ([`crate::tls::ConnSecret`]).
+const LABEL_REJOIN_KEY: &[u8] = b"EXPORTER-tcpls rejoin key";
+const LABEL_SESSION_REF: &[u8] = b"EXPORTER-tcpls session ref";
+const LABEL_REJOIN_PROOF: &[u8] = b"EXPORTER-tcpls rejoin proof";
+
+/// Client: what a connection rejoining without a token needs for its Rejoin frame, taken from
+/// the session's initial connection.
+#[derive(Clone)]
+pub(crate) struct RejoinCredentials {
+    key: [u8; 32],
+    pub(crate) session_ref: [u8; SESSION_REF_LEN],
+    /// Tests only (`danger_add_connection_with_rejoin`): sent instead of the real proof.
+    pub(crate) forged_proof: Option<[u8; REJOIN_PROOF_LEN]>,
+}
+
+impl std::fmt::Debug for RejoinCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RejoinCredentials(..)")
+    }
+}
+
+/// The rejoin key and session reference of a session whose initial connection has `secret`.
+fn session_secrets(secret: &crate::tls::ConnSecret) -> RejoinCredentials {
+    let mut key = [0u8; 32];
+    secret.derive(LABEL_REJOIN_KEY, &mut key);
+    let mut session_ref = [0u8; SESSION_REF_LEN];
+    secret.derive(LABEL_SESSION_REF, &mut session_ref);
+    RejoinCredentials { key, session_ref, forged_proof: None }
+}
+
+/// Proof = HMAC-SHA256(rejoin key, proof input of the new connection || Connection ID).
+fn rejoin_proof(key: &[u8; 32], new_conn: &crate::tls::ConnSecret, id: ConnId) -> [u8; REJOIN_PROOF_LEN] {
+    let mut input = [0u8; 32];
+    new_conn.derive(LABEL_REJOIN_PROOF, &mut input);
+    let key = aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, key);
+    let mut ctx = aws_lc_rs::hmac::Context::with_key(&key);
+    ctx.update(&input);
+    ctx.update(&id.to_be_bytes());
+    let mut proof = [0u8; REJOIN_PROOF_LEN];
+    proof.copy_from_slice(ctx.sign().as_ref());
+    proof
+}
+
+impl super::Connection {
+    /// Client: the Rejoin frame of this connection, once its handshake is done.
+    pub(crate) fn rejoin_frame(&self, creds: &RejoinCredentials) -> Option<Frame<'static>> {
+        self.rejoin_frame_with_id(creds, self.id)
+    }
+
+    /// The Rejoin frame this connection would send under Connection ID `id`.
+    pub(crate) fn rejoin_frame_with_id(&self, creds: &RejoinCredentials, id: ConnId) -> Option<Frame<'static>> {
+        let secret = self.secret.as_ref()?;
+        Some(Frame::Rejoin {
+            connection_id: id,
+            session_ref: creds.session_ref,
+            proof: creds.forged_proof.unwrap_or_else(|| rejoin_proof(&creds.key, secret, id)),
+        })
+    }
+
+    /// Client: the first record of this joining connection must still carry a Join or Rejoin.
+    pub(crate) fn join_pending(&self) -> bool {
+        self.join_token.is_some() || self.rejoin.is_some()
+    }
+}
+
+/// How a joining connection names its session: a token (Join) or a session reference with a
+/// proof (Rejoin).
+#[derive(Debug)]
+pub(crate) enum JoinKey {
+    Token([u8; TOKEN_LEN]),
+    Rejoin { connection_id: ConnId, session_ref: [u8; SESSION_REF_LEN], proof: [u8; REJOIN_PROOF_LEN] },
+}
+
+/// A connection whose first record asked to join a session (Join or Rejoin).
 #[derive(Debug)]
 pub(crate) struct JoinRequest {
-    pub(crate) token: [u8; 32],
+    pub(crate) key: JoinKey,
     /// Sequence number of that first record (for ACKs on the joined connection).
     pub(crate) seq: u64,
     /// The frames that followed the Join in that record: the target session processes them.
@@ -38,9 +114,21 @@ impl std::fmt::Debug for JoiningConnection {
 }
 
 impl JoiningConnection {
-    /// The token the client presented: look up the session it belongs to with this.
-    pub fn token(&self) -> &[u8; 32] {
-        &self.request.token
+    /// The token the client presented (Join): look up the session it belongs to with this.
+    pub fn token(&self) -> Option<&[u8; 32]> {
+        match &self.request.key {
+            JoinKey::Token(t) => Some(t),
+            JoinKey::Rejoin { .. } => None,
+        }
+    }
+
+    /// The session reference the client presented (Rejoin, no token): look up the session it
+    /// belongs to with this (see [`Session::session_ref`]).
+    pub fn session_ref(&self) -> Option<&[u8; SESSION_REF_LEN]> {
+        match &self.request.key {
+            JoinKey::Token(_) => None,
+            JoinKey::Rejoin { session_ref, .. } => Some(session_ref),
+        }
     }
 }
 
@@ -68,7 +156,9 @@ impl Core {
     /// Issues one fresh join token, sent on `conn` or any connection.
     pub(crate) fn issue_token(&mut self, conn: Option<ConnId>) {
         let sequence = self.next_token_seq;
-        self.next_token_seq = self.next_token_seq.wrapping_add(1).max(1);
+        // Sequence numbers become Connection IDs: they stay in 1..REJOIN_ID_BASE, the rest is
+        // the rejoin space (PROTOCOL.md §3).
+        self.next_token_seq = (self.next_token_seq.wrapping_add(1) % REJOIN_ID_BASE).max(1);
         let mut token = [0u8; 32];
         (self.config.random)(&mut token);
         self.tokens.push((sequence, token));
@@ -108,7 +198,11 @@ impl Session {
     /// Server: refuses a join whose token names no live session: access_denied, then close.
     pub fn refuse_join(joining: JoiningConnection) -> Vec<u8> {
         let mut conn = joining.conn;
-        conn.fail(TransportError::new(AlertCode::AccessDenied, "unknown, used or expired join token").into());
+        let what = match joining.request.key {
+            JoinKey::Token(_) => "unknown, used or expired join token",
+            JoinKey::Rejoin { .. } => "rejoin refused: unknown session, bad proof, ID in use or over the budget",
+        };
+        conn.fail(TransportError::new(AlertCode::AccessDenied, what).into());
         conn.tx.data().to_vec()
     }
 
@@ -123,24 +217,38 @@ impl Session {
         joining: JoiningConnection,
         now: Instant,
     ) -> Result<ConnId, JoiningConnection> {
-        let found = self.core.tokens.iter().position(|(_, t)| tokens_equal(t, &joining.request.token));
         let usable = self.core.side == Side::Server && self.core.established && !self.core.closing && !self.core.closed;
-        let Some(idx) = found.filter(|_| usable) else {
+        if !usable {
             return Err(joining);
+        }
+        let id = match &joining.request.key {
+            JoinKey::Token(token) => {
+                let Some(idx) = self.core.tokens.iter().position(|(_, t)| tokens_equal(t, token)) else {
+                    return Err(joining);
+                };
+                let (sequence, _) = self.core.tokens.remove(idx);
+                self.core.events.push_back(Event::TokenUsed { sequence });
+                sequence
+            }
+            JoinKey::Rejoin { connection_id, session_ref, proof } => {
+                if !self.rejoin_proof_valid(&joining.conn, *connection_id, session_ref, proof) {
+                    return Err(joining);
+                }
+                *connection_id
+            }
         };
-        let (sequence, _) = self.core.tokens.remove(idx);
-        self.core.events.push_back(Event::TokenUsed { sequence });
-        if self.conn(sequence).is_some() {
-            // Only after 2^32 tokens could a sequence number come back while its connection
-            // lives; one ID must never name two connections.
+        if self.conn(id).is_some() {
+            // One ID must never name two connections (for tokens, only after 2^31 of them could
+            // a sequence number come back while its connection lives).
             return Err(joining);
         }
         if self.live_connections() >= self.max_connections() {
-            // Over the budget: the token is spent all the same, so a flood of joins stops when
-            // the tokens run out.
+            // Over the budget: a token is spent all the same, so a flood of joins stops when
+            // the tokens run out; a rejoin is refused.
             return Err(joining);
         }
         let JoiningConnection { mut conn, request } = joining;
+        let sequence = id;
         conn.id = sequence;
         conn.established = true;
         self.conns.push(*conn);
@@ -159,6 +267,41 @@ impl Session {
             self.process(sequence, now);
         }
         Ok(sequence)
+    }
+
+    /// Server: a Rejoin's proof is the one the client of this session would compute for that
+    /// connection and ID (constant-time comparison), for an ID of the rejoin space.
+    fn rejoin_proof_valid(
+        &self,
+        joining: &super::Connection,
+        id: ConnId,
+        session_ref: &[u8; SESSION_REF_LEN],
+        proof: &[u8; REJOIN_PROOF_LEN],
+    ) -> bool {
+        let Some(creds) = self.rejoin_credentials() else { return false };
+        let Some(new_secret) = joining.secret.as_ref() else { return false };
+        let want = rejoin_proof(&creds.key, new_secret, id);
+        let ref_ok = aws_lc_rs::constant_time::verify_slices_are_equal(&creds.session_ref, session_ref).is_ok();
+        let proof_ok = aws_lc_rs::constant_time::verify_slices_are_equal(&want, proof).is_ok();
+        id >= REJOIN_ID_BASE && ref_ok && proof_ok
+    }
+
+    /// The rejoin key and session reference, from the initial connection's secret (TCPLS only).
+    pub(crate) fn rejoin_credentials(&self) -> Option<RejoinCredentials> {
+        if self.core.fallback {
+            return None;
+        }
+        self.conns.iter().find(|c| c.id == 0)?.secret.as_ref().map(session_secrets)
+    }
+
+    /// The reference a Rejoin frame names this session by (PROTOCOL.md §3): derived from the
+    /// initial connection's TLS secret, known only to both ends. `None` before the initial
+    /// connection's handshake completes, and for plain-TLS fallback sessions.
+    pub fn session_ref(&self) -> Option<[u8; SESSION_REF_LEN]> {
+        if !self.core.established {
+            return None;
+        }
+        self.rejoin_credentials().map(|c| c.session_ref)
     }
 
     /// Connections this session may have at once: the initial one plus one per token.
@@ -209,6 +352,9 @@ impl Session {
 
     /// Client: starts a new TCP connection's handshake, to be joined with the next unused token.
     /// Connect a socket to one of the server's addresses and feed it as connection `id`.
+    /// Without a token while every connection of the session has ended, the connection rejoins
+    /// with a Rejoin frame instead (PROTOCOL.md §3), under an ID of `REJOIN_ID_BASE | n`; with
+    /// a live connection and no token, [`Error::NoToken`] (the server sends more).
     pub fn add_connection(&mut self) -> Result<ConnId, Error> {
         if self.core.side != Side::Client || self.core.fallback || !self.core.established || self.core.closed {
             return Err(TransportError::internal("only an established TCPLS client session can add connections").into());
@@ -217,7 +363,20 @@ impl Session {
             return Err(TransportError::internal("no client configuration").into());
         };
         if self.core.tokens.is_empty() {
-            return Err(Error::NoToken);
+            // No token left while disconnected (every connection ended): rejoin with the
+            // initial connection's secret (PROTOCOL.md §3). While a connection lives, the
+            // server keeps sending tokens; wait for one.
+            let creds = self.rejoin_credentials().filter(|_| self.live_connections() == 0);
+            let Some(creds) = creds else {
+                return Err(Error::NoToken);
+            };
+            let id = self.next_rejoin_id();
+            let mut conn = Connection::new(id, Handshake::client(config, name)?);
+            conn.rejoin = Some(creds);
+            conn.awaiting_join_ack = true;
+            self.conns.push(conn);
+            self.drive_handshakes();
+            return Ok(id);
         }
         let (sequence, token) = self.core.tokens.remove(0);
         self.core.used_token_seqs.insert(sequence);
@@ -227,6 +386,18 @@ impl Session {
         self.conns.push(conn);
         self.drive_handshakes();
         Ok(sequence)
+    }
+
+    /// Client: the next unused Connection ID of the rejoin space.
+    pub(crate) fn next_rejoin_id(&mut self) -> ConnId {
+        loop {
+            let id = REJOIN_ID_BASE | (self.core.next_rejoin & !REJOIN_ID_BASE);
+            self.core.next_rejoin = self.core.next_rejoin.wrapping_add(1);
+            // A session has few connections (the finished ones are pruned), so this ends fast.
+            if self.conn(id).is_none() {
+                return id;
+            }
+        }
     }
 
     /// Sends a stream's data on `conn` from now on (stream steering); `None` lets the scheduler

@@ -13,7 +13,6 @@ use crate::frame::{write_stream_trailer, Frame, FrameReader, STREAM_FRAME_OVERHE
 use crate::record::{CT_APPLICATION_DATA, MAX_PLAINTEXT};
 
 use super::conn::{ConnState, Connection};
-use super::multipath::JOIN_FRAME_LEN;
 use super::{Core, Session};
 
 /// Below this many bytes of room, a record is not worth starting with stream data.
@@ -81,9 +80,18 @@ impl Session {
             if !c.is_usable() {
                 continue;
             }
-            let Some(token) = c.join_token.take() else { continue };
-            let mut plaintext = Vec::with_capacity(JOIN_FRAME_LEN + 1);
-            Frame::Join { token }.encode(&mut plaintext);
+            let frame = if let Some(token) = c.join_token.take() {
+                Frame::Join { token }
+            } else if let Some(creds) = c.rejoin.take() {
+                match c.rejoin_frame(&creds) {
+                    Some(frame) => frame,
+                    None => continue,
+                }
+            } else {
+                continue;
+            };
+            let mut plaintext = Vec::with_capacity(frame.encoded_len() + 1);
+            frame.encode(&mut plaintext);
             plaintext.push(CT_APPLICATION_DATA);
             if let ConnState::Tcpls(layer) = &mut c.state {
                 match layer.tx.seal_scatter(&[], &plaintext, &mut c.tx) {
@@ -176,7 +184,7 @@ impl Session {
         let high = self.core.config.transmit_high_water;
         let mut failed = false;
         for c in &mut self.conns {
-            if !c.is_usable() || !c.is_tcpls() || c.join_token.is_some() {
+            if !c.is_usable() || !c.is_tcpls() || c.join_pending() {
                 continue;
             }
             while c.tx.len() < high && self.core.control.has_for(c.id) {

@@ -19,7 +19,7 @@ use rustls::server::UnbufferedServerConnection;
 use rustls::unbuffered::{ConnectionState, EncodeError, ReadEarlyData, TransmitTlsData, UnbufferedStatus};
 use rustls::{ClientConfig, HandshakeKind, ProtocolVersion, ServerConfig};
 
-use super::{FallbackTls, Kernel, ALPN_TCPLS};
+use super::{ConnSecret, FallbackTls, Kernel, ALPN_TCPLS};
 use crate::error::{Error, TransportError};
 use crate::record::{next_record, RecordKey, RxBuf, TxBuf};
 
@@ -51,7 +51,7 @@ pub struct HandshakeInfo {
 #[allow(clippy::large_enum_variant)] // produced once per connection, moved once
 pub enum HandshakeOutcome {
     /// `tcpls/1` on TLS 1.3: our record layer with these keys.
-    Tcpls { tx: RecordKey, rx: RecordKey, kernel: Kernel, info: HandshakeInfo },
+    Tcpls { tx: RecordKey, rx: RecordKey, kernel: Kernel, info: HandshakeInfo, secret: ConnSecret },
     /// Anything else: one plain TLS byte stream, rustls keeps the record layer.
     Fallback { tls: FallbackTls, info: HandshakeInfo },
 }
@@ -183,6 +183,7 @@ impl Handshake {
                 if is_tcpls(c.alpn_protocol(), c.protocol_version()) {
                     let (secrets, kernel) = c.dangerous_into_kernel_connection().map_err(Error::Tls)?;
                     Ok(HandshakeOutcome::Tcpls {
+                        secret: ConnSecret::from_traffic(&secrets.tx.1, &secrets.rx.1)?,
                         tx: RecordKey::new(&secrets.tx.1, secrets.tx.0)?,
                         rx: RecordKey::new(&secrets.rx.1, secrets.rx.0)?,
                         kernel: Kernel::Client(kernel),
@@ -202,6 +203,7 @@ impl Handshake {
                 if is_tcpls(s.alpn_protocol(), s.protocol_version()) {
                     let (secrets, kernel) = s.dangerous_into_kernel_connection().map_err(Error::Tls)?;
                     Ok(HandshakeOutcome::Tcpls {
+                        secret: ConnSecret::from_traffic(&secrets.rx.1, &secrets.tx.1)?,
                         tx: RecordKey::new(&secrets.tx.1, secrets.tx.0)?,
                         rx: RecordKey::new(&secrets.rx.1, secrets.rx.0)?,
                         kernel: Kernel::Server(kernel),

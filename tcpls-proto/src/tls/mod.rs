@@ -39,6 +39,64 @@ pub fn crypto_provider() -> rustls::crypto::CryptoProvider {
 /// The ALPN protocol id that selects TCPLS (PROTOCOL.md §1).
 pub const ALPN_TCPLS: &[u8] = b"tcpls/1";
 
+/// A secret of one TLS connection that both ends derive when its handshake completes, from which
+/// TCPLS derives the rejoin key, session reference and rejoin proof input (PROTOCOL.md §3).
+///
+/// rustls' unbuffered API, which TCPLS uses, does not offer RFC 8446 exporters, so this is
+/// HKDF-Extract (SHA-256, salt `tcpls connection secret`) over the first application traffic keys and IVs of
+/// both directions (client to server first): values only the two ends of this TLS connection
+/// know, distinct for each connection. [`ConnSecret::derive`] is HKDF-Expand with a label.
+#[derive(Clone)]
+pub struct ConnSecret(aws_lc_rs::hkdf::Prk);
+
+impl std::fmt::Debug for ConnSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ConnSecret(..)")
+    }
+}
+
+fn traffic_key_iv(s: &rustls::ConnectionTrafficSecrets) -> Result<(&[u8], &[u8]), TransportError> {
+    use rustls::ConnectionTrafficSecrets as S;
+    match s {
+        S::Aes128Gcm { key, iv } | S::Aes256Gcm { key, iv } | S::Chacha20Poly1305 { key, iv } => {
+            Ok((key.as_ref(), iv.as_ref()))
+        }
+        _ => Err(TransportError::internal("negotiated cipher suite is not a TLS 1.3 AEAD we support")),
+    }
+}
+
+impl ConnSecret {
+    /// From the first application traffic keys: `client` is the client-to-server direction.
+    pub fn from_traffic(
+        client: &rustls::ConnectionTrafficSecrets,
+        server: &rustls::ConnectionTrafficSecrets,
+    ) -> Result<Self, TransportError> {
+        let (ck, civ) = traffic_key_iv(client)?;
+        let (sk, siv) = traffic_key_iv(server)?;
+        let mut ikm = Vec::with_capacity(ck.len() + civ.len() + sk.len() + siv.len());
+        for part in [ck, civ, sk, siv] {
+            ikm.extend_from_slice(part);
+        }
+        let salt = aws_lc_rs::hkdf::Salt::new(aws_lc_rs::hkdf::HKDF_SHA256, b"tcpls connection secret");
+        let prk = salt.extract(&ikm);
+        ikm.iter_mut().for_each(|b| *b = 0);
+        Ok(Self(prk))
+    }
+
+    /// `out.len()` bytes for `label` (at most 255 × 32).
+    pub fn derive(&self, label: &[u8], out: &mut [u8]) {
+        struct Len(usize);
+        impl aws_lc_rs::hkdf::KeyType for Len {
+            fn len(&self) -> usize {
+                self.0
+            }
+        }
+        let info = [label];
+        let filled = self.0.expand(&info, Len(out.len())).and_then(|okm| okm.fill(out));
+        debug_assert!(filled.is_ok(), "HKDF output length in range");
+    }
+}
+
 /// rustls' view of an established TCPLS connection: derives the next traffic secrets for
 /// KeyUpdate and takes the session tickets the server sends after the handshake.
 pub enum Kernel {
