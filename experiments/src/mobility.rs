@@ -15,7 +15,8 @@
 //! goes down, and how long after Wi-Fi returns the goodput is back above the LTE rate.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -183,6 +184,11 @@ fn run_tcpls(p: &Params, pki: &Pki, late: bool) -> Result<Run, String> {
     let (started_tx, started_rx) = mpsc::channel();
     let meter = Meter::new();
     let (m, tls, bytes) = (meter.clone(), pki.client.clone(), p.bytes);
+    // Set just before Wi-Fi goes down: the client's last sample of bytes per connection before
+    // it is what the backup carried while the primary was up.
+    let going_down = Arc::new(AtomicBool::new(false));
+    let before_down = Arc::new(Mutex::new((0u64, 0u64)));
+    let (flag, sample) = (going_down.clone(), before_down.clone());
     let client = tcpls_run::spawn_client(&topo, Duration::from_secs(120), move || async move {
         let name = server_name_for("localhost").map_err(|e| e.to_string())?;
         let wifi_path = PathOptions::new().device(wifi);
@@ -207,7 +213,16 @@ fn run_tcpls(p: &Params, pki: &Pki, late: bool) -> Result<Run, String> {
         // Wi-Fi is usable.
         let (_send, mut recv) = tcpls_run::request(&session, bytes, SEED, None).await?;
         let _ = started_tx.send(Instant::now());
-        let result = tcpls_run::receive(&mut recv, SEED, bytes, &m).await;
+        let sampler = async {
+            while !flag.load(Ordering::SeqCst) {
+                let conns = session.connections();
+                let on_backup: u64 = conns.iter().filter(|c| session.is_backup(c.id)).map(|c| c.bytes_received).sum();
+                let all: u64 = conns.iter().map(|c| c.bytes_received).sum();
+                *sample.lock().unwrap_or_else(|e| e.into_inner()) = (on_backup, all);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        let (result, ()) = tokio::join!(tcpls_run::receive(&mut recv, SEED, bytes, &m), sampler);
         let per_conn: Vec<serde_json::Value> = session
             .connections()
             .iter()
@@ -225,8 +240,13 @@ fn run_tcpls(p: &Params, pki: &Pki, late: bool) -> Result<Run, String> {
         result.map(|(got, ok)| (got, ok, per_conn, failovers))
     })?;
     let t0 = wait_started(&started_rx)?;
-    let (down, up) = handover(&topo, t0, p)?;
+    sleep_until(t0, p.wifi_down_at);
+    going_down.store(true, Ordering::SeqCst);
+    let down = wifi_down(&topo)?;
+    sleep_until(t0, p.wifi_up_at);
+    let up = wifi_up(&topo)?;
     let (got, verified, per_conn, failovers) = tcpls_run::join(client)?;
+    let (backup_before, all_before) = *before_down.lock().unwrap_or_else(|e| e.into_inner());
     drop(server);
     drop(topo);
     // Bytes that came over the backup (LTE) connections, by connection.
@@ -245,6 +265,9 @@ fn run_tcpls(p: &Params, pki: &Pki, late: bool) -> Result<Run, String> {
         detail: json!({
             "connections": per_conn,
             "bytes_received_over_lte": on_lte,
+            "bytes_received_before_handover": all_before,
+            "backup_bytes_received_before_handover": backup_before,
+            "backup_share_before_handover": round(backup_before as f64 / all_before.max(1) as f64, 5),
             "client_failovers": failovers,
         }),
     })
