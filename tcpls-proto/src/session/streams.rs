@@ -244,8 +244,9 @@ impl Core {
         let limit = s.recv.limit();
         let granted = wanted.min(limit.saturating_add(room).max(floor));
         // A sliver of credit (the budget's last bytes) would only make the peer seal a short
-        // record: wait until a record's worth is free, or the stream is owed its floor.
-        let sliver = granted < wanted && granted < floor && granted - limit.min(granted) < MIN_GRANT;
+        // record: wait until a record's worth is free, unless the stream is owed its floor
+        // (its limit is below it, so the grant is not only the budget's to give).
+        let sliver = granted < wanted && limit >= floor && granted.saturating_sub(limit) < MIN_GRANT;
         if granted <= limit || sliver {
             self.credit_starved.insert(id);
             *charged = Some(total);
