@@ -36,7 +36,6 @@ pub(crate) struct Acks {
 impl Core {
     /// Record `number` on `conn` carried an ack-eliciting frame.
     pub(crate) fn note_ack_eliciting(&mut self, conn: ConnId, number: u64) {
-        let now = self.now.unwrap_or_else(Instant::now);
         let every = self.config.ack_every_records.max(1);
         let delay = self.config.ack_delay;
         let state = self.acks.conns.entry(conn).or_default();
@@ -52,7 +51,16 @@ impl Core {
             let highest = state.highest;
             self.control.push_ack(conn, highest);
         } else if state.deadline.is_none() {
-            state.deadline = Some(now + delay);
+            match self.clock.now() {
+                Some(now) => state.deadline = Some(now + delay),
+                // Records come in through `handle_read`, which sets the clock: without a time
+                // there is nothing to delay by, so the ACK goes with the next record.
+                None => {
+                    state.pending = 0;
+                    let highest = state.highest;
+                    self.control.push_ack(conn, highest);
+                }
+            }
         }
     }
 
@@ -162,79 +170,6 @@ impl Core {
 }
 
 impl Session {
-    /// Keepalive (when configured): Ping a connection that has been silent for `keepalive`, and
-    /// fail it when nothing came back within `ping_timeout` (it then fails over).
-    pub(crate) fn check_keepalive(&mut self, now: Instant) {
-        let Some(idle) = self.core.config.keepalive else { return };
-        let timeout = self.core.config.ping_timeout;
-        let mut failed = false;
-        for c in &mut self.conns {
-            if !c.is_tcpls() || c.is_finished() || !c.established {
-                continue;
-            }
-            let last = *c.last_rx.get_or_insert(now);
-            match c.ping_sent {
-                Some(sent) if now.saturating_duration_since(sent) >= timeout => {
-                    c.dead = true;
-                    c.error.get_or_insert(crate::Error::ConnectionLost("no answer to a keepalive Ping".into()));
-                    failed = true;
-                }
-                None if now.saturating_duration_since(last) >= idle => {
-                    self.core.control.push(&Frame::Ping, Some(c.id));
-                    c.ping_sent = Some(now);
-                }
-                _ => {}
-            }
-        }
-        if failed {
-            self.after_connection_change();
-        }
-    }
-
-    /// Server idle timeout (`SessionConfig::idle_timeout`): a session that received nothing on
-    /// any connection for that long ends (close_notify, then `Error::ConnectionLost`), so
-    /// silent clients do not hold server sessions for ever (issue #14).
-    pub(crate) fn check_idle(&mut self, now: Instant) {
-        let Some(deadline) = self.idle_deadline() else { return };
-        if now < deadline {
-            return;
-        }
-        let limit = self.core.config.idle_timeout.unwrap_or_default();
-        let reason = format!("nothing received from the peer for {limit:?} (idle timeout)");
-        // Closing: an idle session does not wait for a rejoin.
-        self.core.closing = true;
-        for c in &mut self.conns {
-            let _ = c.send_close_notify();
-            c.fail(crate::Error::ConnectionLost(reason.clone()));
-        }
-        self.after_connection_change();
-    }
-
-    /// When the server idle timeout would end the session, if it applies.
-    pub(crate) fn idle_deadline(&self) -> Option<Instant> {
-        let limit = self.core.config.idle_timeout?;
-        let core = &self.core;
-        if core.side != super::Side::Server || core.closed || !core.established || core.orphaned_since.is_some() {
-            return None;
-        }
-        let last = self.conns.iter().filter_map(|c| c.last_rx).max().or(core.start)?;
-        Some(last + limit)
-    }
-
-    /// The next keepalive event (a Ping to send or a Ping's deadline).
-    pub(crate) fn keepalive_deadline(&self) -> Option<Instant> {
-        let idle = self.core.config.keepalive?;
-        let timeout = self.core.config.ping_timeout;
-        self.conns
-            .iter()
-            .filter(|c| c.is_tcpls() && !c.is_finished() && c.established)
-            .filter_map(|c| match c.ping_sent {
-                Some(sent) => Some(sent + timeout),
-                None => c.last_rx.map(|last| last + idle),
-            })
-            .min()
-    }
-
     /// Connection `id` ended. A clean close (close_notify both ways) means the peer processed
     /// everything sent before our close_notify; a failure means re-sending what it did not
     /// acknowledge, and telling the peer (Connection Reset) over the connections left.
@@ -254,10 +189,5 @@ impl Session {
         if others {
             self.core.control.push(&Frame::ConnectionReset { connection_id: id }, None);
         }
-    }
-
-    /// When the IO layer should call [`Session::prepare_transmit`] for a delayed ACK.
-    pub(crate) fn ack_timeout(&self) -> Option<Instant> {
-        self.core.next_ack_deadline()
     }
 }

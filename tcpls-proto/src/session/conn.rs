@@ -37,13 +37,95 @@ pub(crate) struct RecordLayer {
     answered_update: Option<u64>,
 }
 
+/// Where a connection is in its life. Transitions:
+///
+/// ```text
+/// Handshaking ─┬─> Open ─────────────┬─> Closing { sent, received } ─> (both) finished
+///              └─> AwaitingJoinAck ──┘
+/// any ─> Failed (fatal error, alert queued)      any ─> Gone (socket ended or given up)
+/// ```
+///
+/// `Failed` and `Gone` and a close_notify both ways are the finished states
+/// ([`Connection::is_finished`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Handshaking,
+    /// Client, joining connection: the handshake is done but the server has not answered on it
+    /// yet, so it may still refuse the join: stream data waits (it would be lost with it).
+    AwaitingJoinAck,
+    /// Carries records both ways.
+    Open,
+    /// close_notify went out, came in, or both.
+    Closing {
+        sent: bool,
+        received: bool,
+    },
+    /// A fatal error: its alert is queued if keys allowed; nothing more is sealed or read.
+    Failed,
+    /// The socket reached EOF or failed, or we gave up on it: nothing more is written either.
+    Gone,
+}
+
+impl Phase {
+    fn close_sent(self) -> bool {
+        matches!(self, Phase::Closing { sent: true, .. } | Phase::Failed | Phase::Gone)
+    }
+
+    fn close_received(self) -> bool {
+        matches!(self, Phase::Closing { received: true, .. })
+    }
+
+    /// After the peer's close_notify (TCPLS alert, or the end of a fallback TLS stream).
+    fn after_close_received(self) -> Phase {
+        match self {
+            Phase::Closing { sent, .. } => Phase::Closing { sent, received: true },
+            Phase::Failed | Phase::Gone => self,
+            _ => Phase::Closing { sent: false, received: true },
+        }
+    }
+
+    /// After a record from the server on a joining connection: it accepted the join (a
+    /// refusal is an alert).
+    fn after_join_answer(self) -> Phase {
+        match self {
+            Phase::AwaitingJoinAck => Phase::Open,
+            other => other,
+        }
+    }
+}
+
+/// Why a connection was lost ([`Connection::lose`]), as its error says it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Loss<'a> {
+    /// The socket returned EOF without a close_notify before it.
+    Eof,
+    /// The socket failed (reset, timeout, ...).
+    Io(&'a str),
+    /// A keepalive Ping went unanswered.
+    KeepaliveTimeout,
+    /// The peer reported the connection as failed (Connection Reset).
+    ReportedByPeer,
+}
+
+impl Loss<'_> {
+    fn error(self) -> Error {
+        Error::ConnectionLost(match self {
+            Loss::Eof => "TCP connection closed without close_notify".into(),
+            Loss::Io(reason) => reason.to_string(),
+            Loss::KeepaliveTimeout => "no answer to a keepalive Ping".into(),
+            Loss::ReportedByPeer => "the peer reported this connection as failed".into(),
+        })
+    }
+}
+
+/// The connection's keys and TLS state (its life is [`Phase`]).
 #[derive(Debug)]
 pub(crate) enum ConnState {
     Handshaking(Handshake, crate::tls::handshake_exposed::Exposed),
     /// Boxed: the keys are large next to the other states.
     Tcpls(Box<RecordLayer>),
     Fallback(FallbackTls),
-    /// A fatal alert is queued or the socket failed: only flushing remains.
+    /// No keys: the handshake failed or the connection did.
     Failed,
 }
 
@@ -66,13 +148,12 @@ pub(crate) struct Connection {
     pub(crate) stats: ConnStats,
     pub(crate) local: Option<SocketAddr>,
     pub(crate) remote: Option<SocketAddr>,
-    pub(crate) close_sent: bool,
-    pub(crate) close_received: bool,
-    /// The socket reached EOF or failed, or we gave up on the connection.
-    pub(crate) dead: bool,
-    /// Set once the close was reported to the application.
-    pub(crate) reported: bool,
+    /// Its life; changed only by the transition methods below.
+    phase: Phase,
+    /// Why it failed or was lost (none: closed cleanly, or not over).
     pub(crate) error: Option<Error>,
+    /// The session reported its end to the application (`Event::ConnectionClosed`).
+    pub(crate) reported: bool,
     /// Records decrypted on this connection (for ACK frames; the next expected sequence).
     pub(crate) records_opened: u64,
     /// Records sealed on this connection whose frames the peer has not acknowledged yet,
@@ -84,9 +165,6 @@ pub(crate) struct Connection {
     pub(crate) app_records: u64,
     /// Client side of a joining connection: the token its first record must carry.
     pub(crate) join_token: Option<[u8; 32]>,
-    /// Client side of a joining connection: the server has not yet answered on it, so it may
-    /// still refuse the join; stream data waits (it would be lost with the connection).
-    pub(crate) awaiting_join_ack: bool,
     /// Client side of a connection rejoining without a token: its Rejoin frame's session
     /// reference and rejoin key (the proof is computed once the handshake is done).
     pub(crate) rejoin: Option<super::multipath::RejoinCredentials>,
@@ -95,8 +173,6 @@ pub(crate) struct Connection {
     /// A backup path (Path Priority, PROTOCOL.md §3): no unsteered stream data while a regular
     /// connection can carry it.
     pub(crate) backup: bool,
-    /// The handshake completed (reported once).
-    pub(crate) established: bool,
     /// Stop processing received records until the session decides (a Join waits for its
     /// target session).
     pub(crate) paused: bool,
@@ -183,9 +259,7 @@ impl Connection {
             stats: ConnStats::default(),
             local: None,
             remote: None,
-            close_sent: false,
-            close_received: false,
-            dead: false,
+            phase: Phase::Handshaking,
             reported: false,
             error: None,
             records_opened: 0,
@@ -193,11 +267,9 @@ impl Connection {
             sent_log_control: 0,
             app_records: 0,
             join_token: None,
-            awaiting_join_ack: false,
             rejoin: None,
             secret: None,
             backup: false,
-            established: false,
             paused: false,
             rtt_us: None,
             cwnd: None,
@@ -232,9 +304,48 @@ impl Connection {
         matches!(self.state, ConnState::Tcpls(_))
     }
 
+    /// The TLS handshake completed and the connection has not finished.
+    pub(crate) fn is_established(&self) -> bool {
+        matches!(self.phase, Phase::AwaitingJoinAck | Phase::Open | Phase::Closing { .. })
+            && !matches!(self.state, ConnState::Handshaking(..))
+            && !self.is_finished()
+    }
+
+    /// Client: a joining connection the server has not answered on yet.
+    pub(crate) fn awaiting_join_ack(&self) -> bool {
+        self.phase == Phase::AwaitingJoinAck
+    }
+
+    /// We sent close_notify, or failed: nothing more may be sealed.
+    pub(crate) fn close_sent(&self) -> bool {
+        self.phase.close_sent()
+    }
+
+    /// The peer's close_notify arrived (and the connection did not fail since).
+    pub(crate) fn close_received(&self) -> bool {
+        self.phase.close_received()
+    }
+
+    /// Nothing can be written to the socket any more.
+    pub(crate) fn is_gone(&self) -> bool {
+        self.phase == Phase::Gone
+    }
+
     /// Can carry new records.
     pub(crate) fn is_usable(&self) -> bool {
-        !self.dead && !self.close_sent && matches!(self.state, ConnState::Tcpls(_) | ConnState::Fallback(_))
+        matches!(self.phase, Phase::AwaitingJoinAck | Phase::Open | Phase::Closing { sent: false, .. })
+            && matches!(self.state, ConnState::Tcpls(_) | ConnState::Fallback(_))
+    }
+
+    /// The socket ended or failed, or the connection is given up: nothing more is read or
+    /// written. An EOF after the peer's close_notify is a clean end; any other loss is the
+    /// connection's error (unless it already had one).
+    pub(crate) fn lose(&mut self, loss: Loss<'_>) {
+        let clean = matches!(loss, Loss::Eof) && self.close_received();
+        self.phase = Phase::Gone;
+        if !clean && self.error.is_none() {
+            self.error = Some(loss.error());
+        }
     }
 
     /// Number the next sealed record gets (monotonic over the connection's life).
@@ -247,7 +358,7 @@ impl Connection {
 
     /// Can carry stream records: usable, and (for a joining connection) accepted by the server.
     pub(crate) fn carries_streams(&self) -> bool {
-        self.is_usable() && !self.join_pending() && !self.awaiting_join_ack
+        self.is_usable() && !self.join_pending() && !self.awaiting_join_ack()
     }
 
     /// Advances the handshake. Returns the outcome's info once, when it completes.
@@ -286,6 +397,9 @@ impl Connection {
                     }
                 };
                 self.info = Some(info.clone());
+                if self.phase == Phase::Handshaking {
+                    self.phase = if self.join_pending() { Phase::AwaitingJoinAck } else { Phase::Open };
+                }
                 Ok(Some(info))
             }
             Err(e) => {
@@ -309,7 +423,7 @@ impl Connection {
                 let Some(span) = next_record(self.rx.data())? else {
                     return Ok(());
                 };
-                if self.close_received {
+                if self.phase.close_received() {
                     return Err(TransportError::unexpected("record after close_notify").into());
                 }
                 let seq = layer.rx_base + layer.rx.seq();
@@ -328,7 +442,7 @@ impl Connection {
                         self.app_records += 1;
                         // Any record from the server on a joining connection means it accepted
                         // the join (a refusal is an alert).
-                        self.awaiting_join_ack = false;
+                        self.phase = self.phase.after_join_answer();
                         let (inbound, scan) = match opened {
                             Opened::Direct(scan @ Scan { lead: Some(lead), .. }) => {
                                 (Inbound::Direct { lead, rest: content }, scan)
@@ -346,7 +460,7 @@ impl Connection {
                             _ => return Err(TransportError::decode("malformed alert").into()),
                         };
                         if desc == AlertCode::CloseNotify as u8 {
-                            self.close_received = true;
+                            self.phase = self.phase.after_close_received();
                         } else if level == 2 || desc != 90 {
                             // Fatal, or a warning TLS 1.3 does not define (user_canceled is 90).
                             return Err(Error::PeerAlert(desc));
@@ -354,7 +468,7 @@ impl Connection {
                     }
                     // After our close_notify nothing more may be sent: a KeyUpdate request is
                     // then processed (the peer's key still rotates) but not answered.
-                    CT_HANDSHAKE => post_handshake(layer, content, &mut self.tx, !self.close_sent)?,
+                    CT_HANDSHAKE => post_handshake(layer, content, &mut self.tx, !self.phase.close_sent())?,
                     other => {
                         return Err(TransportError::unexpected(format!("inner content type {other}")).into());
                     }
@@ -377,7 +491,7 @@ impl Connection {
                     return Err(e.into());
                 }
                 if result.peer_closed {
-                    self.close_received = true;
+                    self.phase = self.phase.after_close_received();
                 }
                 Ok(())
             }
@@ -398,17 +512,20 @@ impl Connection {
     /// Sends KeyUpdate now, asking the peer to update too when `request_peer`.
     pub(crate) fn update_key(&mut self, request_peer: bool) -> Result<(), TransportError> {
         match &mut self.state {
-            ConnState::Tcpls(layer) if !self.close_sent => send_key_update(layer, request_peer, &mut self.tx),
+            ConnState::Tcpls(layer) if !self.phase.close_sent() => send_key_update(layer, request_peer, &mut self.tx),
             _ => Err(TransportError::internal("KeyUpdate needs an open TCPLS connection")),
         }
     }
 
     /// Seals a close_notify alert (once).
     pub(crate) fn send_close_notify(&mut self) -> Result<(), Error> {
-        if self.close_sent || self.dead {
+        if self.close_sent() {
             return Ok(());
         }
-        self.close_sent = true;
+        self.phase = match self.phase {
+            Phase::Closing { received, .. } => Phase::Closing { sent: true, received },
+            _ => Phase::Closing { sent: true, received: false },
+        };
         match &mut self.state {
             ConnState::Tcpls(layer) => {
                 layer.tx.seal(CT_ALERT, &[1, AlertCode::CloseNotify as u8], &mut self.tx)?;
@@ -422,11 +539,13 @@ impl Connection {
     /// Ends the connection after a local error: the alert is queued if keys allow it.
     pub(crate) fn fail(&mut self, error: Error) {
         if let (Error::Local(e), ConnState::Tcpls(layer)) = (&error, &mut self.state) {
-            if !self.close_sent {
+            if !self.phase.close_sent() {
                 let _ = layer.tx.seal(CT_ALERT, &[2, e.alert as u8], &mut self.tx);
             }
         }
-        self.close_sent = true;
+        if self.phase != Phase::Gone {
+            self.phase = Phase::Failed;
+        }
         self.state = ConnState::Failed;
         if self.error.is_none() {
             self.error = Some(error);
@@ -436,7 +555,7 @@ impl Connection {
     /// Both close_notify went, or the connection failed: the IO layer may close the socket once
     /// the transmit buffer is written.
     pub(crate) fn is_finished(&self) -> bool {
-        self.dead || matches!(self.state, ConnState::Failed) || (self.close_sent && self.close_received)
+        matches!(self.phase, Phase::Failed | Phase::Gone | Phase::Closing { sent: true, received: true })
     }
 
     pub(crate) fn key_updates(&self) -> (u64, u64) {

@@ -95,7 +95,6 @@ impl Session {
         };
         let mut conn = super::Connection::new(id, crate::tls::Handshake::client(config, name)?);
         conn.join_token = Some(token);
-        conn.awaiting_join_ack = true;
         self.conns.push(conn);
         self.drive_handshakes();
         Ok(id)
@@ -122,7 +121,6 @@ impl Session {
         creds.forged_proof = proof;
         let mut conn = super::Connection::new(id, crate::tls::Handshake::client(config, name)?);
         conn.rejoin = Some(creds);
-        conn.awaiting_join_ack = true;
         self.conns.push(conn);
         self.drive_handshakes();
         Ok(id)

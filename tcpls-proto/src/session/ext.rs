@@ -101,7 +101,7 @@ impl ExtState {
         }
     }
 
-    fn next_ready(&self) -> Option<Instant> {
+    pub(crate) fn next_ready(&self) -> Option<Instant> {
         self.buckets.values().filter_map(Bucket::ready_at).min()
     }
 }
@@ -111,8 +111,8 @@ impl Session {
     /// same connection and the answer is reported as [`crate::Event::RttMeasured`].
     pub fn probe_rtt(&mut self, conn: ConnId, now: Instant) -> Result<(), Error> {
         self.usable(conn)?;
-        self.core.set_now(now);
-        let timestamp_us = self.core.micros_since_start();
+        self.core.clock.advance(now);
+        let timestamp_us = self.core.clock.micros_since_start();
         self.core.control.push(&Frame::RttProbe { connection_id: conn, timestamp_us }, Some(conn));
         Ok(())
     }
@@ -169,19 +169,6 @@ impl Session {
     /// ([`crate::SessionConfig::congestion_control_allowed`]).
     pub fn congestion_control_allowed(&self, name: &str) -> bool {
         self.core.config.congestion_control_allowed.iter().any(|n| n == name)
-    }
-
-    /// When the IO layer should call [`Session::prepare_transmit`] again although nothing else
-    /// happened: data waits for a rate-limited connection's tokens.
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        if !self.core.established {
-            return None;
-        }
-        let paced = if self.core.ready.is_empty() { None } else { self.core.ext.next_ready() };
-        [paced, self.ack_timeout(), self.orphan_deadline(), self.keepalive_deadline(), self.idle_deadline()]
-            .into_iter()
-            .flatten()
-            .min()
     }
 
     fn usable(&self, conn: ConnId) -> Result<(), Error> {

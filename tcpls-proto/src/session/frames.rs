@@ -3,8 +3,6 @@
 //! Frames of services that need several connections (join, failover, steering) are decoded and
 //! checked here and reported as events; the multipath machinery acts on them.
 
-use std::time::Instant;
-
 use crate::error::TransportError;
 use crate::event::{ConnId, Event, StreamId};
 use crate::frame::{Frame, FrameError, FrameReader};
@@ -221,7 +219,7 @@ impl Core {
                 self.actions.push(ConnAction::EchoRtt { conn: connection_id, timestamp_us });
             }
             Frame::RttEcho { connection_id, timestamp_us } => {
-                let now_us = self.micros_since_start();
+                let now_us = self.clock.micros_since_start();
                 if let Some(rtt_us) = now_us.checked_sub(timestamp_us) {
                     self.push_answer_event(Event::RttMeasured { conn: connection_id, rtt_us });
                 }
@@ -239,8 +237,10 @@ impl Core {
                 self.push_answer_event(Event::AddressEchoed { conn: connection_id, addr });
             }
             Frame::RateLimit { connection_id, bytes_per_second } => {
-                let now = self.now.unwrap_or_else(Instant::now);
-                self.ext.set_rate(connection_id, bytes_per_second, now);
+                // Frames come in through `handle_read`, which sets the clock.
+                if let Some(now) = self.clock.now() {
+                    self.ext.set_rate(connection_id, bytes_per_second, now);
+                }
                 self.push_answer_event(Event::RateLimited { conn: connection_id, bytes_per_second });
             }
             Frame::CongestionControl { connection_id, name } => {
@@ -438,19 +438,6 @@ impl Core {
             }
             self.events.push_back(Event::StreamWritable(id));
         }
-    }
-
-    /// Microseconds since the session started: the clock of RTT Probe timestamps.
-    pub(crate) fn micros_since_start(&self) -> u64 {
-        match (self.start, self.now) {
-            (Some(start), Some(now)) => now.saturating_duration_since(start).as_micros() as u64,
-            _ => 0,
-        }
-    }
-
-    pub(crate) fn set_now(&mut self, now: Instant) {
-        self.now = Some(now);
-        self.start.get_or_insert(now);
     }
 }
 

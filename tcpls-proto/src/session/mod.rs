@@ -20,6 +20,7 @@ mod packetize;
 mod placement;
 pub mod sched;
 pub(crate) mod streams;
+mod timers;
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -30,7 +31,7 @@ use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ServerConfig};
 
 pub use conn::ConnStats;
-pub(crate) use conn::{Connection, Inbound, RecordSink};
+pub(crate) use conn::{Connection, Inbound, Loss, RecordSink};
 pub(crate) use control::ControlQueue;
 pub use early::MAX_EARLY_STREAM_BYTES;
 pub use multipath::{Accepted, JoiningConnection, REJOIN_ID_BASE};
@@ -97,8 +98,8 @@ pub(crate) struct Core {
     pub(crate) closing: bool,
     pub(crate) closed: bool,
     pub(crate) error: Option<Error>,
-    pub(crate) start: Option<Instant>,
-    pub(crate) now: Option<Instant>,
+    /// The one clock (`timers.rs`).
+    pub(crate) clock: timers::Clock,
     pub(crate) stats: SessionStats,
     /// Frame consequences that need the connection table, run after each batch of records.
     pub(crate) actions: Vec<frames::ConnAction>,
@@ -258,8 +259,7 @@ impl Session {
                 closing: false,
                 closed: false,
                 error: None,
-                start: None,
-                now: None,
+                clock: timers::Clock::default(),
                 stats: SessionStats::default(),
                 actions: Vec::new(),
                 fallback_received: 0,
@@ -386,9 +386,9 @@ impl Session {
         let backpressure = replies_backed_up || (self.core.fallback && self.core.fallback_stream_full());
         let tx_cap = 2 * self.core.config.transmit_high_water;
         match self.conns.iter_mut().find(|c| c.id == conn) {
-            Some(c) if !c.is_finished() && !c.close_received && !backpressure && c.tx.len() < tx_cap => {
+            Some(c) if !c.is_finished() && !c.close_received() && !backpressure && c.tx.len() < tx_cap => {
                 // Small until the handshake is done: a peer that only connects costs little.
-                let chunk = if c.established { c.read_chunk } else { c.read_chunk.min(HANDSHAKE_READ_CHUNK) };
+                let chunk = if c.is_established() { c.read_chunk } else { c.read_chunk.min(HANDSHAKE_READ_CHUNK) };
                 let spare = c.rx.spare(chunk);
                 c.last_spare = spare.len();
                 spare
@@ -421,24 +421,21 @@ impl Session {
 
     /// The socket returned EOF: without a close_notify before it, the connection is lost.
     pub fn handle_eof(&mut self, conn: ConnId, now: Instant) {
-        self.core.now = Some(now);
-        if let Some(c) = self.conn_mut(conn) {
-            c.dead = true;
-            if !c.close_received && c.error.is_none() {
-                c.error = Some(Error::ConnectionLost("TCP connection closed without close_notify".into()));
-            }
-        }
-        self.after_connection_change();
+        self.core.clock.advance(now);
+        self.lose_connection(conn, Loss::Eof);
     }
 
     /// The socket failed (reset, timeout, ...).
     pub fn handle_io_error(&mut self, conn: ConnId, reason: &str, now: Instant) {
-        self.core.now = Some(now);
+        self.core.clock.advance(now);
+        self.lose_connection(conn, Loss::Io(reason));
+    }
+
+    /// Connection `conn` is lost (its socket ended or failed, or we gave up on it): the one
+    /// way a connection is marked lost. What it carried unacknowledged fails over.
+    pub(crate) fn lose_connection(&mut self, conn: ConnId, loss: Loss<'_>) {
         if let Some(c) = self.conn_mut(conn) {
-            c.dead = true;
-            if c.error.is_none() {
-                c.error = Some(Error::ConnectionLost(reason.to_string()));
-            }
+            c.lose(loss);
         }
         self.after_connection_change();
     }
@@ -447,7 +444,7 @@ impl Session {
     /// were written.
     pub fn transmit_data(&self, conn: ConnId) -> &[u8] {
         match self.conn(conn) {
-            Some(c) if !c.dead => c.tx.data(),
+            Some(c) if !c.is_gone() => c.tx.data(),
             _ => &[],
         }
     }
@@ -465,13 +462,13 @@ impl Session {
 
     /// The connection is over and its last bytes are written: close the socket.
     pub fn should_close_socket(&self, conn: ConnId) -> bool {
-        self.conn(conn).is_none_or(|c| c.is_finished() && (c.dead || c.tx.is_empty()))
+        self.conn(conn).is_none_or(|c| c.is_finished() && (c.is_gone() || c.tx.is_empty()))
     }
 
     /// We sent close_notify and everything before it is written: the IO layer may shut down its
     /// write half (TCP FIN), as TLS over TCP does.
     pub fn should_shutdown_write(&self, conn: ConnId) -> bool {
-        self.conn(conn).is_some_and(|c| c.close_sent && c.tx.is_empty())
+        self.conn(conn).is_some_and(|c| c.close_sent() && c.tx.is_empty())
     }
 
     pub fn poll_event(&mut self) -> Option<Event> {
@@ -487,15 +484,14 @@ impl Session {
 
     /// Runs the handshake or record layer of `conn` over what it has buffered.
     fn process(&mut self, conn: ConnId, now: Instant) {
-        self.core.now = Some(now);
-        self.core.start.get_or_insert(now);
+        self.core.clock.advance(now);
         self.drive_handshakes();
         let Some(idx) = self.conns.iter().position(|c| c.id == conn) else {
             return;
         };
         let c = &mut self.conns[idx];
         let core = &mut self.core;
-        let was_awaiting_join_ack = c.awaiting_join_ack;
+        let was_awaiting_join_ack = c.awaiting_join_ack();
         let opened_before = c.records_opened;
         let result = c.read_records(core);
         if c.records_opened != opened_before {
@@ -503,7 +499,7 @@ impl Session {
             c.last_rx = Some(now);
             c.ping_sent = None;
         }
-        if was_awaiting_join_ack && !c.awaiting_join_ack {
+        if was_awaiting_join_ack && !c.awaiting_join_ack() {
             // The server answered on a joining connection: it is part of the session now.
             core.events.push_back(Event::ConnectionEstablished { conn: c.id });
             core.orphaned_since = None;
@@ -513,7 +509,7 @@ impl Session {
         if let Err(e) = result {
             c.fail(e);
         }
-        if core.fallback && c.close_received {
+        if core.fallback && c.close_received() {
             core.on_fallback_peer_closed();
         }
         if !self.core.peer_close_reported && self.peer_closed() {
@@ -530,10 +526,7 @@ impl Session {
             match action {
                 frames::ConnAction::Reset(id) => {
                     if let Some(c) = self.conn_mut(id) {
-                        c.dead = true;
-                        if c.error.is_none() {
-                            c.error = Some(Error::ConnectionLost("the peer reported this connection as failed".into()));
-                        }
+                        c.lose(Loss::ReportedByPeer);
                     }
                 }
                 frames::ConnAction::EchoRtt { conn, timestamp_us } => {
@@ -581,8 +574,7 @@ impl Session {
             match result {
                 Ok(None) => {}
                 Ok(Some(info)) => {
-                    c.established = true;
-                    c.last_rx = self.core.now;
+                    c.last_rx = self.core.clock.now();
                     if !self.core.established {
                         self.core.settle_early_data(info.early_data_accepted);
                         self.core.on_established(c.id, &info, c.is_tcpls());
@@ -595,7 +587,7 @@ impl Session {
                             )
                             .into(),
                         );
-                    } else if !c.awaiting_join_ack {
+                    } else if !c.awaiting_join_ack() {
                         self.core.events.push_back(Event::ConnectionEstablished { conn: c.id });
                     }
                 }
@@ -630,9 +622,11 @@ impl Session {
             // the session waits for the client to rejoin with a spare token (break-before-make).
             let lost =
                 !last_errors.is_empty() && last_errors.iter().all(|e| matches!(e, Some(Error::ConnectionLost(_))));
-            if lost && self.can_wait_for_rejoin() {
+            // (The session has a time: it is established, so input with a time came in.)
+            let now = self.core.clock.now();
+            if let (true, Some(now)) = (lost && self.can_wait_for_rejoin(), now) {
                 if self.core.orphaned_since.is_none() {
-                    self.core.orphaned_since = Some(self.core.now.unwrap_or_else(Instant::now));
+                    self.core.orphaned_since = Some(now);
                     self.core.orphan_error = last_errors.into_iter().flatten().next();
                     self.core.events.push_back(Event::AllConnectionsLost);
                 }
@@ -684,24 +678,6 @@ impl Session {
         self.core.orphaned_since.is_some()
     }
 
-    /// Ends an orphaned session whose rejoin did not come in time.
-    pub(crate) fn check_orphan_timeout(&mut self, now: Instant) {
-        if let Some(since) = self.core.orphaned_since {
-            let waited = now.saturating_duration_since(since);
-            if waited >= self.core.config.rejoin_timeout {
-                self.core.orphaned_since = None;
-                // Say what happened and for how long we waited, not only the first loss.
-                let first = self.core.orphan_error.take().map_or_else(|| "unknown".to_string(), |e| e.to_string());
-                let tried = self.core.rejoin_note.take().map_or_else(String::new, |n| format!("; last attempts: {n}"));
-                self.core.error = Some(Error::ConnectionLost(format!(
-                    "every connection was lost and none rejoined within {:.1} s (first loss: {first}{tried})",
-                    waited.as_secs_f64()
-                )));
-                self.core.on_closed();
-            }
-        }
-    }
-
     /// Changes how long this session waits for a rejoin once every connection is lost
     /// ([`SessionConfig::rejoin_timeout`]), e.g. a client's path manager applying its outage
     /// tolerance. Zero: the session ends with its last connection.
@@ -731,14 +707,10 @@ impl Session {
         }
     }
 
-    pub(crate) fn orphan_deadline(&self) -> Option<Instant> {
-        self.core.orphaned_since.map(|since| since + self.core.config.rejoin_timeout)
-    }
-
     /// Abort: close_notify at once on every connection, queued data is dropped, and the
     /// session ends with [`Error::SessionClosed`].
     pub fn abort(&mut self, now: Instant) {
-        self.core.now = Some(now);
+        self.core.clock.advance(now);
         if self.core.orphaned_since.take().is_some() {
             // No connection left to abort and no rejoin wanted any more: it ends here (it used
             // to wait for the rejoin deadline).

@@ -250,11 +250,10 @@ impl Session {
         let JoiningConnection { mut conn, request } = joining;
         let sequence = id;
         conn.id = sequence;
-        conn.established = true;
         self.conns.push(*conn);
         self.core.orphaned_since = None;
         self.core.orphan_error = None;
-        self.core.set_now(now);
+        self.core.clock.advance(now);
         self.core.events.push_back(Event::ConnectionEstablished { conn: sequence });
         // Answer on the new connection at once: the client sends stream data on it only after
         // hearing from us there (a refused join would lose it).
@@ -330,7 +329,7 @@ impl Session {
     /// joins and drops connections in a loop cannot grow the table (and every scan of it).
     pub(crate) fn prune_finished_connections(&mut self) {
         const KEEP_FINISHED: usize = 8;
-        let finished = |c: &Connection| c.reported && c.is_finished() && (c.dead || c.tx.is_empty());
+        let finished = |c: &Connection| c.reported && c.is_finished() && (c.is_gone() || c.tx.is_empty());
         let mut excess = self.conns.iter().filter(|c| finished(c)).count().saturating_sub(KEEP_FINISHED);
         if excess > 0 {
             self.conns.retain(|c| {
@@ -373,7 +372,6 @@ impl Session {
             let id = self.next_rejoin_id();
             let mut conn = Connection::new(id, Handshake::client(config, name)?);
             conn.rejoin = Some(creds);
-            conn.awaiting_join_ack = true;
             self.conns.push(conn);
             self.drive_handshakes();
             return Ok(id);
@@ -382,7 +380,6 @@ impl Session {
         self.core.used_token_seqs.insert(sequence);
         let mut conn = Connection::new(sequence, Handshake::client(config, name)?);
         conn.join_token = Some(token);
-        conn.awaiting_join_ack = true;
         self.conns.push(conn);
         self.drive_handshakes();
         Ok(sequence)
@@ -500,7 +497,7 @@ impl Session {
 
     /// The connection's TLS handshake is complete (it may still be refused as a join).
     pub fn is_connection_established(&self, conn: ConnId) -> bool {
-        self.conn(conn).is_some_and(|c| c.established)
+        self.conn(conn).is_some_and(Connection::is_established)
     }
 
     /// The connection can carry stream data (handshake done, join accepted, not closing, not

@@ -25,7 +25,7 @@ impl Session {
     /// Seals what can be sent into the connections' transmit buffers. Call after every batch of
     /// input or application writes, then write [`Session::transmit_data`].
     pub fn prepare_transmit(&mut self, now: Instant) {
-        self.core.set_now(now);
+        self.core.clock.advance(now);
         self.run_actions();
         if !self.core.established {
             // Server with accepted early data: answer at half-RTT (early.rs).
@@ -123,7 +123,7 @@ impl Session {
         let regular_usable = self.conns.iter().any(|c| !c.backup && c.carries_streams());
         let carries_unsteered = |c: &Connection| c.carries_streams() && !(c.backup && regular_usable);
         let sole_carrier = self.conns.iter().filter(|c| carries_unsteered(c)).count() == 1;
-        if let Some(now) = self.core.now {
+        if let Some(now) = self.core.clock.now() {
             self.core.ext.refill(now);
         }
         while let Some(id) = self.core.next_ready() {
@@ -217,12 +217,12 @@ impl Session {
     /// When the peer closes one of several connections, we close it too; its streams carry on
     /// over the others.
     fn answer_connection_closes(&mut self) {
-        let others_usable = self.conns.iter().filter(|c| c.is_usable() && !c.close_received).count();
+        let others_usable = self.conns.iter().filter(|c| c.is_usable() && !c.close_received()).count();
         if others_usable == 0 {
             return;
         }
         for c in &mut self.conns {
-            if c.close_received && !c.close_sent && !c.dead {
+            if c.close_received() && !c.close_sent() {
                 if let Err(e) = c.send_close_notify() {
                     c.fail(e);
                 }
@@ -234,7 +234,7 @@ impl Session {
     pub fn peer_closed(&self) -> bool {
         self.core.established
             && self.core.orphaned_since.is_none()
-            && self.conns.iter().all(|c| c.close_received || c.is_finished())
+            && self.conns.iter().all(|c| c.close_received() || c.is_finished())
     }
 
     /// Something is queued that the next `prepare_transmit` would seal (the IO layer uses this
@@ -246,7 +246,7 @@ impl Session {
 
     /// Anything sealed and not yet written, on any connection.
     pub fn has_transmit(&self) -> bool {
-        self.conns.iter().any(|c| !c.dead && !c.tx.is_empty())
+        self.conns.iter().any(|c| !c.is_gone() && !c.tx.is_empty())
     }
 }
 
