@@ -10,6 +10,7 @@ use super::{MIN_READ_CHUNK, READ_CHUNK};
 use crate::error::{AlertCode, Error, TransportError};
 use crate::event::ConnId;
 use crate::event::StreamId;
+use crate::frame::Frame;
 use crate::record::{
     next_record, plaintext_len, RecordKey, RxBuf, TxBuf, CT_ALERT, CT_APPLICATION_DATA, CT_HANDSHAKE, HS_KEY_UPDATE,
     HS_NEW_SESSION_TICKET,
@@ -186,10 +187,12 @@ pub(crate) struct Connection {
     pub(crate) cwnd: Option<u32>,
     /// Zero-copy receive: where the next stream record is expected to go (`placement.rs`).
     pub(crate) expect: Expectation,
-    /// Control frames of a record decrypted into a stream buffer, moved out of it before they
-    /// are processed (a few bytes per record; stream data is never copied here unless the
-    /// record went somewhere unexpected).
+    /// A record decrypted into a stream's buffer but belonging elsewhere, moved here to take
+    /// the ordinary path (stream data is copied only then).
     rx_scratch: Vec<u8>,
+    /// The frames behind the leading Stream frame of a record decrypted into a stream's buffer,
+    /// as decoded once by `placement::read_direct` (values: they borrow nothing).
+    rx_rest: Vec<Frame<'static>>,
     /// How much the next socket read asks for: grows while reads fill the buffer (bulk), and
     /// shrinks back when they do not, so an idle connection does not hold a bulk-sized buffer.
     pub(crate) read_chunk: usize,
@@ -209,7 +212,15 @@ pub(crate) struct SentRecord {
 
 /// Where decrypted records go: the session.
 pub(crate) trait RecordSink {
-    fn deliver(&mut self, conn: ConnId, seq: u64, inbound: Inbound<'_>) -> Result<Flow, TransportError>;
+    /// Acts on one record. For [`Inbound::Frames`] the sink notes the placement facts of the
+    /// frames in `scan` as it reads them (each record's frames are decoded once).
+    fn deliver(
+        &mut self,
+        conn: ConnId,
+        seq: u64,
+        inbound: Inbound<'_>,
+        scan: &mut Scan,
+    ) -> Result<Flow, TransportError>;
     /// Storage for stream `id`'s bytes `offset..offset + len`, to decrypt a record of `len`
     /// plaintext bytes into; `None` when the stream cannot take it (zero-copy off, unknown or
     /// reset stream, out of window, overlapping received bytes).
@@ -220,8 +231,8 @@ pub(crate) trait RecordSink {
 enum Opened {
     /// In the receive buffer, `range` of the record.
     InPlace(u8, std::ops::Range<usize>),
-    /// In a stream's buffer, as expected (`scan.lead`): only the other frames were moved to
-    /// `rx_scratch`.
+    /// In a stream's buffer, as expected (`scan.lead`); its other frames are decoded in
+    /// `rx_rest`.
     Direct(Scan),
     /// In a stream's buffer, but the record belongs elsewhere: its content was moved to
     /// `rx_scratch` and takes the ordinary path.
@@ -242,8 +253,9 @@ pub(crate) enum Inbound<'a> {
     Frames { plaintext: &'a [u8], first: bool },
     /// A record decrypted straight into stream `lead.id`'s receive buffer at `lead.offset`
     /// (obtained from [`RecordSink::direct_slot`]), whose leading Stream frame says so: its
-    /// data is in place and only needs committing. `rest` are the record's other frames.
-    Direct { lead: LeadStream, rest: &'a [u8] },
+    /// data is in place and only needs committing. `rest` are the record's other frames,
+    /// decoded, in reader order (last on the wire first).
+    Direct { lead: LeadStream, rest: &'a [Frame<'static>] },
     /// Application bytes of a plain-TLS (fallback) connection.
     PlainData(&'a [u8]),
 }
@@ -278,6 +290,7 @@ impl Connection {
             early_received: Vec::new(),
             expect: Expectation::default(),
             rx_scratch: Vec::new(),
+            rx_rest: Vec::new(),
             read_chunk: MIN_READ_CHUNK,
             last_spare: 0,
         }
@@ -427,13 +440,13 @@ impl Connection {
                     return Err(TransportError::unexpected("record after close_notify").into());
                 }
                 let seq = layer.rx_base + layer.rx.seq();
-                let opened =
-                    open_record(layer, &mut self.rx.data_mut()[..span.len], self.expect, sink, &mut self.rx_scratch)?;
+                let record = &mut self.rx.data_mut()[..span.len];
+                let opened = open_record(layer, record, self.expect, sink, &mut self.rx_scratch, &mut self.rx_rest)?;
                 self.records_opened = layer.rx_base + layer.rx.seq();
                 self.stats.records_received += 1;
                 let (content_type, content): (u8, &[u8]) = match &opened {
                     Opened::InPlace(ct, range) => (*ct, &self.rx.data()[range.clone()]),
-                    Opened::Direct(..) => (CT_APPLICATION_DATA, &self.rx_scratch),
+                    Opened::Direct(..) => (CT_APPLICATION_DATA, &[]),
                     Opened::Moved(ct) => (*ct, &self.rx_scratch),
                 };
                 match content_type {
@@ -443,14 +456,15 @@ impl Connection {
                         // Any record from the server on a joining connection means it accepted
                         // the join (a refusal is an alert).
                         self.phase = self.phase.after_join_answer();
-                        let (inbound, scan) = match opened {
+                        let (inbound, mut scan) = match opened {
                             Opened::Direct(scan @ Scan { lead: Some(lead), .. }) => {
-                                (Inbound::Direct { lead, rest: content }, scan)
+                                (Inbound::Direct { lead, rest: &self.rx_rest }, scan)
                             }
-                            _ => (Inbound::Frames { plaintext: content, first }, placement::scan(content)),
+                            _ => (Inbound::Frames { plaintext: content, first }, Scan::default()),
                         };
+                        let flow = sink.deliver(id, seq, inbound, &mut scan)?;
                         self.expect.observe(&scan);
-                        if sink.deliver(id, seq, inbound)? == Flow::Pause {
+                        if flow == Flow::Pause {
                             self.paused = true;
                         }
                     }
@@ -479,7 +493,7 @@ impl Connection {
                 let mut failure = None;
                 let result = tls.read(&mut self.rx, &mut self.tx, &mut |data| {
                     if failure.is_none() {
-                        if let Err(e) = sink.deliver(id, 0, Inbound::PlainData(data)) {
+                        if let Err(e) = sink.deliver(id, 0, Inbound::PlainData(data), &mut Scan::default()) {
                             failure = Some(e);
                         }
                     }
@@ -575,6 +589,7 @@ fn open_record(
     expect: Expectation,
     sink: &mut dyn RecordSink,
     scratch: &mut Vec<u8>,
+    rest: &mut Vec<Frame<'static>>,
 ) -> Result<Opened, TransportError> {
     let slot = match (expect.target(), plaintext_len(record)) {
         (Some((stream, offset)), Some(len)) => sink.direct_slot(stream, offset, len).map(|slot| (stream, offset, slot)),
@@ -587,16 +602,15 @@ fn open_record(
     let (content_type, content_len) = layer.rx.open_into(record, slot)?;
     let content = &slot[..content_len];
     let scan = match content_type {
-        CT_APPLICATION_DATA => placement::scan(content),
-        _ => Scan::default(),
+        CT_APPLICATION_DATA => placement::read_direct(content, rest),
+        _ => None,
     };
-    scratch.clear();
-    Ok(match scan.lead {
-        Some(lead) if lead.id == stream && lead.offset == offset => {
-            scratch.extend_from_slice(&content[lead.rest_start()..]);
+    Ok(match scan {
+        Some(scan @ Scan { lead: Some(lead), .. }) if lead.id == stream && lead.offset == offset => {
             Opened::Direct(scan)
         }
         _ => {
+            scratch.clear();
             scratch.extend_from_slice(content);
             Opened::Moved(content_type)
         }

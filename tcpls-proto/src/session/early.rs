@@ -20,11 +20,13 @@ use rustls::ClientConfig;
 use crate::config::SessionConfig;
 use crate::error::{Error, TransportError};
 use crate::event::StreamId;
-use crate::frame::{write_stream_trailer, Frame, FrameReader, STREAM_FRAME_OVERHEAD};
+use crate::frame::{write_stream_trailer, Frame, STREAM_FRAME_OVERHEAD};
 use crate::tls::{Handshake, MAX_EARLY_DATA};
 
 use super::conn::{ConnState, Connection};
-use super::{Core, Inbound, Session, Side};
+use super::frames::decode_all;
+use super::placement::Scan;
+use super::{Core, Session, Side};
 
 /// Most stream bytes a client puts in its early data (one record with the Stream frame).
 pub const MAX_EARLY_STREAM_BYTES: usize = MAX_EARLY_DATA - STREAM_FRAME_OVERHEAD;
@@ -152,20 +154,23 @@ impl Core {
             return Ok(());
         }
         for plaintext in std::mem::take(&mut c.early_received) {
-            for frame in FrameReader::new(&plaintext) {
-                match frame {
-                    Ok(Frame::Stream { .. }) => {}
-                    Ok(other) => {
-                        let kind = other.frame_type();
-                        return Err(TransportError::unexpected(format!("{kind:?} frame in early data")).into());
-                    }
-                    Err(e) => return Err(TransportError::decode(format!("early data: {e}")).into()),
-                }
+            // Decoded once: checked whole, then acted on.
+            let frames = decode_all(&plaintext).map_err(|e| TransportError::decode(format!("early data: {e}")))?;
+            if let Some((other, _)) = frames.iter().find(|(f, _)| !matches!(f, Frame::Stream { .. })) {
+                let kind = other.frame_type();
+                return Err(TransportError::unexpected(format!("{kind:?} frame in early data")).into());
             }
             let first = c.app_records == 0;
             c.app_records += 1;
             self.early.received += plaintext.len();
-            self.on_inbound(c.id, 0, Inbound::Frames { plaintext: &plaintext, first })?;
+            let mut scan = Scan::default();
+            if first {
+                self.on_first_frames(c.id, 0, &plaintext, frames, &mut scan)?;
+            } else {
+                for (frame, _) in frames {
+                    self.on_frame(c.id, 0, frame)?;
+                }
+            }
             if self.join_request.is_some() {
                 return Err(TransportError::unexpected("Join in early data").into());
             }

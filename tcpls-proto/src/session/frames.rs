@@ -11,7 +11,7 @@ use crate::tls::HandshakeInfo;
 
 use super::conn::Flow;
 use super::multipath::{JoinKey, JoinRequest, JOIN_FRAME_LEN, REJOIN_ID_BASE};
-use super::placement::LeadStream;
+use super::placement::{LeadStream, Scan};
 use super::{Core, Inbound, RecordSink, Side};
 
 /// Most join tokens or peer addresses we keep; more are ignored (a peer cannot grow our memory).
@@ -44,6 +44,17 @@ pub(crate) enum ConnAction {
     SetBackup { conn: ConnId, backup: bool },
 }
 
+/// Every frame of a record, decoded (last on the wire first), each with the number of bytes
+/// that precede it; the first frame that does not parse is the error.
+pub(crate) fn decode_all(plaintext: &[u8]) -> Result<Vec<(Frame<'_>, usize)>, TransportError> {
+    let mut reader = FrameReader::new(plaintext);
+    let mut frames = Vec::new();
+    while let Some(frame) = reader.next() {
+        frames.push((frame.map_err(frame_error)?, reader.remaining()));
+    }
+    Ok(frames)
+}
+
 fn frame_error(e: FrameError) -> TransportError {
     TransportError::decode(format!("frame: {e}"))
 }
@@ -53,14 +64,20 @@ fn recv_error(id: StreamId, e: RecvError) -> TransportError {
 }
 
 impl Core {
-    pub(crate) fn on_inbound(&mut self, conn: ConnId, seq: u64, inbound: Inbound<'_>) -> Result<Flow, TransportError> {
+    pub(crate) fn on_inbound(
+        &mut self,
+        conn: ConnId,
+        seq: u64,
+        inbound: Inbound<'_>,
+        scan: &mut Scan,
+    ) -> Result<Flow, TransportError> {
         match inbound {
             Inbound::PlainData(data) => self.on_plain_data(data).map(|()| Flow::Continue),
             Inbound::Frames { plaintext, first } if first && self.side == Side::Server => {
-                self.on_first_record(conn, seq, plaintext)
+                self.on_first_record(conn, seq, plaintext, scan)
             }
             Inbound::Frames { plaintext, .. } => {
-                self.on_frames(conn, seq, plaintext)?;
+                self.on_frames(conn, seq, plaintext, scan)?;
                 Ok(Flow::Continue)
             }
             Inbound::Direct { lead, rest } => {
@@ -68,7 +85,9 @@ impl Core {
                 // (a Stream Reset of the same stream, say) before it is committed.
                 self.note_ack_eliciting(conn, seq);
                 self.on_direct_stream(lead)?;
-                self.on_frames(conn, seq, rest)?;
+                for frame in rest {
+                    self.on_frame(conn, seq, frame.clone())?;
+                }
                 Ok(Flow::Continue)
             }
         }
@@ -94,31 +113,55 @@ impl Core {
         Ok(())
     }
 
-    pub(crate) fn on_frames(&mut self, conn: ConnId, seq: u64, plaintext: &[u8]) -> Result<(), TransportError> {
-        for frame in FrameReader::new(plaintext) {
-            self.on_frame(conn, seq, frame.map_err(frame_error)?)?;
+    /// Reads a record's frames (once) and acts on each, noting their placement facts in `scan`.
+    pub(crate) fn on_frames(
+        &mut self,
+        conn: ConnId,
+        seq: u64,
+        plaintext: &[u8],
+        scan: &mut Scan,
+    ) -> Result<(), TransportError> {
+        let mut reader = FrameReader::new(plaintext);
+        while let Some(frame) = reader.next() {
+            let frame = frame.map_err(frame_error)?;
+            scan.note(&frame, reader.remaining());
+            self.on_frame(conn, seq, frame)?;
         }
         Ok(())
     }
 
     /// The client's first record on a connection tells the server what the connection is
     /// (PROTOCOL.md §3): a Join first means it belongs to another session; anything else makes
-    /// it the initial connection of a new session, which now gets its join tokens.
-    fn on_first_record(&mut self, conn: ConnId, seq: u64, plaintext: &[u8]) -> Result<Flow, TransportError> {
-        let mut reader = FrameReader::new(plaintext);
-        let mut front = None;
+    /// it the initial connection of a new session, which now gets its join tokens. Its frames
+    /// are decoded once, all before any is acted on (a Join must be seen first).
+    fn on_first_record(
+        &mut self,
+        conn: ConnId,
+        seq: u64,
+        plaintext: &[u8],
+        scan: &mut Scan,
+    ) -> Result<Flow, TransportError> {
+        let frames = decode_all(plaintext)?;
+        self.on_first_frames(conn, seq, plaintext, frames, scan)
+    }
+
+    /// [`Core::on_first_record`] once its frames are decoded (`frames` with, for each, the bytes
+    /// that precede it in `plaintext`).
+    pub(crate) fn on_first_frames<'a>(
+        &mut self,
+        conn: ConnId,
+        seq: u64,
+        plaintext: &'a [u8],
+        frames: Vec<(Frame<'a>, usize)>,
+        scan: &mut Scan,
+    ) -> Result<Flow, TransportError> {
         // Frames are read back to front; the Join, if any, is the last one read.
-        while let Some(frame) = reader.next() {
-            let frame = frame.map_err(frame_error)?;
-            if reader.remaining() == 0 {
-                front = Some(frame);
-            }
-        }
-        let key = match front {
-            Some(Frame::Join { token }) => Some((JoinKey::Token(token), JOIN_FRAME_LEN)),
-            Some(f @ Frame::Rejoin { connection_id, session_ref, proof }) => {
-                Some((JoinKey::Rejoin { connection_id, session_ref, proof }, f.encoded_len()))
-            }
+        let key = match frames.last() {
+            Some((Frame::Join { token }, 0)) => Some((JoinKey::Token(*token), JOIN_FRAME_LEN)),
+            Some((f @ Frame::Rejoin { connection_id, session_ref, proof }, 0)) => Some((
+                JoinKey::Rejoin { connection_id: *connection_id, session_ref: *session_ref, proof: *proof },
+                f.encoded_len(),
+            )),
             _ => None,
         };
         if let Some((key, len)) = key {
@@ -135,11 +178,14 @@ impl Core {
             self.initial_seen = true;
             self.issue_initial_frames(conn);
         }
-        self.on_frames(conn, seq, plaintext)?;
+        for (frame, remaining) in frames {
+            scan.note(&frame, remaining);
+            self.on_frame(conn, seq, frame)?;
+        }
         Ok(Flow::Continue)
     }
 
-    fn on_frame(&mut self, conn: ConnId, seq: u64, frame: Frame<'_>) -> Result<(), TransportError> {
+    pub(crate) fn on_frame(&mut self, conn: ConnId, seq: u64, frame: Frame<'_>) -> Result<(), TransportError> {
         if frame.is_ack_eliciting() {
             self.note_ack_eliciting(conn, seq);
         }
@@ -442,8 +488,14 @@ impl Core {
 }
 
 impl RecordSink for Core {
-    fn deliver(&mut self, conn: ConnId, seq: u64, inbound: Inbound<'_>) -> Result<Flow, TransportError> {
-        self.on_inbound(conn, seq, inbound)
+    fn deliver(
+        &mut self,
+        conn: ConnId,
+        seq: u64,
+        inbound: Inbound<'_>,
+        scan: &mut Scan,
+    ) -> Result<Flow, TransportError> {
+        self.on_inbound(conn, seq, inbound, scan)
     }
 
     fn direct_slot(&mut self, id: StreamId, offset: u64, len: usize) -> Option<&mut [u8]> {

@@ -258,7 +258,9 @@ impl Session {
         // Answer on the new connection at once: the client sends stream data on it only after
         // hearing from us there (a refused join would lose it).
         self.core.control.push(&Frame::Padding, Some(sequence));
-        let result = self.core.on_frames(sequence, request.seq, &request.rest);
+        // (The frames behind the Join were decoded in the session that accepted the connection, and
+        // kept as bytes to cross over; this is their one reading for delivery.)
+        let result = self.core.on_frames(sequence, request.seq, &request.rest, &mut Default::default());
         if let Err(e) = result {
             self.fail_conn(sequence, e.into());
         } else {

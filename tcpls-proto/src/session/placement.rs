@@ -20,7 +20,7 @@
 //! zero-copy, and not two.
 
 use crate::event::StreamId;
-use crate::frame::{Frame, FrameReader, STREAM_FRAME_OVERHEAD};
+use crate::frame::{Frame, FrameReader};
 
 /// A Stream frame that starts at byte 0 of its record's content (the zero-copy layout).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,15 +31,8 @@ pub(crate) struct LeadStream {
     pub(crate) fin: bool,
 }
 
-impl LeadStream {
-    /// Where the record's other frames start in its content: after the data and the Stream
-    /// frame's own fields.
-    pub(crate) fn rest_start(&self) -> usize {
-        self.len + STREAM_FRAME_OVERHEAD
-    }
-}
-
-/// What a record's frames say about placement.
+/// What a record's frames say about placement, gathered while they are read for delivery
+/// ([`Scan::note`]), so that no record is decoded once for placement and again for delivery.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Scan {
     pub(crate) lead: Option<LeadStream>,
@@ -47,24 +40,83 @@ pub(crate) struct Scan {
     pub(crate) change: Option<(StreamId, u64)>,
 }
 
-/// Reads the placement facts of one record content. Frames that do not parse yield what was
-/// found before the error: the session reports the error itself when it processes the record.
-pub(crate) fn scan(content: &[u8]) -> Scan {
-    let mut out = Scan::default();
-    let mut reader = FrameReader::new(content);
-    while let Some(Ok(frame)) = reader.next() {
-        match frame {
-            Frame::Stream { stream_id, offset, fin, data } if reader.remaining() == 0 => {
-                out.lead = Some(LeadStream { id: stream_id, offset, len: data.len(), fin });
+impl Scan {
+    /// Notes one frame of the record, `remaining` being [`FrameReader::remaining`] right after
+    /// the reader returned it (0: the frame starts the record).
+    pub(crate) fn note(&mut self, frame: &Frame<'_>, remaining: usize) {
+        match *frame {
+            Frame::Stream { stream_id, offset, fin, data } if remaining == 0 => {
+                self.lead = Some(LeadStream { id: stream_id, offset, len: data.len(), fin });
             }
             // Frames come last first: the first Stream Change read is the last one sent.
-            Frame::StreamChange { next_stream_id, next_offset } if out.change.is_none() => {
-                out.change = Some((next_stream_id, next_offset));
+            Frame::StreamChange { next_stream_id, next_offset } if self.change.is_none() => {
+                self.change = Some((next_stream_id, next_offset));
             }
             _ => {}
         }
     }
-    out
+}
+
+/// Reads the frames of a record decrypted straight into a stream's buffer, once: its placement
+/// facts, and in `rest` the frames other than the leading Stream frame (which stays where it
+/// was decrypted), in the order the reader yields them. `None` (the record then takes the
+/// copying path) when a frame does not parse, there is no leading Stream frame, or a trailing
+/// frame borrows bytes of the record (a second Stream frame, Congestion Control: our sender
+/// puts neither behind stream data), since those bytes live in the stream's buffer.
+pub(crate) fn read_direct(content: &[u8], rest: &mut Vec<Frame<'static>>) -> Option<Scan> {
+    // A record of 16 KiB of one-byte frames must not leave a large list behind (memory a peer
+    // could make every connection hold).
+    const KEEP_CAPACITY: usize = 64;
+    if rest.capacity() > KEEP_CAPACITY {
+        *rest = Vec::new();
+    }
+    rest.clear();
+    let mut scan = Scan::default();
+    let mut reader = FrameReader::new(content);
+    while let Some(frame) = reader.next() {
+        let frame = frame.ok()?;
+        scan.note(&frame, reader.remaining());
+        if reader.remaining() == 0 && scan.lead.is_some() {
+            break;
+        }
+        match frame {
+            // Padding does nothing on receipt: not kept.
+            Frame::Padding => {}
+            other => rest.push(owned(other)?),
+        }
+    }
+    scan.lead.map(|_| scan)
+}
+
+/// The frame as a value that borrows nothing, if it is one.
+fn owned(frame: Frame<'_>) -> Option<Frame<'static>> {
+    Some(match frame {
+        Frame::Stream { .. } | Frame::CongestionControl { .. } => return None,
+        Frame::Padding => Frame::Padding,
+        Frame::Ping => Frame::Ping,
+        Frame::Ack { connection_id, highest_record_seq } => Frame::Ack { connection_id, highest_record_seq },
+        Frame::NewToken { sequence, token } => Frame::NewToken { sequence, token },
+        Frame::ConnectionReset { connection_id } => Frame::ConnectionReset { connection_id },
+        Frame::NewAddress { address_id, addr } => Frame::NewAddress { address_id, addr },
+        Frame::RemoveAddress { address_id } => Frame::RemoveAddress { address_id },
+        Frame::StreamChange { next_stream_id, next_offset } => Frame::StreamChange { next_stream_id, next_offset },
+        Frame::Join { token } => Frame::Join { token },
+        Frame::StreamReset { stream_id, final_size, error_code } => {
+            Frame::StreamReset { stream_id, final_size, error_code }
+        }
+        Frame::MaxStreamData { stream_id, maximum_offset } => Frame::MaxStreamData { stream_id, maximum_offset },
+        Frame::UserTimeout { timeout_ms } => Frame::UserTimeout { timeout_ms },
+        Frame::RttProbe { connection_id, timestamp_us } => Frame::RttProbe { connection_id, timestamp_us },
+        Frame::RttEcho { connection_id, timestamp_us } => Frame::RttEcho { connection_id, timestamp_us },
+        Frame::TcpInfoRequest { connection_id } => Frame::TcpInfoRequest { connection_id },
+        Frame::TcpInfo { connection_id, info } => Frame::TcpInfo { connection_id, info },
+        Frame::AddressProbe { connection_id } => Frame::AddressProbe { connection_id },
+        Frame::AddressEcho { connection_id, addr } => Frame::AddressEcho { connection_id, addr },
+        Frame::RateLimit { connection_id, bytes_per_second } => Frame::RateLimit { connection_id, bytes_per_second },
+        Frame::StreamSteer { stream_id, connection_id } => Frame::StreamSteer { stream_id, connection_id },
+        Frame::PathPriority { connection_id, backup } => Frame::PathPriority { connection_id, backup },
+        Frame::Rejoin { connection_id, session_ref, proof } => Frame::Rejoin { connection_id, session_ref, proof },
+    })
 }
 
 /// The receiver's expectation for the next stream record of one connection.
@@ -105,7 +157,7 @@ impl Expectation {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frame::write_stream_trailer;
+    use crate::frame::{write_stream_trailer, STREAM_FRAME_OVERHEAD};
 
     fn record(id: StreamId, offset: u64, data: &[u8], fin: bool, tail: &[Frame<'_>]) -> Vec<u8> {
         let mut out = data.to_vec();
@@ -122,24 +174,23 @@ mod tests {
     fn scan_finds_the_leading_stream_and_the_change() {
         let change = Frame::StreamChange { next_stream_id: 4, next_offset: 99 };
         let r = record(2, 1000, b"hello", false, &[Frame::Ping, change.clone()]);
-        let s = scan(&r);
+        let mut rest = Vec::new();
+        let s = read_direct(&r, &mut rest).expect("a leading Stream frame");
+        assert_eq!(rest, vec![change.clone(), Frame::Ping], "the other frames, last first");
         assert_eq!(s.lead, Some(LeadStream { id: 2, offset: 1000, len: 5, fin: false }));
         assert_eq!(s.change, Some((4, 99)));
-        assert_eq!(&r[s.lead.unwrap().rest_start()..], {
-            let mut v = Vec::new();
-            Frame::Ping.encode(&mut v);
-            change.encode(&mut v);
-            v
-        });
     }
 
     #[test]
     fn a_stream_frame_not_at_the_start_is_not_a_lead() {
         let mut r = vec![0u8; 3]; // Padding first
         r.extend(record(2, 0, b"abc", false, &[]));
-        assert_eq!(scan(&r).lead, None);
+        assert_eq!(read_direct(&r, &mut Vec::new()), None);
         // Garbage: nothing found, no panic.
-        assert_eq!(scan(&[0xff, 0x01]), Scan::default());
+        assert_eq!(read_direct(&[0xff, 0x01], &mut Vec::new()), None);
+        // A frame that borrows bytes behind the stream data: the copying path.
+        let cc = Frame::CongestionControl { connection_id: 0, name: b"bbr" };
+        assert_eq!(read_direct(&record(2, 0, b"abc", false, &[cc]), &mut Vec::new()), None);
     }
 
     #[test]
