@@ -177,7 +177,7 @@ impl Core {
         }
         // Early data is not a record of our record layer: nothing to acknowledge (PROTOCOL.md
         // §1.7). Before the first handshake completes there is no other ACK state to keep.
-        if !self.established {
+        if !self.life.is_established() {
             self.acks = Default::default();
         }
         Ok(())

@@ -447,10 +447,9 @@ impl Core {
     }
 
     pub(crate) fn on_established(&mut self, conn: ConnId, _info: &HandshakeInfo, tcpls: bool) {
-        self.established = true;
-        self.fallback = !tcpls;
-        self.events.push_back(Event::Established { fallback: self.fallback });
-        if self.fallback {
+        self.life.establish(tcpls);
+        self.events.push_back(Event::Established { fallback: !tcpls });
+        if !tcpls {
             // The byte stream is stream 0: the client's first stream, which the server accepts.
             if self.side == Side::Server {
                 self.next_peer_stream = 2;
@@ -474,8 +473,8 @@ impl Core {
     }
 
     pub(crate) fn on_closed(&mut self) {
-        self.closed = true;
-        self.events.push_back(Event::Closed { error: self.error.clone() });
+        self.life.end();
+        self.events.push_back(Event::Closed { error: self.life.error().cloned() });
         let ids: Vec<StreamId> = self.streams.keys().copied().collect();
         for id in ids {
             self.notify_readable(id);
@@ -499,7 +498,7 @@ impl RecordSink for Core {
     }
 
     fn direct_slot(&mut self, id: StreamId, offset: u64, len: usize) -> Option<&mut [u8]> {
-        if !self.config.zero_copy || self.fallback {
+        if !self.config.zero_copy || self.life.is_fallback() {
             return None;
         }
         let s = self.streams.get_mut(&id)?;

@@ -14,6 +14,7 @@ mod danger;
 mod early;
 mod ext;
 mod frames;
+mod lifecycle;
 mod multipath;
 mod observe;
 mod packetize;
@@ -92,12 +93,8 @@ pub(crate) struct Core {
     /// Join tokens the server gave us (client), or issued (server), with their sequence numbers.
     pub(crate) tokens: Vec<(u32, [u8; 32])>,
     pub(crate) peer_addresses: Vec<(u8, SocketAddr)>,
-    pub(crate) fallback: bool,
-    pub(crate) established: bool,
-    /// The application asked to close: close_notify goes out once all queued data is sent.
-    pub(crate) closing: bool,
-    pub(crate) closed: bool,
-    pub(crate) error: Option<Error>,
+    /// The session's own life: established, closing, orphaned, closed (`lifecycle.rs`).
+    pub(crate) life: lifecycle::Lifecycle,
     /// The one clock (`timers.rs`).
     pub(crate) clock: timers::Clock,
     pub(crate) stats: SessionStats,
@@ -105,7 +102,6 @@ pub(crate) struct Core {
     pub(crate) actions: Vec<frames::ConnAction>,
     /// Bytes of plain TLS application data received (the offset of fallback stream 0).
     pub(crate) fallback_received: u64,
-    pub(crate) peer_close_reported: bool,
     /// Reused buffer for the trailing frames of the record being built.
     pub(crate) scratch: Vec<u8>,
     /// Streams due for credit that the receive budget held back (`streams.rs`).
@@ -124,12 +120,6 @@ pub(crate) struct Core {
     pub(crate) scheduler: Box<dyn sched::Scheduler>,
     /// Receive-side acknowledgement state per connection.
     pub(crate) acks: ack::Acks,
-    /// Every connection was lost at this time; the session waits for a rejoin.
-    pub(crate) orphaned_since: Option<Instant>,
-    /// The loss that orphaned the session: its error if no rejoin comes.
-    pub(crate) orphan_error: Option<Error>,
-    /// Client: what the IO layer's last rejoin attempts said (per path), for the final error.
-    pub(crate) rejoin_note: Option<String>,
     /// Client: sequence numbers of tokens already spent (IDs of connections, live or not).
     pub(crate) used_token_seqs: std::collections::BTreeSet<u32>,
     /// Extension state (rate limits), see `ext.rs`.
@@ -179,7 +169,7 @@ impl std::fmt::Debug for Session {
             .field("side", &self.core.side)
             .field("conns", &self.conns.len())
             .field("streams", &self.core.streams.len())
-            .field("fallback", &self.core.fallback)
+            .field("fallback", &self.core.life.is_fallback())
             .finish_non_exhaustive()
     }
 }
@@ -254,16 +244,11 @@ impl Session {
                 events: VecDeque::new(),
                 tokens: Vec::new(),
                 peer_addresses: Vec::new(),
-                fallback: false,
-                established: false,
-                closing: false,
-                closed: false,
-                error: None,
+                life: lifecycle::Lifecycle::default(),
                 clock: timers::Clock::default(),
                 stats: SessionStats::default(),
                 actions: Vec::new(),
                 fallback_received: 0,
-                peer_close_reported: false,
                 scratch: Vec::with_capacity(crate::record::MAX_PLAINTEXT + 64),
                 credit_starved: Default::default(),
                 client_tls: None,
@@ -274,9 +259,6 @@ impl Session {
                 scheduler: Box::new(sched::LowestRtt),
                 used_token_seqs: std::collections::BTreeSet::new(),
                 acks: ack::Acks::default(),
-                orphaned_since: None,
-                orphan_error: None,
-                rejoin_note: None,
                 ext: ext::ExtState::default(),
                 early: early::EarlyState::default(),
                 refused_streams: crate::stream::RangeSet::new(),
@@ -296,22 +278,22 @@ impl Session {
 
     /// The handshake completed and streams can flow.
     pub fn is_established(&self) -> bool {
-        self.core.established
+        self.core.life.is_established()
     }
 
     /// The peer does not speak TCPLS: one plain TLS byte stream (stream 0), PROTOCOL.md §1.3.
     pub fn is_fallback(&self) -> bool {
-        self.core.fallback
+        self.core.life.is_fallback()
     }
 
     /// Every connection is finished (clean close or failure).
     pub fn is_closed(&self) -> bool {
-        self.core.closed
+        self.core.life.is_closed()
     }
 
     /// Why the session failed, if it did.
     pub fn error(&self) -> Option<&Error> {
-        self.core.error.as_ref()
+        self.core.life.error()
     }
 
     /// The initial connection's handshake facts (ALPN, cipher suite, resumption).
@@ -383,7 +365,7 @@ impl Session {
         // but does not read): TCP then pushes back on it instead of our memory growing.
         let replies_backed_up =
             self.core.control.entries() > MAX_QUEUED_CONTROL || self.core.events.len() > MAX_QUEUED_EVENTS;
-        let backpressure = replies_backed_up || (self.core.fallback && self.core.fallback_stream_full());
+        let backpressure = replies_backed_up || (self.core.life.is_fallback() && self.core.fallback_stream_full());
         let tx_cap = 2 * self.core.config.transmit_high_water;
         match self.conns.iter_mut().find(|c| c.id == conn) {
             Some(c) if !c.is_finished() && !c.close_received() && !backpressure && c.tx.len() < tx_cap => {
@@ -502,18 +484,15 @@ impl Session {
         if was_awaiting_join_ack && !c.awaiting_join_ack() {
             // The server answered on a joining connection: it is part of the session now.
             core.events.push_back(Event::ConnectionEstablished { conn: c.id });
-            core.orphaned_since = None;
-            core.orphan_error = None;
-            core.rejoin_note = None;
+            core.life.rejoined();
         }
         if let Err(e) = result {
             c.fail(e);
         }
-        if core.fallback && c.close_received() {
+        if core.life.is_fallback() && c.close_received() {
             core.on_fallback_peer_closed();
         }
-        if !self.core.peer_close_reported && self.peer_closed() {
-            self.core.peer_close_reported = true;
+        if self.peer_closed() && self.core.life.report_peer_close() {
             self.core.events.push_back(Event::PeerClosed);
         }
         self.run_actions();
@@ -575,7 +554,7 @@ impl Session {
                 Ok(None) => {}
                 Ok(Some(info)) => {
                     c.last_rx = self.core.clock.now();
-                    if !self.core.established {
+                    if !self.core.life.is_established() {
                         self.core.settle_early_data(info.early_data_accepted);
                         self.core.on_established(c.id, &info, c.is_tcpls());
                     } else if !c.is_tcpls() {
@@ -613,11 +592,12 @@ impl Session {
         for id in finished {
             self.on_connection_finished(id);
         }
-        if !self.core.closed && self.core.orphaned_since.is_some() && self.conns.iter().all(|c| c.is_finished()) {
+        let all_finished = self.conns.iter().all(|c| c.is_finished());
+        if !self.core.life.is_closed() && self.core.life.orphaned_since().is_some() && all_finished {
             // Still waiting for a rejoin: only a join, the deadline or `close` ends this.
             return;
         }
-        if !self.core.closed && self.conns.iter().all(|c| c.is_finished()) {
+        if !self.core.life.is_closed() && all_finished {
             // The last connection was lost (not closed, not a protocol error): with failover
             // the session waits for the client to rejoin with a spare token (break-before-make).
             let lost =
@@ -625,9 +605,8 @@ impl Session {
             // (The session has a time: it is established, so input with a time came in.)
             let now = self.core.clock.now();
             if let (true, Some(now)) = (lost && self.can_wait_for_rejoin(), now) {
-                if self.core.orphaned_since.is_none() {
-                    self.core.orphaned_since = Some(now);
-                    self.core.orphan_error = last_errors.into_iter().flatten().next();
+                if self.core.life.orphaned_since().is_none() {
+                    self.core.life.orphan(now, last_errors.into_iter().flatten().next());
                     self.core.events.push_back(Event::AllConnectionsLost);
                 }
                 self.replenish_tokens(None);
@@ -635,8 +614,8 @@ impl Session {
             }
             // The session fails only when its last connections fail; earlier losses were
             // events, and the others carried on. A clean close among the last ones is clean.
-            if self.core.error.is_none() && last_errors.iter().all(Option::is_some) {
-                self.core.error = last_errors.into_iter().flatten().next();
+            if self.core.life.error().is_none() && last_errors.iter().all(Option::is_some) {
+                self.core.life.set_error(last_errors.into_iter().flatten().next());
             }
             self.core.on_closed();
         } else {
@@ -648,12 +627,12 @@ impl Session {
 
     /// Graceful close: queued stream data is sent, then close_notify on every connection.
     pub fn close(&mut self) {
-        self.core.closing = true;
-        if self.core.orphaned_since.is_some() {
+        if let Some(first_loss) = self.core.life.take_orphan() {
             // No connection to send anything on: the session ends here.
-            self.core.orphaned_since = None;
-            self.core.error = self.core.orphan_error.take();
+            self.core.life.set_error(first_loss);
             self.core.on_closed();
+        } else {
+            self.core.life.begin_closing();
         }
     }
 
@@ -664,18 +643,18 @@ impl Session {
         // A client without a token can still rejoin with the initial connection's secret.
         let client_can_join =
             core.side == Side::Server || !core.tokens.is_empty() || self.rejoin_credentials().is_some();
-        core.established
-            && !core.fallback
+        core.life.is_established()
+            && !core.life.is_fallback()
             && core.config.failover
             && !core.config.rejoin_timeout.is_zero()
-            && !core.closing
+            && !core.life.is_closing()
             && client_can_join
     }
 
     /// Every connection was lost and the session waits for a rejoin (see
     /// [`SessionConfig::rejoin_timeout`]); the client's IO layer should add a connection.
     pub fn is_orphaned(&self) -> bool {
-        self.core.orphaned_since.is_some()
+        self.core.life.orphaned_since().is_some()
     }
 
     /// Changes how long this session waits for a rejoin once every connection is lost
@@ -687,22 +666,21 @@ impl Session {
 
     /// Since when every connection has been lost (the session waits for a rejoin), if it has.
     pub fn orphaned_since(&self) -> Option<Instant> {
-        self.core.orphaned_since
+        self.core.life.orphaned_since()
     }
 
     /// Client: what the last rejoin attempts said (e.g. per path: "wifi: network unreachable"),
     /// quoted in the session's error if no rejoin comes in time.
     pub fn set_rejoin_note(&mut self, note: String) {
-        self.core.rejoin_note = Some(note);
+        self.core.life.set_rejoin_note(note);
     }
 
     /// Client: ends a session that waits for a rejoin at once, with `error` (e.g. the server
     /// refused the rejoin: it no longer knows the session). Nothing happens otherwise.
     pub fn end_orphaned(&mut self, error: Error) {
-        if self.core.orphaned_since.take().is_some() && !self.core.closed {
-            self.core.orphan_error = None;
-            self.core.rejoin_note = None;
-            self.core.error = Some(error);
+        if self.core.life.take_orphan().is_some() {
+            self.core.life.take_rejoin_note();
+            self.core.life.set_error(Some(error));
             self.core.on_closed();
         }
     }
@@ -711,14 +689,11 @@ impl Session {
     /// session ends with [`Error::SessionClosed`].
     pub fn abort(&mut self, now: Instant) {
         self.core.clock.advance(now);
-        if self.core.orphaned_since.take().is_some() {
+        if self.core.life.take_orphan().is_some() {
             // No connection left to abort and no rejoin wanted any more: it ends here (it used
             // to wait for the rejoin deadline).
-            self.core.orphan_error = None;
-            if !self.core.closed {
-                self.core.error.get_or_insert(Error::SessionClosed);
-                self.core.on_closed();
-            }
+            self.core.life.fail_with(Error::SessionClosed);
+            self.core.on_closed();
             return;
         }
         for c in &mut self.conns {

@@ -173,12 +173,12 @@ impl Session {
         if self.core.join_request.is_some() {
             return Accepted::Join;
         }
-        if self.core.error.is_some() || self.core.closed {
+        if self.core.life.is_over() {
             return Accepted::Failed;
         }
         // Accepted early data (0-RTT) makes the session known before the client Finished.
         let early = self.core.early.received > 0;
-        if (self.core.established || early) && (self.core.fallback || self.core.initial_seen) {
+        if (self.core.life.is_established() || early) && (self.core.life.is_fallback() || self.core.initial_seen) {
             return Accepted::NewSession;
         }
         Accepted::Pending
@@ -191,7 +191,8 @@ impl Session {
         let idx = self.conns.iter().position(|c| c.id == 0)?;
         let mut conn = Box::new(self.conns.remove(idx));
         conn.paused = false;
-        self.core.closed = true;
+        // What is left of this session is dropped: no Closed event.
+        self.core.life.end();
         Some(JoiningConnection { conn, request })
     }
 
@@ -217,7 +218,8 @@ impl Session {
         joining: JoiningConnection,
         now: Instant,
     ) -> Result<ConnId, JoiningConnection> {
-        let usable = self.core.side == Side::Server && self.core.established && !self.core.closing && !self.core.closed;
+        let usable =
+            self.core.side == Side::Server && self.core.life.is_established() && self.core.life.accepts_connections();
         if !usable {
             return Err(joining);
         }
@@ -251,8 +253,7 @@ impl Session {
         let sequence = id;
         conn.id = sequence;
         self.conns.push(*conn);
-        self.core.orphaned_since = None;
-        self.core.orphan_error = None;
+        self.core.life.rejoined();
         self.core.clock.advance(now);
         self.core.events.push_back(Event::ConnectionEstablished { conn: sequence });
         // Answer on the new connection at once: the client sends stream data on it only after
@@ -289,7 +290,7 @@ impl Session {
 
     /// The rejoin key and session reference, from the initial connection's secret (TCPLS only).
     pub(crate) fn rejoin_credentials(&self) -> Option<RejoinCredentials> {
-        if self.core.fallback {
+        if self.core.life.is_fallback() {
             return None;
         }
         self.conns.iter().find(|c| c.id == 0)?.secret.as_ref().map(session_secrets)
@@ -299,7 +300,7 @@ impl Session {
     /// initial connection's TLS secret, known only to both ends. `None` before the initial
     /// connection's handshake completes, and for plain-TLS fallback sessions.
     pub fn session_ref(&self) -> Option<[u8; SESSION_REF_LEN]> {
-        if !self.core.established {
+        if !self.core.life.is_established() {
             return None;
         }
         self.rejoin_credentials().map(|c| c.session_ref)
@@ -318,7 +319,7 @@ impl Session {
     /// connections (PROTOCOL.md §3): after a join, and after a connection is lost (so the client
     /// can rejoin).
     pub(crate) fn replenish_tokens(&mut self, on: Option<ConnId>) {
-        if self.core.side != Side::Server || !self.core.initial_seen || self.core.closing || self.core.closed {
+        if self.core.side != Side::Server || !self.core.initial_seen || !self.core.life.accepts_connections() {
             return;
         }
         let live = self.live_connections();
@@ -357,7 +358,8 @@ impl Session {
     /// with a Rejoin frame instead (PROTOCOL.md §3), under an ID of `REJOIN_ID_BASE | n`; with
     /// a live connection and no token, [`Error::NoToken`] (the server sends more).
     pub fn add_connection(&mut self) -> Result<ConnId, Error> {
-        if self.core.side != Side::Client || self.core.fallback || !self.core.established || self.core.closed {
+        let life = &self.core.life;
+        if self.core.side != Side::Client || life.is_fallback() || !life.is_established() || life.is_closed() {
             return Err(TransportError::internal("only an established TCPLS client session can add connections").into());
         }
         let Some((config, name)) = self.core.client_tls.clone() else {

@@ -27,7 +27,7 @@ impl Session {
     pub fn prepare_transmit(&mut self, now: Instant) {
         self.core.clock.advance(now);
         self.run_actions();
-        if !self.core.established {
+        if !self.core.life.is_established() {
             // Server with accepted early data: answer at half-RTT (early.rs).
             self.seal_half_rtt();
             return;
@@ -36,11 +36,11 @@ impl Session {
         self.check_orphan_timeout(now);
         self.check_keepalive(now);
         self.check_idle(now);
-        if self.core.closed {
+        if self.core.life.is_closed() {
             return;
         }
         let mut failed = false;
-        if self.core.fallback {
+        if self.core.life.is_fallback() {
             for c in &mut self.conns {
                 if c.is_usable() {
                     if let Err(e) = self.core.fill_fallback(c) {
@@ -57,10 +57,10 @@ impl Session {
         }
         // The peer is done (close_notify on every connection) and so are all our streams:
         // answer with our close_notify so the session ends on both sides.
-        if !self.core.closing && self.peer_closed() && self.core.all_send_halves_finished() {
-            self.core.closing = true;
+        if self.peer_closed() && self.core.all_send_halves_finished() {
+            self.core.life.begin_closing();
         }
-        if self.core.closing && self.core.all_sent() {
+        if self.core.life.is_closing() && self.core.all_sent() {
             for c in &mut self.conns {
                 if let Err(e) = c.send_close_notify() {
                     c.fail(e);
@@ -68,7 +68,7 @@ impl Session {
                 }
             }
         }
-        if failed || self.core.closing {
+        if failed || self.core.life.is_closing() {
             self.after_connection_change();
         }
     }
@@ -232,15 +232,16 @@ impl Session {
 
     /// The peer sent close_notify on every live connection: it will open no more streams.
     pub fn peer_closed(&self) -> bool {
-        self.core.established
-            && self.core.orphaned_since.is_none()
+        self.core.life.is_established()
+            && self.core.life.orphaned_since().is_none()
             && self.conns.iter().all(|c| c.close_received() || c.is_finished())
     }
 
     /// Something is queued that the next `prepare_transmit` would seal (the IO layer uses this
     /// to decide whether an application call needs to wake the driver).
     pub fn wants_transmit(&self) -> bool {
-        (self.core.established && (!self.core.control.is_empty() || !self.core.ready.is_empty() || self.core.closing))
+        (self.core.life.is_established()
+            && (!self.core.control.is_empty() || !self.core.ready.is_empty() || self.core.life.is_closing()))
             || self.half_rtt_possible()
     }
 

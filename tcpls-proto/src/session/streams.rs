@@ -55,7 +55,7 @@ impl Stream {
         let mut send = SendBuf::new(core.config.stream_send_buffer);
         // With failover, sealed data stays until the peer acknowledges it.
         send.set_retain_unacked(core.config.failover);
-        if core.fallback {
+        if core.life.is_fallback() {
             // The plain TLS byte stream has no Max Stream Data and no ACKs: TCP does flow control
             // and delivery. Without this a fallback sender stalls after the initial 64 KiB credit.
             send.set_max_data(u64::MAX);
@@ -193,7 +193,7 @@ impl Core {
     /// session's receive budget; then retries the streams the budget held back, since reading
     /// this one may have freed some of it.
     pub(crate) fn update_credit(&mut self, id: StreamId) {
-        if self.fallback {
+        if self.life.is_fallback() {
             return;
         }
         // The budget in use over all streams: summed once per call (only if some stream is
@@ -269,7 +269,7 @@ impl Core {
     }
 
     fn check_open(&self) -> Result<(), StreamError> {
-        if self.closed || self.error.is_some() {
+        if self.life.is_over() {
             return Err(StreamError::SessionClosed);
         }
         Ok(())
@@ -281,10 +281,10 @@ impl Session {
     pub fn open_stream(&mut self) -> Result<StreamId, StreamError> {
         let core = &mut self.core;
         core.check_open()?;
-        if core.closing {
+        if core.life.is_closing() {
             return Err(StreamError::SessionClosed);
         }
-        if core.fallback && (core.side == Side::Server || core.next_local_stream != 0) {
+        if core.life.is_fallback() && (core.side == Side::Server || core.next_local_stream != 0) {
             return Err(StreamError::Fallback);
         }
         let local_open = core.streams.values().filter(|s| !s.peer_initiated).count();
@@ -376,7 +376,7 @@ impl Session {
     /// Borrows the contiguous bytes readable on a stream without copying them: `Some(empty)` at
     /// the end of the stream, `None` when nothing is there yet. Call [`Session::consume`] after.
     pub fn recv_chunk(&mut self, id: StreamId) -> Result<Option<&[u8]>, StreamError> {
-        let closed = self.core.closed || self.core.error.is_some();
+        let closed = self.core.life.is_over();
         let Some(s) = self.core.streams.get_mut(&id) else {
             return Err(StreamError::UnknownStream(id));
         };

@@ -89,7 +89,7 @@ impl Session {
         let limit = self.core.config.idle_timeout.unwrap_or_default();
         let reason = format!("nothing received from the peer for {limit:?} (idle timeout)");
         // Closing: an idle session does not wait for a rejoin.
-        self.core.closing = true;
+        self.core.life.begin_closing();
         for c in &mut self.conns {
             let _ = c.send_close_notify();
             c.fail(crate::Error::ConnectionLost(reason.clone()));
@@ -101,7 +101,12 @@ impl Session {
     pub(crate) fn idle_deadline(&self) -> Option<Instant> {
         let limit = self.core.config.idle_timeout?;
         let core = &self.core;
-        if core.side != super::Side::Server || core.closed || !core.established || core.orphaned_since.is_some() {
+        let life = &core.life;
+        if core.side != super::Side::Server
+            || life.is_closed()
+            || !life.is_established()
+            || life.orphaned_since().is_some()
+        {
             return None;
         }
         let last = self.conns.iter().filter_map(|c| c.last_rx).max().or(core.clock.start())?;
@@ -129,30 +134,30 @@ impl Session {
 
     /// Ends an orphaned session whose rejoin did not come in time.
     pub(crate) fn check_orphan_timeout(&mut self, now: Instant) {
-        if let Some(since) = self.core.orphaned_since {
-            let waited = now.saturating_duration_since(since);
-            if waited >= self.core.config.rejoin_timeout {
-                self.core.orphaned_since = None;
-                // Say what happened and for how long we waited, not only the first loss.
-                let first = self.core.orphan_error.take().map_or_else(|| "unknown".to_string(), |e| e.to_string());
-                let tried = self.core.rejoin_note.take().map_or_else(String::new, |n| format!("; last attempts: {n}"));
-                self.core.error = Some(Error::ConnectionLost(format!(
-                    "every connection was lost and none rejoined within {:.1} s (first loss: {first}{tried})",
-                    waited.as_secs_f64()
-                )));
-                self.core.on_closed();
-            }
+        let Some(since) = self.core.life.orphaned_since() else { return };
+        let waited = now.saturating_duration_since(since);
+        if waited < self.core.config.rejoin_timeout {
+            return;
         }
+        let first_loss = self.core.life.take_orphan().flatten();
+        // Say what happened and for how long we waited, not only the first loss.
+        let first = first_loss.map_or_else(|| "unknown".to_string(), |e| e.to_string());
+        let tried = self.core.life.take_rejoin_note().map_or_else(String::new, |n| format!("; last attempts: {n}"));
+        self.core.life.set_error(Some(Error::ConnectionLost(format!(
+            "every connection was lost and none rejoined within {:.1} s (first loss: {first}{tried})",
+            waited.as_secs_f64()
+        ))));
+        self.core.on_closed();
     }
 
     pub(crate) fn orphan_deadline(&self) -> Option<Instant> {
-        self.core.orphaned_since.map(|since| since + self.core.config.rejoin_timeout)
+        self.core.life.orphaned_since().map(|since| since + self.core.config.rejoin_timeout)
     }
 
     /// When the IO layer should call [`Session::prepare_transmit`] again although nothing else
     /// happened: data waits for a rate-limited connection's tokens.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        if !self.core.established {
+        if !self.core.life.is_established() {
             return None;
         }
         let paced = if self.core.ready.is_empty() { None } else { self.core.ext.next_ready() };
