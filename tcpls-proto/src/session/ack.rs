@@ -174,9 +174,8 @@ impl Session {
     /// everything sent before our close_notify; a failure means re-sending what it did not
     /// acknowledge, and telling the peer (Connection Reset) over the connections left.
     pub(crate) fn on_connection_finished(&mut self, id: ConnId) {
-        let Some(idx) = self.conns.iter().position(|c| c.id == id) else { return };
         let others = self.conns.iter().any(|c| c.id != id && c.is_usable());
-        let c = &mut self.conns[idx];
+        let Some(c) = self.conns.get_mut(id) else { return };
         if c.error.is_none() {
             let highest = u64::MAX;
             self.core.on_acked(c, highest);
@@ -184,7 +183,7 @@ impl Session {
         }
         if self.core.fail_over(c) {
             self.core.stats.failovers += 1;
-            self.core.events.push_back(Event::FailedOver { conn: id });
+            self.core.events.push(Event::FailedOver { conn: id });
         }
         if others {
             self.core.control.push(&Frame::ConnectionReset { connection_id: id }, None);

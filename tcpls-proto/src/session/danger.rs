@@ -26,7 +26,8 @@ impl Session {
     #[doc(hidden)]
     pub fn danger_seal_raw(&mut self, conn: ConnId, content_type: u8, plaintext: &[u8]) -> Result<(), Error> {
         let c = self
-            .conn_mut(conn)
+            .conns
+            .get_mut(conn)
             .ok_or_else(|| TransportError::internal(format!("danger_seal_raw: no connection {conn}")))?;
         let ConnState::Tcpls(layer) = &mut c.state else {
             return Err(TransportError::internal("danger_seal_raw: the connection has no TCPLS record layer").into());
@@ -65,7 +66,7 @@ impl Session {
     /// **For tests and fuzzing.** Events not yet polled (ordinary ones and answers to probes).
     #[doc(hidden)]
     pub fn danger_queued_events(&self) -> usize {
-        self.core.events.len() + self.core.answer_events.len()
+        self.core.events.len()
     }
 
     /// **Dangerous, for tests only.** A client session whose handshake offers `content` (any
@@ -81,7 +82,7 @@ impl Session {
         let mut session = Self::new(super::Side::Client, settings);
         session.core.client_tls = Some((config.clone(), server_name.clone()));
         let handshake = crate::tls::Handshake::client_with_early_data(config, server_name, content)?;
-        session.conns.push(super::Connection::new(0, handshake));
+        session.conns.add(super::Connection::new(0, handshake));
         session.drive_handshakes();
         Ok(session)
     }
@@ -95,7 +96,7 @@ impl Session {
         };
         let mut conn = super::Connection::new(id, crate::tls::Handshake::client(config, name)?);
         conn.join_token = Some(token);
-        self.conns.push(conn);
+        self.conns.add(conn);
         self.drive_handshakes();
         Ok(id)
     }
@@ -121,7 +122,7 @@ impl Session {
         creds.forged_proof = proof;
         let mut conn = super::Connection::new(id, crate::tls::Handshake::client(config, name)?);
         conn.rejoin = Some(creds);
-        self.conns.push(conn);
+        self.conns.add(conn);
         self.drive_handshakes();
         Ok(id)
     }
@@ -131,7 +132,7 @@ impl Session {
     #[doc(hidden)]
     pub fn danger_rejoin_proof(&self, conn: ConnId, for_id: ConnId) -> Option<[u8; 32]> {
         let creds = self.rejoin_credentials()?;
-        let c = self.conn(conn)?;
+        let c = self.conns.get(conn)?;
         match c.rejoin_frame_with_id(&creds, for_id)? {
             crate::frame::Frame::Rejoin { proof, .. } => Some(proof),
             _ => None,

@@ -67,7 +67,7 @@ impl Session {
         plaintext.extend_from_slice(&fields);
         let handshake = Handshake::client_with_early_data(config, server_name, plaintext)?;
         session.core.early.offered = Some((stream, offered));
-        session.conns.push(Connection::new(0, handshake));
+        session.conns.add(Connection::new(0, handshake));
         session.drive_handshakes();
         Ok((session, taken))
     }
@@ -90,7 +90,7 @@ impl Session {
         }
         let limit = self.core.config.transmit_high_water;
         let record_size = self.core.config.record_size.clamp(STREAM_FRAME_OVERHEAD + 1, crate::record::MAX_PLAINTEXT);
-        let Some(c) = self.conns.iter_mut().find(|c| c.id == 0) else { return };
+        let Some(c) = self.conns.get_mut(0) else { return };
         let ConnState::Handshaking(hs, _) = &mut c.state else { return };
         if !hs.half_rtt_writable() {
             // rustls would not seal it (no `send_half_rtt_data`): it goes after the handshake.

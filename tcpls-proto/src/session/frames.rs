@@ -18,10 +18,6 @@ use super::{Core, Inbound, RecordSink, Side};
 const MAX_TOKENS: usize = 64;
 const MAX_PEER_ADDRESSES: usize = 32;
 
-/// Most answers to our probes and per-connection requests waiting to be polled (see
-/// `push_answer_event`).
-const MAX_ANSWER_EVENTS: usize = 64;
-
 /// Most ranges of refused stream IDs remembered until a frame for one of them is answered;
 /// beyond, the lowest range is forgotten (its streams then get no Stream Reset: only a peer
 /// that opened far more streams than allowed, in a scattered order, gets there).
@@ -171,7 +167,7 @@ impl Core {
             // Frames after the Join belong to the session the token names: keep them for it.
             let rest = plaintext.get(len..).unwrap_or_default().to_vec();
             self.join_request = Some(JoinRequest { key, seq, rest });
-            self.events.push_back(Event::JoinRequested);
+            self.events.push(Event::JoinRequested);
             return Ok(Flow::Pause);
         }
         if conn == 0 && !self.initial_seen {
@@ -209,7 +205,7 @@ impl Core {
                     let at = self.tokens.partition_point(|(s, _)| *s < sequence);
                     self.tokens.insert(at, (sequence, token));
                 }
-                self.events.push_back(Event::TokensReceived { total: self.tokens.len() });
+                self.events.push(Event::TokensReceived { total: self.tokens.len() });
             }
             Frame::ConnectionReset { connection_id } => {
                 self.actions.push(super::frames::ConnAction::Reset(connection_id))
@@ -218,12 +214,12 @@ impl Core {
                 self.peer_addresses.retain(|(id, _)| *id != address_id);
                 if self.peer_addresses.len() < MAX_PEER_ADDRESSES {
                     self.peer_addresses.push((address_id, addr));
-                    self.events.push_back(Event::PeerAddressAdded { address_id, addr });
+                    self.events.push(Event::PeerAddressAdded { address_id, addr });
                 }
             }
             Frame::RemoveAddress { address_id } => {
                 self.peer_addresses.retain(|(id, _)| *id != address_id);
-                self.events.push_back(Event::PeerAddressRemoved { address_id });
+                self.events.push(Event::PeerAddressRemoved { address_id });
             }
             Frame::Join { .. } | Frame::Rejoin { .. } => {
                 return Err(TransportError::unexpected(match self.side {
@@ -256,7 +252,7 @@ impl Core {
                 }
             }
             Frame::UserTimeout { timeout_ms } => {
-                self.push_answer_event(Event::UserTimeoutRequested { conn, timeout_ms })
+                self.events.push_answer(Event::UserTimeoutRequested { conn, timeout_ms })
             }
             Frame::RttProbe { connection_id, timestamp_us } => {
                 // The echo must come back on the probed connection for the RTT to mean anything.
@@ -267,36 +263,36 @@ impl Core {
             Frame::RttEcho { connection_id, timestamp_us } => {
                 let now_us = self.clock.micros_since_start();
                 if let Some(rtt_us) = now_us.checked_sub(timestamp_us) {
-                    self.push_answer_event(Event::RttMeasured { conn: connection_id, rtt_us });
+                    self.events.push_answer(Event::RttMeasured { conn: connection_id, rtt_us });
                 }
             }
             Frame::TcpInfoRequest { connection_id } => {
-                self.push_answer_event(Event::TcpInfoRequested { conn: connection_id });
+                self.events.push_answer(Event::TcpInfoRequested { conn: connection_id });
             }
             Frame::TcpInfo { connection_id, info } => {
-                self.push_answer_event(Event::PeerTcpInfo { conn: connection_id, info })
+                self.events.push_answer(Event::PeerTcpInfo { conn: connection_id, info })
             }
             Frame::AddressProbe { connection_id } => {
                 self.actions.push(ConnAction::EchoAddress { on: conn, about: connection_id })
             }
             Frame::AddressEcho { connection_id, addr } => {
-                self.push_answer_event(Event::AddressEchoed { conn: connection_id, addr });
+                self.events.push_answer(Event::AddressEchoed { conn: connection_id, addr });
             }
             Frame::RateLimit { connection_id, bytes_per_second } => {
                 // Frames come in through `handle_read`, which sets the clock.
                 if let Some(now) = self.clock.now() {
                     self.ext.set_rate(connection_id, bytes_per_second, now);
                 }
-                self.push_answer_event(Event::RateLimited { conn: connection_id, bytes_per_second });
+                self.events.push_answer(Event::RateLimited { conn: connection_id, bytes_per_second });
             }
             Frame::CongestionControl { connection_id, name } => {
                 let name = String::from_utf8_lossy(name).into_owned();
-                self.push_answer_event(Event::CongestionControlRequested { conn: connection_id, name });
+                self.events.push_answer(Event::CongestionControlRequested { conn: connection_id, name });
             }
             Frame::StreamSteer { stream_id, connection_id } => {
                 self.check_stream_id(stream_id)?;
                 self.open_peer_streams(stream_id)?;
-                self.events.push_back(Event::SteerRequested { stream: stream_id, conn: connection_id });
+                self.events.push(Event::SteerRequested { stream: stream_id, conn: connection_id });
                 self.actions.push(ConnAction::Steer { stream: stream_id, conn: connection_id });
             }
             Frame::PathPriority { connection_id, backup } => {
@@ -304,31 +300,6 @@ impl Core {
             }
         }
         Ok(())
-    }
-
-    /// Reports an answer to one of our probes, or a peer's request about one connection (TCP
-    /// Info, User Timeout, Congestion Control, Rate Limit). They come as many as the peer likes
-    /// and about any connection ID, and only the latest of each kind matters: at most one per
-    /// kind and connection is kept until the application polls it (the newest), and at most
-    /// [`MAX_ANSWER_EVENTS`] in all. So a flood costs one event (and, in the IO layer, one
-    /// socket call) per kind and connection, not one per frame.
-    fn push_answer_event(&mut self, event: Event) {
-        let key = |e: &Event| match e {
-            Event::RttMeasured { conn, .. } => Some((0, *conn)),
-            Event::PeerTcpInfo { conn, .. } => Some((1, *conn)),
-            Event::AddressEchoed { conn, .. } => Some((2, *conn)),
-            Event::TcpInfoRequested { conn } => Some((3, *conn)),
-            Event::UserTimeoutRequested { conn, .. } => Some((4, *conn)),
-            Event::CongestionControlRequested { conn, .. } => Some((5, *conn)),
-            Event::RateLimited { conn, .. } => Some((6, *conn)),
-            _ => None,
-        };
-        let k = key(&event);
-        if let Some(slot) = self.answer_events.iter_mut().find(|e| key(e) == k) {
-            *slot = event;
-        } else if self.answer_events.len() < MAX_ANSWER_EVENTS {
-            self.answer_events.push(event);
-        }
     }
 
     /// A locally-initiated ID we never opened cannot appear in a peer's frame.
@@ -448,7 +419,7 @@ impl Core {
 
     pub(crate) fn on_established(&mut self, conn: ConnId, _info: &HandshakeInfo, tcpls: bool) {
         self.life.establish(tcpls);
-        self.events.push_back(Event::Established { fallback: !tcpls });
+        self.events.push(Event::Established { fallback: !tcpls });
         if !tcpls {
             // The byte stream is stream 0: the client's first stream, which the server accepts.
             if self.side == Side::Server {
@@ -474,14 +445,14 @@ impl Core {
 
     pub(crate) fn on_closed(&mut self) {
         self.life.end();
-        self.events.push_back(Event::Closed { error: self.life.error().cloned() });
+        self.events.push(Event::Closed { error: self.life.error().cloned() });
         let ids: Vec<StreamId> = self.streams.keys().copied().collect();
         for id in ids {
             self.notify_readable(id);
             if let Some(s) = self.streams.get_mut(&id) {
                 s.write_blocked = false;
             }
-            self.events.push_back(Event::StreamWritable(id));
+            self.events.push(Event::StreamWritable(id));
         }
     }
 }

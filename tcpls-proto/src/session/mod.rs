@@ -9,9 +9,11 @@
 
 mod ack;
 mod conn;
+mod connections;
 mod control;
 mod danger;
 mod early;
+mod events;
 mod ext;
 mod frames;
 mod lifecycle;
@@ -64,10 +66,6 @@ pub const HANDSHAKE_READ_CHUNK: usize = 16 * 1024;
 /// Queued control frames beyond which we stop reading (see [`Session::read_buffer`]).
 const MAX_QUEUED_CONTROL: usize = 4096;
 
-/// Events not yet polled beyond which we stop reading: most events answer a peer's frame one
-/// for one, so an IO layer that polls them only between reads must not see them pile up.
-const MAX_QUEUED_EVENTS: usize = 4096;
-
 /// Everything of a session except its connections, so frame handling can borrow both.
 pub(crate) struct Core {
     pub(crate) side: Side,
@@ -89,7 +87,8 @@ pub(crate) struct Core {
     /// Streams whose writes the send budget held back, told when it frees up.
     pub(crate) budget_blocked: VecDeque<StreamId>,
     pub(crate) control: ControlQueue,
-    pub(crate) events: VecDeque<Event>,
+    /// Events waiting for the application (`events.rs`).
+    pub(crate) events: events::Events,
     /// Join tokens the server gave us (client), or issued (server), with their sequence numbers.
     pub(crate) tokens: Vec<(u32, [u8; 32])>,
     pub(crate) peer_addresses: Vec<(u8, SocketAddr)>,
@@ -129,9 +128,6 @@ pub(crate) struct Core {
     /// Peer stream IDs refused over our concurrency limit whose Stream Reset is not sent yet
     /// (`frames.rs`: each is answered when a frame names it).
     pub(crate) refused_streams: crate::stream::RangeSet,
-    /// Answers to our probes not polled yet, at most one per kind and connection
-    /// (`frames.rs`); [`Session::poll_event`] hands them out after `events`.
-    pub(crate) answer_events: Vec<Event>,
 }
 
 /// Session-wide counters.
@@ -159,7 +155,7 @@ pub struct SessionStats {
 }
 
 pub struct Session {
-    pub(crate) conns: Vec<Connection>,
+    pub(crate) conns: connections::Connections,
     pub(crate) core: Core,
 }
 
@@ -209,7 +205,7 @@ impl Session {
     ) -> Result<Self, Error> {
         let mut session = Self::new(Side::Client, settings);
         session.core.client_tls = Some((config.clone(), server_name.clone()));
-        session.conns.push(Connection::new(0, Handshake::client(config, server_name)?));
+        session.conns.add(Connection::new(0, Handshake::client(config, server_name)?));
         session.drive_handshakes();
         Ok(session)
     }
@@ -217,7 +213,7 @@ impl Session {
     /// A server session for one accepted TCP connection (ID 0).
     pub fn server(config: Arc<ServerConfig>, settings: SessionConfig) -> Result<Self, Error> {
         let mut session = Self::new(Side::Server, settings);
-        session.conns.push(Connection::new(0, Handshake::server(config)?));
+        session.conns.add(Connection::new(0, Handshake::server(config)?));
         Ok(session)
     }
 
@@ -227,7 +223,7 @@ impl Session {
             Side::Server => (1, 0),
         };
         Self {
-            conns: Vec::new(),
+            conns: Default::default(),
             core: Core {
                 side,
                 send_account: crate::stream::SendAccount::new(config.send_budget, crate::config::SEND_FLOOR),
@@ -241,7 +237,7 @@ impl Session {
                 accept_queue: VecDeque::new(),
                 ready: VecDeque::new(),
                 control: ControlQueue::default(),
-                events: VecDeque::new(),
+                events: Default::default(),
                 tokens: Vec::new(),
                 peer_addresses: Vec::new(),
                 life: lifecycle::Lifecycle::default(),
@@ -262,7 +258,6 @@ impl Session {
                 ext: ext::ExtState::default(),
                 early: early::EarlyState::default(),
                 refused_streams: crate::stream::RangeSet::new(),
-                answer_events: Vec::new(),
             },
         }
     }
@@ -298,7 +293,7 @@ impl Session {
 
     /// The initial connection's handshake facts (ALPN, cipher suite, resumption).
     pub fn handshake_info(&self) -> Option<&HandshakeInfo> {
-        self.conns.first().and_then(|c| c.info.as_ref())
+        self.conns.initial().and_then(|c| c.info.as_ref())
     }
 
     pub fn stats(&self) -> SessionStats {
@@ -311,18 +306,18 @@ impl Session {
     }
 
     pub fn connection_stats(&self, conn: ConnId) -> Option<ConnStats> {
-        self.conn(conn).map(|c| c.stats)
+        self.conns.get(conn).map(|c| c.stats)
     }
 
     /// KeyUpdates sent and received on a connection.
     pub fn key_updates(&self, conn: ConnId) -> (u64, u64) {
-        self.conn(conn).map(|c| c.key_updates()).unwrap_or_default()
+        self.conns.get(conn).map(|c| c.key_updates()).unwrap_or_default()
     }
 
     /// Rotates our sending key on `conn` (TLS KeyUpdate); with `request_peer` the peer rotates
     /// its key too. Keys also rotate by themselves before the AEAD usage limit.
     pub fn update_keys(&mut self, conn: ConnId, request_peer: bool) -> Result<(), Error> {
-        let c = self.conn_mut(conn).ok_or_else(|| Error::ConnectionLost(format!("no connection {conn}")))?;
+        let c = self.conns.get_mut(conn).ok_or_else(|| Error::ConnectionLost(format!("no connection {conn}")))?;
         c.update_key(request_peer).map_err(Error::Local)
     }
 
@@ -338,22 +333,14 @@ impl Session {
 
     /// Tells the core the socket addresses of a connection (for Address Echo and reports).
     pub fn set_addresses(&mut self, conn: ConnId, local: Option<SocketAddr>, remote: Option<SocketAddr>) {
-        if let Some(c) = self.conn_mut(conn) {
+        if let Some(c) = self.conns.get_mut(conn) {
             c.local = local;
             c.remote = remote;
         }
     }
 
     pub fn addresses(&self, conn: ConnId) -> (Option<SocketAddr>, Option<SocketAddr>) {
-        self.conn(conn).map(|c| (c.local, c.remote)).unwrap_or_default()
-    }
-
-    pub(crate) fn conn(&self, id: ConnId) -> Option<&Connection> {
-        self.conns.iter().find(|c| c.id == id)
-    }
-
-    pub(crate) fn conn_mut(&mut self, id: ConnId) -> Option<&mut Connection> {
-        self.conns.iter_mut().find(|c| c.id == id)
+        self.conns.get(conn).map(|c| (c.local, c.remote)).unwrap_or_default()
     }
 
     // ------------------------------------------------------------------ IO layer
@@ -363,11 +350,10 @@ impl Session {
     pub fn read_buffer(&mut self, conn: ConnId) -> &mut [u8] {
         // Stop reading while answers to the peer pile up (it sends probes or KeyUpdate requests
         // but does not read): TCP then pushes back on it instead of our memory growing.
-        let replies_backed_up =
-            self.core.control.entries() > MAX_QUEUED_CONTROL || self.core.events.len() > MAX_QUEUED_EVENTS;
+        let replies_backed_up = self.core.control.entries() > MAX_QUEUED_CONTROL || self.core.events.backed_up();
         let backpressure = replies_backed_up || (self.core.life.is_fallback() && self.core.fallback_stream_full());
         let tx_cap = 2 * self.core.config.transmit_high_water;
-        match self.conns.iter_mut().find(|c| c.id == conn) {
+        match self.conns.get_mut(conn) {
             Some(c) if !c.is_finished() && !c.close_received() && !backpressure && c.tx.len() < tx_cap => {
                 // Small until the handshake is done: a peer that only connects costs little.
                 let chunk = if c.is_established() { c.read_chunk } else { c.read_chunk.min(HANDSHAKE_READ_CHUNK) };
@@ -381,20 +367,20 @@ impl Session {
 
     /// `n` bytes were read into [`Session::read_buffer`].
     pub fn handle_read(&mut self, conn: ConnId, n: usize, now: Instant) {
-        if let Some(c) = self.conn_mut(conn) {
+        if let Some(c) = self.conns.get_mut(conn) {
             c.rx.commit(n);
             c.stats.bytes_received += n as u64;
             c.adapt_read_chunk(n);
         }
         self.process(conn, now);
-        if let Some(c) = self.conn_mut(conn) {
+        if let Some(c) = self.conns.get_mut(conn) {
             c.release_idle_rx();
         }
     }
 
     /// Copies received bytes in (tests, or IO layers without their own buffer).
     pub fn handle_data(&mut self, conn: ConnId, data: &[u8], now: Instant) {
-        if let Some(c) = self.conn_mut(conn) {
+        if let Some(c) = self.conns.get_mut(conn) {
             c.rx.extend(data);
             c.stats.bytes_received += data.len() as u64;
         }
@@ -416,7 +402,7 @@ impl Session {
     /// Connection `conn` is lost (its socket ended or failed, or we gave up on it): the one
     /// way a connection is marked lost. What it carried unacknowledged fails over.
     pub(crate) fn lose_connection(&mut self, conn: ConnId, loss: Loss<'_>) {
-        if let Some(c) = self.conn_mut(conn) {
+        if let Some(c) = self.conns.get_mut(conn) {
             c.lose(loss);
         }
         self.after_connection_change();
@@ -425,14 +411,14 @@ impl Session {
     /// Sealed bytes to write on `conn`'s socket; call [`Session::transmit_advance`] with how many
     /// were written.
     pub fn transmit_data(&self, conn: ConnId) -> &[u8] {
-        match self.conn(conn) {
+        match self.conns.get(conn) {
             Some(c) if !c.is_gone() => c.tx.data(),
             _ => &[],
         }
     }
 
     pub fn transmit_advance(&mut self, conn: ConnId, n: usize) {
-        if let Some(c) = self.conn_mut(conn) {
+        if let Some(c) = self.conns.get_mut(conn) {
             c.tx.advance(n);
             c.stats.bytes_sent += n as u64;
             if c.tx.is_empty() && c.is_finished() {
@@ -444,34 +430,26 @@ impl Session {
 
     /// The connection is over and its last bytes are written: close the socket.
     pub fn should_close_socket(&self, conn: ConnId) -> bool {
-        self.conn(conn).is_none_or(|c| c.is_finished() && (c.is_gone() || c.tx.is_empty()))
+        self.conns.get(conn).is_none_or(|c| c.is_finished() && (c.is_gone() || c.tx.is_empty()))
     }
 
     /// We sent close_notify and everything before it is written: the IO layer may shut down its
     /// write half (TCP FIN), as TLS over TCP does.
     pub fn should_shutdown_write(&self, conn: ConnId) -> bool {
-        self.conn(conn).is_some_and(|c| c.close_sent() && c.tx.is_empty())
+        self.conns.get(conn).is_some_and(|c| c.close_sent() && c.tx.is_empty())
     }
 
     pub fn poll_event(&mut self) -> Option<Event> {
-        if let Some(event) = self.core.events.pop_front() {
-            return Some(event);
-        }
-        if self.core.events.capacity() > MAX_QUEUED_EVENTS {
-            // A burst of peer-triggered events is over: do not keep its memory.
-            self.core.events = VecDeque::new();
-        }
-        self.core.answer_events.pop()
+        self.core.events.poll()
     }
 
     /// Runs the handshake or record layer of `conn` over what it has buffered.
     fn process(&mut self, conn: ConnId, now: Instant) {
         self.core.clock.advance(now);
         self.drive_handshakes();
-        let Some(idx) = self.conns.iter().position(|c| c.id == conn) else {
+        let Some(c) = self.conns.get_mut(conn) else {
             return;
         };
-        let c = &mut self.conns[idx];
         let core = &mut self.core;
         let was_awaiting_join_ack = c.awaiting_join_ack();
         let opened_before = c.records_opened;
@@ -483,7 +461,7 @@ impl Session {
         }
         if was_awaiting_join_ack && !c.awaiting_join_ack() {
             // The server answered on a joining connection: it is part of the session now.
-            core.events.push_back(Event::ConnectionEstablished { conn: c.id });
+            core.events.push(Event::ConnectionEstablished { conn: c.id });
             core.life.rejoined();
         }
         if let Err(e) = result {
@@ -493,7 +471,7 @@ impl Session {
             core.on_fallback_peer_closed();
         }
         if self.peer_closed() && self.core.life.report_peer_close() {
-            self.core.events.push_back(Event::PeerClosed);
+            self.core.events.push(Event::PeerClosed);
         }
         self.run_actions();
         self.after_connection_change();
@@ -504,36 +482,36 @@ impl Session {
         for action in std::mem::take(&mut self.core.actions) {
             match action {
                 frames::ConnAction::Reset(id) => {
-                    if let Some(c) = self.conn_mut(id) {
+                    if let Some(c) = self.conns.get_mut(id) {
                         c.lose(Loss::ReportedByPeer);
                     }
                 }
                 frames::ConnAction::EchoRtt { conn, timestamp_us } => {
-                    if self.conn(conn).is_some_and(Connection::is_usable) {
+                    if self.conns.get(conn).is_some_and(Connection::is_usable) {
                         let echo = crate::frame::Frame::RttEcho { connection_id: conn, timestamp_us };
                         self.core.control.push_answer(&echo, conn, Some(conn));
                     }
                 }
                 frames::ConnAction::Ack { conn, highest } => {
-                    if let Some(idx) = self.conns.iter().position(|c| c.id == conn) {
-                        self.core.on_acked(&mut self.conns[idx], highest);
+                    if let Some(c) = self.conns.get_mut(conn) {
+                        self.core.on_acked(c, highest);
                     }
                 }
                 frames::ConnAction::SetBackup { conn, backup } => {
                     // A connection we do not have (any more) is ignored (PROTOCOL.md §3).
-                    if let Some(c) = self.conn_mut(conn) {
+                    if let Some(c) = self.conns.get_mut(conn) {
                         c.backup = backup;
                     }
                 }
                 frames::ConnAction::Steer { stream, conn } => {
                     // Honoured when that connection can carry data; otherwise the stream stays
                     // where it is (the request may be stale, e.g. the connection just failed).
-                    if self.conn(conn).is_some_and(Connection::carries_streams) {
+                    if self.conns.get(conn).is_some_and(Connection::carries_streams) {
                         let _ = self.steer_stream(stream, Some(conn));
                     }
                 }
                 frames::ConnAction::EchoAddress { on, about } => {
-                    if let Some(addr) = self.conn(about).and_then(|c| c.remote) {
+                    if let Some(addr) = self.conns.get(about).and_then(|c| c.remote) {
                         let echo = crate::frame::Frame::AddressEcho { connection_id: about, addr };
                         self.core.control.push_answer(&echo, about, Some(on));
                     }
@@ -567,7 +545,7 @@ impl Session {
                             .into(),
                         );
                     } else if !c.awaiting_join_ack() {
-                        self.core.events.push_back(Event::ConnectionEstablished { conn: c.id });
+                        self.core.events.push(Event::ConnectionEstablished { conn: c.id });
                     }
                 }
                 Err(e) => c.fail(e),
@@ -586,13 +564,13 @@ impl Session {
                 last_errors.push(error.clone());
                 finished.push(c.id);
                 self.core.control.forget_conn(c.id);
-                self.core.events.push_back(Event::ConnectionClosed { conn: c.id, error });
+                self.core.events.push(Event::ConnectionClosed { conn: c.id, error });
             }
         }
         for id in finished {
             self.on_connection_finished(id);
         }
-        let all_finished = self.conns.iter().all(|c| c.is_finished());
+        let all_finished = self.conns.all_finished();
         if !self.core.life.is_closed() && self.core.life.orphaned_since().is_some() && all_finished {
             // Still waiting for a rejoin: only a join, the deadline or `close` ends this.
             return;
@@ -607,7 +585,7 @@ impl Session {
             if let (true, Some(now)) = (lost && self.can_wait_for_rejoin(), now) {
                 if self.core.life.orphaned_since().is_none() {
                     self.core.life.orphan(now, last_errors.into_iter().flatten().next());
-                    self.core.events.push_back(Event::AllConnectionsLost);
+                    self.core.events.push(Event::AllConnectionsLost);
                 }
                 self.replenish_tokens(None);
                 return;
@@ -621,7 +599,7 @@ impl Session {
         } else {
             // A lost connection frees room in the budget: a fresh token lets the client rejoin.
             self.replenish_tokens(None);
-            self.prune_finished_connections();
+            self.conns.prune_finished();
         }
     }
 

@@ -163,7 +163,7 @@ impl Core {
         (self.config.random)(&mut token);
         self.tokens.push((sequence, token));
         self.control.push(&Frame::NewToken { sequence, token }, conn);
-        self.events.push_back(Event::TokenIssued { sequence, token });
+        self.events.push(Event::TokenIssued { sequence, token });
     }
 }
 
@@ -188,8 +188,7 @@ impl Session {
     /// This session is left empty and can be dropped.
     pub fn take_joining_connection(&mut self) -> Option<JoiningConnection> {
         let request = self.core.join_request.take()?;
-        let idx = self.conns.iter().position(|c| c.id == 0)?;
-        let mut conn = Box::new(self.conns.remove(idx));
+        let mut conn = Box::new(self.conns.take(0)?);
         conn.paused = false;
         // What is left of this session is dropped: no Closed event.
         self.core.life.end();
@@ -229,7 +228,7 @@ impl Session {
                     return Err(joining);
                 };
                 let (sequence, _) = self.core.tokens.remove(idx);
-                self.core.events.push_back(Event::TokenUsed { sequence });
+                self.core.events.push(Event::TokenUsed { sequence });
                 sequence
             }
             JoinKey::Rejoin { connection_id, session_ref, proof } => {
@@ -239,7 +238,7 @@ impl Session {
                 *connection_id
             }
         };
-        if self.conn(id).is_some() {
+        if self.conns.get(id).is_some() {
             // One ID must never name two connections (for tokens, only after 2^31 of them could
             // a sequence number come back while its connection lives).
             return Err(joining);
@@ -252,10 +251,10 @@ impl Session {
         let JoiningConnection { mut conn, request } = joining;
         let sequence = id;
         conn.id = sequence;
-        self.conns.push(*conn);
+        self.conns.add(*conn);
         self.core.life.rejoined();
         self.core.clock.advance(now);
-        self.core.events.push_back(Event::ConnectionEstablished { conn: sequence });
+        self.core.events.push(Event::ConnectionEstablished { conn: sequence });
         // Answer on the new connection at once: the client sends stream data on it only after
         // hearing from us there (a refused join would lose it).
         self.core.control.push(&Frame::Padding, Some(sequence));
@@ -293,7 +292,7 @@ impl Session {
         if self.core.life.is_fallback() {
             return None;
         }
-        self.conns.iter().find(|c| c.id == 0)?.secret.as_ref().map(session_secrets)
+        self.conns.initial()?.secret.as_ref().map(session_secrets)
     }
 
     /// The reference a Rejoin frame names this session by (PROTOCOL.md §3): derived from the
@@ -312,7 +311,7 @@ impl Session {
     }
 
     fn live_connections(&self) -> usize {
-        self.conns.iter().filter(|c| !c.is_finished()).count()
+        self.conns.live()
     }
 
     /// Keeps `tokens` unused tokens in the client's hands while the session has room for more
@@ -328,25 +327,8 @@ impl Session {
         }
     }
 
-    /// Forgets the oldest finished connections beyond a few kept for reports, so a client that
-    /// joins and drops connections in a loop cannot grow the table (and every scan of it).
-    pub(crate) fn prune_finished_connections(&mut self) {
-        const KEEP_FINISHED: usize = 8;
-        let finished = |c: &Connection| c.reported && c.is_finished() && (c.is_gone() || c.tx.is_empty());
-        let mut excess = self.conns.iter().filter(|c| finished(c)).count().saturating_sub(KEEP_FINISHED);
-        if excess > 0 {
-            self.conns.retain(|c| {
-                if excess > 0 && finished(c) && c.id != 0 {
-                    excess -= 1;
-                    return false;
-                }
-                true
-            });
-        }
-    }
-
     pub(crate) fn fail_conn(&mut self, conn: ConnId, error: Error) {
-        if let Some(c) = self.conn_mut(conn) {
+        if let Some(c) = self.conns.get_mut(conn) {
             c.fail(error);
         }
         self.after_connection_change();
@@ -376,7 +358,7 @@ impl Session {
             let id = self.next_rejoin_id();
             let mut conn = Connection::new(id, Handshake::client(config, name)?);
             conn.rejoin = Some(creds);
-            self.conns.push(conn);
+            self.conns.add(conn);
             self.drive_handshakes();
             return Ok(id);
         }
@@ -384,7 +366,7 @@ impl Session {
         self.core.used_token_seqs.insert(sequence);
         let mut conn = Connection::new(sequence, Handshake::client(config, name)?);
         conn.join_token = Some(token);
-        self.conns.push(conn);
+        self.conns.add(conn);
         self.drive_handshakes();
         Ok(sequence)
     }
@@ -395,7 +377,7 @@ impl Session {
             let id = REJOIN_ID_BASE | (self.core.next_rejoin & !REJOIN_ID_BASE);
             self.core.next_rejoin = self.core.next_rejoin.wrapping_add(1);
             // A session has few connections (the finished ones are pruned), so this ends fast.
-            if self.conn(id).is_none() {
+            if self.conns.get(id).is_none() {
                 return id;
             }
         }
@@ -406,7 +388,7 @@ impl Session {
     pub fn steer_stream(&mut self, stream: StreamId, conn: Option<ConnId>) -> Result<(), crate::StreamError> {
         let s = self.core.streams.get_mut(&stream).ok_or(crate::StreamError::UnknownStream(stream))?;
         s.steer = conn;
-        self.core.events.push_back(Event::StreamSteered { stream, conn });
+        self.core.events.push(Event::StreamSteered { stream, conn });
         Ok(())
     }
 
@@ -414,7 +396,7 @@ impl Session {
     /// Priority frame, at the peer (PROTOCOL.md §3): while a regular connection is usable,
     /// neither side sends unsteered stream data on a backup one.
     pub fn set_connection_backup(&mut self, conn: ConnId, backup: bool) -> Result<(), Error> {
-        let c = self.conn_mut(conn).ok_or_else(|| TransportError::internal(format!("no connection {conn}")))?;
+        let c = self.conns.get_mut(conn).ok_or_else(|| TransportError::internal(format!("no connection {conn}")))?;
         if c.backup != backup {
             c.backup = backup;
             self.core.control.push(&Frame::PathPriority { connection_id: conn, backup }, None);
@@ -424,7 +406,7 @@ impl Session {
 
     /// Whether `conn` is a backup path (set by either side).
     pub fn is_connection_backup(&self, conn: ConnId) -> bool {
-        self.conn(conn).is_some_and(|c| c.backup)
+        self.conns.get(conn).is_some_and(|c| c.backup)
     }
 
     /// The connection a stream is steered to.
@@ -437,7 +419,7 @@ impl Session {
     /// sees it no later than that data (e.g. the request a download answers).
     pub fn request_steer(&mut self, stream: StreamId, conn: ConnId) {
         let on = self.core.streams.get(&stream).and_then(|s| s.steer);
-        let on = on.filter(|c| self.conn(*c).is_some_and(Connection::is_usable));
+        let on = on.filter(|c| self.conns.get(*c).is_some_and(Connection::is_usable));
         self.core.control.push(&Frame::StreamSteer { stream_id: stream, connection_id: conn }, on);
     }
 
@@ -445,7 +427,7 @@ impl Session {
     /// streams simply stop using `from`), and `from` is closed gracefully: the records already sealed on it still
     /// go out, then close_notify. Nothing is lost; the receiver reorders by offset.
     pub fn migrate(&mut self, from: ConnId, to: ConnId) -> Result<(), Error> {
-        if !self.conn(to).is_some_and(Connection::carries_streams) {
+        if !self.conns.get(to).is_some_and(Connection::carries_streams) {
             return Err(TransportError::internal(format!("connection {to} cannot carry data")).into());
         }
         let moved: Vec<StreamId> =
@@ -459,7 +441,7 @@ impl Session {
     /// Closes one connection gracefully (close_notify after what is already sealed on it).
     /// Streams steered to it move to the other connections.
     pub fn close_connection(&mut self, conn: ConnId) -> Result<(), Error> {
-        let c = self.conn_mut(conn).ok_or_else(|| Error::ConnectionLost(format!("no connection {conn}")))?;
+        let c = self.conns.get_mut(conn).ok_or_else(|| Error::ConnectionLost(format!("no connection {conn}")))?;
         c.send_close_notify()?;
         self.after_connection_change();
         Ok(())
@@ -483,7 +465,7 @@ impl Session {
 
     /// Tells the scheduler a connection's RTT and congestion window (from TCP_INFO).
     pub fn set_path_info(&mut self, conn: ConnId, rtt_us: Option<u32>, cwnd: Option<u32>) {
-        if let Some(c) = self.conn_mut(conn) {
+        if let Some(c) = self.conns.get_mut(conn) {
             c.rtt_us = rtt_us;
             c.cwnd = cwnd;
         }
@@ -491,23 +473,23 @@ impl Session {
 
     /// The connection ended (closed or failed).
     pub fn is_connection_finished(&self, conn: ConnId) -> bool {
-        self.conn(conn).is_none_or(Connection::is_finished)
+        self.conns.get(conn).is_none_or(Connection::is_finished)
     }
 
     /// Why a connection failed, if it did.
     pub fn connection_error(&self, conn: ConnId) -> Option<&Error> {
-        self.conn(conn).and_then(|c| c.error.as_ref())
+        self.conns.get(conn).and_then(|c| c.error.as_ref())
     }
 
     /// The connection's TLS handshake is complete (it may still be refused as a join).
     pub fn is_connection_established(&self, conn: ConnId) -> bool {
-        self.conn(conn).is_some_and(Connection::is_established)
+        self.conns.get(conn).is_some_and(Connection::is_established)
     }
 
     /// The connection can carry stream data (handshake done, join accepted, not closing, not
     /// failed).
     pub fn is_connection_usable(&self, conn: ConnId) -> bool {
-        self.conn(conn).is_some_and(Connection::carries_streams)
+        self.conns.get(conn).is_some_and(Connection::carries_streams)
     }
 
     pub(crate) fn path_view(c: &Connection) -> PathView {

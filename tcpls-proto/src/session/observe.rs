@@ -63,7 +63,7 @@ impl Session {
 
     /// Sent records of `conn` not yet acknowledged (kept for failover).
     pub fn connection_unacked_records(&self, conn: ConnId) -> usize {
-        self.conn(conn).map_or(0, |c| c.sent_log.len())
+        self.conns.get(conn).map_or(0, |c| c.sent_log.len())
     }
 
     /// Calls `f` with the progress of every open stream (no allocation).

@@ -136,10 +136,10 @@ impl Session {
                 break;
             }
             let steer = self.core.streams.get(&id).and_then(|s| s.steer);
-            let steer = steer.filter(|c| self.conn(*c).is_some_and(Connection::carries_streams));
+            let steer = steer.filter(|c| self.conns.get(*c).is_some_and(Connection::carries_streams));
             let target = match steer {
                 Some(conn) => {
-                    self.conn(conn).filter(|c| c.tx.len() < high && self.core.ext.may_send(c.id)).map(|c| c.id)
+                    self.conns.get(conn).filter(|c| c.tx.len() < high && self.core.ext.may_send(c.id)).map(|c| c.id)
                 }
                 None => {
                     views.clear();
@@ -166,7 +166,7 @@ impl Session {
                 continue;
             };
             skipped = 0;
-            let Some(c) = self.conns.iter_mut().find(|c| c.id == conn) else { break };
+            let Some(c) = self.conns.get_mut(conn) else { break };
             let before = c.tx.len();
             if let Err(e) = self.core.seal_stream_record(c, id, sole_carrier) {
                 c.fail(e);

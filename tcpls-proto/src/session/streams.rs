@@ -120,7 +120,7 @@ impl Core {
             self.peer_streams_open += 1;
             self.stats.streams_accepted += 1;
             self.accept_queue.push_back(id);
-            self.events.push_back(Event::StreamOpened(id));
+            self.events.push(Event::StreamOpened(id));
         } else {
             self.stats.streams_opened += 1;
         }
@@ -140,7 +140,7 @@ impl Core {
         if let Some(s) = self.streams.get_mut(&id) {
             if !s.read_notified {
                 s.read_notified = true;
-                self.events.push_back(Event::StreamReadable(id));
+                self.events.push(Event::StreamReadable(id));
             }
         }
     }
@@ -152,7 +152,7 @@ impl Core {
         if let Some(s) = self.streams.get_mut(&id) {
             if s.write_blocked && (s.send.writable() > 0 || s.send_reset) {
                 s.write_blocked = false;
-                self.events.push_back(Event::StreamWritable(id));
+                self.events.push(Event::StreamWritable(id));
             }
         }
         self.wake_budget_blocked();
@@ -181,7 +181,7 @@ impl Core {
                 s.budget_waiting = false;
                 if s.write_blocked {
                     s.write_blocked = false;
-                    self.events.push_back(Event::StreamWritable(id));
+                    self.events.push(Event::StreamWritable(id));
                 }
             } else {
                 self.budget_blocked.rotate_left(1);
