@@ -80,7 +80,7 @@ impl Session {
         content: Vec<u8>,
     ) -> Result<Self, Error> {
         let mut session = Self::new(super::Side::Client, settings);
-        session.core.client_tls = Some((config.clone(), server_name.clone()));
+        session.core.paths.set_client_tls(config.clone(), server_name.clone());
         let handshake = crate::tls::Handshake::client_with_early_data(config, server_name, content)?;
         session.conns.add(super::Connection::new(0, handshake));
         session.drive_handshakes();
@@ -91,7 +91,7 @@ impl Session {
     /// or not, under connection ID `id` (to replay or forge tokens against a server).
     #[doc(hidden)]
     pub fn danger_add_connection_with_token(&mut self, id: ConnId, token: [u8; 32]) -> Result<ConnId, Error> {
-        let Some((config, name)) = self.core.client_tls.clone() else {
+        let Some((config, name)) = self.core.paths.client_tls() else {
             return Err(TransportError::internal("not a client session").into());
         };
         let mut conn = super::Connection::new(id, crate::tls::Handshake::client(config, name)?);
@@ -111,7 +111,7 @@ impl Session {
         session_ref: Option<[u8; 16]>,
         proof: Option<[u8; 32]>,
     ) -> Result<ConnId, Error> {
-        let Some((config, name)) = self.core.client_tls.clone() else {
+        let Some((config, name)) = self.core.paths.client_tls() else {
             return Err(TransportError::internal("not a client session").into());
         };
         let mut creds =

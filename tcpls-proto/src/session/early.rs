@@ -55,7 +55,7 @@ impl Session {
         data: &[u8],
     ) -> Result<(Self, usize), Error> {
         let mut session = Self::new(Side::Client, settings);
-        session.core.client_tls = Some((config.clone(), server_name.clone()));
+        session.core.paths.set_client_tls(config.clone(), server_name.clone());
         let stream = session.open_stream().map_err(|e| TransportError::internal(format!("early stream: {e}")))?;
         let taken = session.write(stream, data).map_err(|e| TransportError::internal(format!("early data: {e}")))?;
         let offered = taken.min(MAX_EARLY_STREAM_BYTES);
@@ -171,7 +171,7 @@ impl Core {
                     self.on_frame(c.id, 0, frame)?;
                 }
             }
-            if self.join_request.is_some() {
+            if self.paths.has_join_request() {
                 return Err(TransportError::unexpected("Join in early data").into());
             }
         }

@@ -10,13 +10,9 @@ use crate::stream::RecvError;
 use crate::tls::HandshakeInfo;
 
 use super::conn::Flow;
-use super::multipath::{JoinKey, JoinRequest, JOIN_FRAME_LEN, REJOIN_ID_BASE};
+use super::multipath::{JoinKey, JoinRequest, JOIN_FRAME_LEN};
 use super::placement::{LeadStream, Scan};
 use super::{Core, Inbound, RecordSink, Side};
-
-/// Most join tokens or peer addresses we keep; more are ignored (a peer cannot grow our memory).
-const MAX_TOKENS: usize = 64;
-const MAX_PEER_ADDRESSES: usize = 32;
 
 /// Most ranges of refused stream IDs remembered until a frame for one of them is answered;
 /// beyond, the lowest range is forgotten (its streams then get no Stream Reset: only a peer
@@ -161,17 +157,17 @@ impl Core {
             _ => None,
         };
         if let Some((key, len)) = key {
-            if conn != 0 || self.initial_seen {
+            if conn != 0 || self.paths.initial_seen() {
                 return Err(TransportError::unexpected("Join on a connection of an established session"));
             }
             // Frames after the Join belong to the session the token names: keep them for it.
             let rest = plaintext.get(len..).unwrap_or_default().to_vec();
-            self.join_request = Some(JoinRequest { key, seq, rest });
+            self.paths.set_join_request(JoinRequest { key, seq, rest });
             self.events.push(Event::JoinRequested);
             return Ok(Flow::Pause);
         }
-        if conn == 0 && !self.initial_seen {
-            self.initial_seen = true;
+        if conn == 0 && !self.paths.initial_seen() {
+            self.paths.see_initial();
             self.issue_initial_frames(conn);
         }
         for (frame, remaining) in frames {
@@ -196,29 +192,19 @@ impl Core {
                 if self.side == Side::Server {
                     return Err(TransportError::unexpected("New Token sent by a client"));
                 }
-                // Sequence numbers become connection IDs: 0 is the initial connection's and a
-                // repeated one would give two connections one ID, so such tokens are ignored.
-                let fresh =
-                    sequence != 0 && sequence < REJOIN_ID_BASE && !self.tokens.iter().any(|(s, _)| *s == sequence);
-                if self.tokens.len() < MAX_TOKENS && fresh && !self.used_token_seqs.contains(&sequence) {
-                    // Frames of a record are read back to front: keep the list ordered.
-                    let at = self.tokens.partition_point(|(s, _)| *s < sequence);
-                    self.tokens.insert(at, (sequence, token));
-                }
-                self.events.push(Event::TokensReceived { total: self.tokens.len() });
+                let total = self.paths.receive_token(sequence, token);
+                self.events.push(Event::TokensReceived { total });
             }
             Frame::ConnectionReset { connection_id } => {
                 self.actions.push(super::frames::ConnAction::Reset(connection_id))
             }
             Frame::NewAddress { address_id, addr } => {
-                self.peer_addresses.retain(|(id, _)| *id != address_id);
-                if self.peer_addresses.len() < MAX_PEER_ADDRESSES {
-                    self.peer_addresses.push((address_id, addr));
+                if self.paths.add_peer_address(address_id, addr) {
                     self.events.push(Event::PeerAddressAdded { address_id, addr });
                 }
             }
             Frame::RemoveAddress { address_id } => {
-                self.peer_addresses.retain(|(id, _)| *id != address_id);
+                self.paths.remove_peer_address(address_id);
                 self.events.push(Event::PeerAddressRemoved { address_id });
             }
             Frame::Join { .. } | Frame::Rejoin { .. } => {

@@ -20,6 +20,7 @@ mod lifecycle;
 mod multipath;
 mod observe;
 mod packetize;
+mod paths;
 mod placement;
 pub mod sched;
 pub(crate) mod streams;
@@ -87,11 +88,10 @@ pub(crate) struct Core {
     /// Streams whose writes the send budget held back, told when it frees up.
     pub(crate) budget_blocked: VecDeque<StreamId>,
     pub(crate) control: ControlQueue,
+    /// Tokens, peer addresses, join state and the scheduler (`paths.rs`).
+    pub(crate) paths: paths::Paths,
     /// Events waiting for the application (`events.rs`).
     pub(crate) events: events::Events,
-    /// Join tokens the server gave us (client), or issued (server), with their sequence numbers.
-    pub(crate) tokens: Vec<(u32, [u8; 32])>,
-    pub(crate) peer_addresses: Vec<(u8, SocketAddr)>,
     /// The session's own life: established, closing, orphaned, closed (`lifecycle.rs`).
     pub(crate) life: lifecycle::Lifecycle,
     /// The one clock (`timers.rs`).
@@ -105,22 +105,8 @@ pub(crate) struct Core {
     pub(crate) scratch: Vec<u8>,
     /// Streams due for credit that the receive budget held back (`streams.rs`).
     pub(crate) credit_starved: std::collections::BTreeSet<StreamId>,
-    /// Client: what new connections handshake with.
-    pub(crate) client_tls: Option<(Arc<ClientConfig>, ServerName<'static>)>,
-    /// Server: the accepted connection's first record was a Join.
-    pub(crate) join_request: Option<multipath::JoinRequest>,
-    /// Server: the client's first record on the initial connection arrived (no Join).
-    pub(crate) initial_seen: bool,
-    /// Server: sequence number (future connection ID) of the next token.
-    pub(crate) next_token_seq: u32,
-    /// Client: counter of the Connection IDs of rejoins (`REJOIN_ID_BASE | n`).
-    pub(crate) next_rejoin: u32,
-    /// Policy for records of unsteered streams.
-    pub(crate) scheduler: Box<dyn sched::Scheduler>,
     /// Receive-side acknowledgement state per connection.
     pub(crate) acks: ack::Acks,
-    /// Client: sequence numbers of tokens already spent (IDs of connections, live or not).
-    pub(crate) used_token_seqs: std::collections::BTreeSet<u32>,
     /// Extension state (rate limits), see `ext.rs`.
     pub(crate) ext: ext::ExtState,
     /// 0-RTT state, see `early.rs`.
@@ -204,7 +190,7 @@ impl Session {
         settings: SessionConfig,
     ) -> Result<Self, Error> {
         let mut session = Self::new(Side::Client, settings);
-        session.core.client_tls = Some((config.clone(), server_name.clone()));
+        session.core.paths.set_client_tls(config.clone(), server_name.clone());
         session.conns.add(Connection::new(0, Handshake::client(config, server_name)?));
         session.drive_handshakes();
         Ok(session)
@@ -237,9 +223,8 @@ impl Session {
                 accept_queue: VecDeque::new(),
                 ready: VecDeque::new(),
                 control: ControlQueue::default(),
+                paths: Default::default(),
                 events: Default::default(),
-                tokens: Vec::new(),
-                peer_addresses: Vec::new(),
                 life: lifecycle::Lifecycle::default(),
                 clock: timers::Clock::default(),
                 stats: SessionStats::default(),
@@ -247,13 +232,6 @@ impl Session {
                 fallback_received: 0,
                 scratch: Vec::with_capacity(crate::record::MAX_PLAINTEXT + 64),
                 credit_starved: Default::default(),
-                client_tls: None,
-                join_request: None,
-                initial_seen: false,
-                next_token_seq: 1,
-                next_rejoin: 0,
-                scheduler: Box::new(sched::LowestRtt),
-                used_token_seqs: std::collections::BTreeSet::new(),
                 acks: ack::Acks::default(),
                 ext: ext::ExtState::default(),
                 early: early::EarlyState::default(),
@@ -323,12 +301,12 @@ impl Session {
 
     /// Join tokens received from the server (client side) or issued (server side).
     pub fn tokens(&self) -> &[(u32, [u8; 32])] {
-        &self.core.tokens
+        self.core.paths.tokens()
     }
 
     /// Addresses the peer advertised with New Address.
     pub fn peer_addresses(&self) -> &[(u8, SocketAddr)] {
-        &self.core.peer_addresses
+        self.core.paths.peer_addresses()
     }
 
     /// Tells the core the socket addresses of a connection (for Address Echo and reports).
@@ -620,7 +598,7 @@ impl Session {
         let core = &self.core;
         // A client without a token can still rejoin with the initial connection's secret.
         let client_can_join =
-            core.side == Side::Server || !core.tokens.is_empty() || self.rejoin_credentials().is_some();
+            core.side == Side::Server || !core.paths.tokens().is_empty() || self.rejoin_credentials().is_some();
         core.life.is_established()
             && !core.life.is_fallback()
             && core.config.failover

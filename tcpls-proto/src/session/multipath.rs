@@ -146,22 +146,10 @@ pub enum Accepted {
     Failed,
 }
 
-/// Constant-time equality, so the time a token check takes does not depend on how many of its
-/// bytes a guess got right.
-fn tokens_equal(a: &[u8; 32], b: &[u8; 32]) -> bool {
-    aws_lc_rs::constant_time::verify_slices_are_equal(a, b).is_ok()
-}
-
 impl Core {
     /// Issues one fresh join token, sent on `conn` or any connection.
     pub(crate) fn issue_token(&mut self, conn: Option<ConnId>) {
-        let sequence = self.next_token_seq;
-        // Sequence numbers become Connection IDs: they stay in 1..REJOIN_ID_BASE, the rest is
-        // the rejoin space (PROTOCOL.md §3).
-        self.next_token_seq = (self.next_token_seq.wrapping_add(1) % REJOIN_ID_BASE).max(1);
-        let mut token = [0u8; 32];
-        (self.config.random)(&mut token);
-        self.tokens.push((sequence, token));
+        let (sequence, token) = self.paths.issue_token(self.config.random.as_ref());
         self.control.push(&Frame::NewToken { sequence, token }, conn);
         self.events.push(Event::TokenIssued { sequence, token });
     }
@@ -170,7 +158,7 @@ impl Core {
 impl Session {
     /// Server: what the connection accepted by this session turned out to be.
     pub fn accepted(&self) -> Accepted {
-        if self.core.join_request.is_some() {
+        if self.core.paths.has_join_request() {
             return Accepted::Join;
         }
         if self.core.life.is_over() {
@@ -178,7 +166,9 @@ impl Session {
         }
         // Accepted early data (0-RTT) makes the session known before the client Finished.
         let early = self.core.early.received > 0;
-        if (self.core.life.is_established() || early) && (self.core.life.is_fallback() || self.core.initial_seen) {
+        if (self.core.life.is_established() || early)
+            && (self.core.life.is_fallback() || self.core.paths.initial_seen())
+        {
             return Accepted::NewSession;
         }
         Accepted::Pending
@@ -187,7 +177,7 @@ impl Session {
     /// Server: detaches the connection that asked to join, with its keys and buffered bytes.
     /// This session is left empty and can be dropped.
     pub fn take_joining_connection(&mut self) -> Option<JoiningConnection> {
-        let request = self.core.join_request.take()?;
+        let request = self.core.paths.take_join_request()?;
         let mut conn = Box::new(self.conns.take(0)?);
         conn.paused = false;
         // What is left of this session is dropped: no Closed event.
@@ -224,10 +214,9 @@ impl Session {
         }
         let id = match &joining.request.key {
             JoinKey::Token(token) => {
-                let Some(idx) = self.core.tokens.iter().position(|(_, t)| tokens_equal(t, token)) else {
+                let Some(sequence) = self.core.paths.redeem_token(token) else {
                     return Err(joining);
                 };
-                let (sequence, _) = self.core.tokens.remove(idx);
                 self.core.events.push(Event::TokenUsed { sequence });
                 sequence
             }
@@ -318,11 +307,11 @@ impl Session {
     /// connections (PROTOCOL.md §3): after a join, and after a connection is lost (so the client
     /// can rejoin).
     pub(crate) fn replenish_tokens(&mut self, on: Option<ConnId>) {
-        if self.core.side != Side::Server || !self.core.initial_seen || !self.core.life.accepts_connections() {
+        if self.core.side != Side::Server || !self.core.paths.initial_seen() || !self.core.life.accepts_connections() {
             return;
         }
         let live = self.live_connections();
-        while self.core.tokens.len() < self.core.config.tokens as usize && live < self.max_connections() {
+        while self.core.paths.tokens().len() < self.core.config.tokens as usize && live < self.max_connections() {
             self.core.issue_token(on);
         }
     }
@@ -344,10 +333,10 @@ impl Session {
         if self.core.side != Side::Client || life.is_fallback() || !life.is_established() || life.is_closed() {
             return Err(TransportError::internal("only an established TCPLS client session can add connections").into());
         }
-        let Some((config, name)) = self.core.client_tls.clone() else {
+        let Some((config, name)) = self.core.paths.client_tls() else {
             return Err(TransportError::internal("no client configuration").into());
         };
-        if self.core.tokens.is_empty() {
+        let Some((sequence, token)) = self.core.paths.spend_token() else {
             // No token left while disconnected (every connection ended): rejoin with the
             // initial connection's secret (PROTOCOL.md §3). While a connection lives, the
             // server keeps sending tokens; wait for one.
@@ -361,9 +350,7 @@ impl Session {
             self.conns.add(conn);
             self.drive_handshakes();
             return Ok(id);
-        }
-        let (sequence, token) = self.core.tokens.remove(0);
-        self.core.used_token_seqs.insert(sequence);
+        };
         let mut conn = Connection::new(sequence, Handshake::client(config, name)?);
         conn.join_token = Some(token);
         self.conns.add(conn);
@@ -373,14 +360,8 @@ impl Session {
 
     /// Client: the next unused Connection ID of the rejoin space.
     pub(crate) fn next_rejoin_id(&mut self) -> ConnId {
-        loop {
-            let id = REJOIN_ID_BASE | (self.core.next_rejoin & !REJOIN_ID_BASE);
-            self.core.next_rejoin = self.core.next_rejoin.wrapping_add(1);
-            // A session has few connections (the finished ones are pruned), so this ends fast.
-            if self.conns.get(id).is_none() {
-                return id;
-            }
-        }
+        let conns = &self.conns;
+        self.core.paths.next_rejoin_id(|id| conns.get(id).is_some())
     }
 
     /// Sends a stream's data on `conn` from now on (stream steering); `None` lets the scheduler
@@ -449,7 +430,7 @@ impl Session {
 
     /// Replaces the policy for unsteered streams (default: [`super::sched::LowestRtt`]).
     pub fn set_scheduler(&mut self, scheduler: Box<dyn Scheduler>) {
-        self.core.scheduler = scheduler;
+        self.core.paths.set_scheduler(scheduler);
     }
 
     /// Answers a TCP Info Request: our kernel's view of connection `about`.

@@ -153,7 +153,7 @@ impl Session {
                     if views.is_empty() {
                         None
                     } else {
-                        self.core.scheduler.pick(id, &views).filter(|c| views.iter().any(|v| v.conn == *c))
+                        self.core.paths.scheduler().pick(id, &views).filter(|c| views.iter().any(|v| v.conn == *c))
                     }
                 }
             };
