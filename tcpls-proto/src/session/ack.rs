@@ -138,7 +138,7 @@ impl Core {
     fn release(&mut self, c: &mut Connection, record: SentRecord) {
         c.sent_log_control -= record.control.len();
         if let Some((id, offset, len, fin)) = record.stream {
-            if let Some(s) = self.streams.get_mut(&id) {
+            if let Some(s) = self.streams.get_mut(id) {
                 s.send.ack(offset, len, fin);
             }
             self.notify_writable_if_blocked(id);
@@ -155,10 +155,10 @@ impl Core {
             self.stats.records_resent += 1;
             if let Some((id, offset, len, fin)) = record.stream {
                 self.stats.stream_bytes_resent += len as u64;
-                if let Some(s) = self.streams.get_mut(&id) {
+                if let Some(s) = self.streams.get_mut(id) {
                     s.send.retransmit(offset, len, fin);
                 }
-                self.schedule(id);
+                self.streams.schedule(id);
             }
             for frame in FrameReader::new(&record.control).flatten() {
                 self.control.push(&frame, None);

@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use crate::event::{ConnId, StreamId};
 use crate::frame::{Frame, FrameType};
 
-use super::streams::RESET_REFUSED;
+use crate::stream::RESET_REFUSED;
 
 #[derive(Debug)]
 struct Queued {

@@ -99,8 +99,8 @@ impl Session {
         let core = &mut self.core;
         let mut queued = false;
         while core.early.half_rtt_sent < limit {
-            let Some(id) = core.next_ready() else { break };
-            let Some(s) = core.streams.get_mut(&id) else { break };
+            let Some(id) = core.streams.next_ready() else { break };
+            let Some(s) = core.streams.get_mut(id) else { break };
             let room = (record_size - STREAM_FRAME_OVERHEAD).min(limit - core.early.half_rtt_sent);
             let Some((offset, data, fin)) = s.send.next_chunk(room) else {
                 // Blocked (no credit): nothing more at half-RTT.
@@ -120,14 +120,7 @@ impl Session {
             core.early.half_rtt_sent += len;
             c.stats.records_sent += 1;
             queued = true;
-            core.ready.pop_front();
-            if let Some(s) = core.streams.get_mut(&id) {
-                if s.send.has_pending() {
-                    core.ready.push_back(id);
-                } else {
-                    s.queued = false;
-                }
-            }
+            core.streams.requeue_front(id);
             core.notify_writable_if_blocked(id);
             core.maybe_remove(id);
         }
@@ -139,7 +132,7 @@ impl Session {
 
     /// Stream data written before the handshake completed can go out at half-RTT.
     pub(crate) fn half_rtt_possible(&self) -> bool {
-        self.core.side == Side::Server && self.core.early.received > 0 && !self.core.ready.is_empty()
+        self.core.side == Side::Server && self.core.early.received > 0 && self.core.streams.has_ready()
     }
 }
 
@@ -190,7 +183,7 @@ impl Core {
         if !accepted {
             return;
         }
-        if let Some(s) = self.streams.get_mut(&id) {
+        if let Some(s) = self.streams.get_mut(id) {
             s.send.mark_sent(0, n, false);
             s.send.ack(0, n, false);
         }

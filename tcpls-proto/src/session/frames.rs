@@ -14,11 +14,6 @@ use super::multipath::{JoinKey, JoinRequest, JOIN_FRAME_LEN};
 use super::placement::{LeadStream, Scan};
 use super::{Core, Inbound, RecordSink, Side};
 
-/// Most ranges of refused stream IDs remembered until a frame for one of them is answered;
-/// beyond, the lowest range is forgotten (its streams then get no Stream Reset: only a peer
-/// that opened far more streams than allowed, in a scattered order, gets there).
-const MAX_REFUSED_RANGES: usize = 4096;
-
 /// Work a frame asks for that needs the connection table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ConnAction {
@@ -90,7 +85,7 @@ impl Core {
     fn on_direct_stream(&mut self, lead: LeadStream) -> Result<(), TransportError> {
         let id = lead.id;
         self.check_stream_id(id)?;
-        let Some(s) = self.streams.get_mut(&id) else {
+        let Some(s) = self.streams.get_mut(id) else {
             return Err(TransportError::internal(format!("stream {id} vanished under a direct record")));
         };
         let before = s.recv.readable();
@@ -216,7 +211,7 @@ impl Core {
             Frame::StreamReset { stream_id, final_size, error_code } => {
                 self.check_stream_id(stream_id)?;
                 self.open_peer_streams(stream_id)?;
-                if let Some(s) = self.streams.get_mut(&stream_id) {
+                if let Some(s) = self.streams.get_mut(stream_id) {
                     s.recv.reset(final_size).map_err(|e| recv_error(stream_id, e))?;
                     if s.recv_reset.is_none() {
                         s.recv_reset = Some(error_code);
@@ -230,9 +225,9 @@ impl Core {
             Frame::MaxStreamData { stream_id, maximum_offset } => {
                 self.check_stream_id(stream_id)?;
                 self.open_peer_streams(stream_id)?;
-                if let Some(s) = self.streams.get_mut(&stream_id) {
+                if let Some(s) = self.streams.get_mut(stream_id) {
                     s.send.set_max_data(maximum_offset);
-                    self.schedule(stream_id);
+                    self.streams.schedule(stream_id);
                 } else {
                     self.answer_refused(stream_id);
                 }
@@ -290,7 +285,7 @@ impl Core {
 
     /// A locally-initiated ID we never opened cannot appear in a peer's frame.
     fn check_stream_id(&self, id: StreamId) -> Result<(), TransportError> {
-        if self.is_local(id) && id >= self.next_local_stream {
+        if self.streams.never_opened(id) {
             return Err(TransportError::illegal(format!("frame for stream {id}, which we never opened")));
         }
         Ok(())
@@ -300,21 +295,22 @@ impl Core {
     /// seen (they may arrive later on another connection). Beyond our limit, or beyond what
     /// the receive budget can hold, they are refused.
     fn open_peer_streams(&mut self, id: StreamId) -> Result<(), TransportError> {
-        if self.is_local(id) || u64::from(id) < self.next_peer_stream {
+        let first = self.streams.next_peer();
+        if self.streams.is_local(id) || u64::from(id) < first {
             return Ok(());
         }
         let max = self.config.max_concurrent_streams;
-        let count = (u64::from(id) - self.next_peer_stream) / 2 + 1;
+        let count = (u64::from(id) - first) / 2 + 1;
         if count > max as u64 {
             return Err(TransportError::illegal(format!(
                 "stream {id} skips more than the {max} streams we allow at once"
             )));
         }
-        let mut next = self.next_peer_stream;
+        let mut next = first;
         // A stream is admitted while the concurrency limit and the receive budget allow: each
         // new stream's 64 KiB initial window is memory the peer can fill at once (issue #14).
-        let mut charged = self.receive_charged();
-        while next <= u64::from(id) && self.peer_streams_open < max && self.peer_stream_fits(charged) {
+        let mut charged = self.streams.receive_charged();
+        while next <= u64::from(id) && self.streams.peer_open() < max && self.peer_stream_fits(charged) {
             self.create_stream(next as StreamId, true);
             charged = charged.saturating_add(super::streams::NEW_STREAM_CHARGE);
             next += 2;
@@ -325,21 +321,16 @@ impl Core {
             // one reset per frame received: answering every ID at once made one 15-byte frame
             // cost 4096 resets sent and kept for failover (issue #14).
             self.stats.streams_refused += (u64::from(id) - next) / 2 + 1;
-            self.refused_streams.insert(next..u64::from(id) + 1);
-            while self.refused_streams.len() > MAX_REFUSED_RANGES {
-                self.refused_streams.pop_first();
-            }
+            self.streams.refuse(next..u64::from(id) + 1);
         }
-        self.next_peer_stream = u64::from(id) + 2;
+        self.streams.set_next_peer(u64::from(id) + 2);
         Ok(())
     }
 
     /// A frame named a peer stream we refused and did not answer yet: Stream Reset 0x1 for it
     /// (PROTOCOL.md §4.3), once.
     fn answer_refused(&mut self, id: StreamId) {
-        let id64 = u64::from(id);
-        if !self.is_local(id) && self.refused_streams.contains(id64) {
-            self.refused_streams.remove(id64..id64 + 1);
+        if self.streams.answer_refused(id) {
             self.control.push_refused(id, id);
         }
     }
@@ -347,7 +338,7 @@ impl Core {
     fn on_stream_frame(&mut self, id: StreamId, offset: u64, data: &[u8], fin: bool) -> Result<(), TransportError> {
         self.check_stream_id(id)?;
         self.open_peer_streams(id)?;
-        let Some(s) = self.streams.get_mut(&id) else {
+        let Some(s) = self.streams.get_mut(id) else {
             // Closed and forgotten, or refused: late bytes are dropped.
             self.answer_refused(id);
             return Ok(());
@@ -377,13 +368,13 @@ impl Core {
 
     /// Plain TLS bytes: the one stream of a fallback session.
     fn on_plain_data(&mut self, data: &[u8]) -> Result<(), TransportError> {
-        let Some(s) = self.streams.get_mut(&0) else {
+        let offset = self.streams.fallback_received();
+        let Some(s) = self.streams.get_mut(0) else {
             return Ok(());
         };
-        let offset = self.fallback_received;
         s.recv.raise_limit(offset + data.len() as u64);
         s.recv.insert(offset, data, false).map_err(|e| recv_error(0, e))?;
-        self.fallback_received += data.len() as u64;
+        self.streams.add_fallback_received(data.len());
         self.stats.stream_bytes_received += data.len() as u64;
         self.stats.copied_bytes += data.len() as u64;
         self.notify_readable(0);
@@ -393,12 +384,13 @@ impl Core {
     /// A fallback stream has no flow control of its own: stop reading the socket (TCP pushes
     /// back) while the application has a window's worth unread.
     pub(crate) fn fallback_stream_full(&self) -> bool {
-        self.streams.get(&0).is_some_and(|s| s.recv.buffered() as u64 >= self.config.stream_receive_window)
+        self.streams.get(0).is_some_and(|s| s.recv.buffered() as u64 >= self.config.stream_receive_window)
     }
 
     pub(crate) fn on_fallback_peer_closed(&mut self) {
-        if let Some(s) = self.streams.get_mut(&0) {
-            let _ = s.recv.insert(self.fallback_received, &[], true);
+        let end = self.streams.fallback_received();
+        if let Some(s) = self.streams.get_mut(0) {
+            let _ = s.recv.insert(end, &[], true);
             self.notify_readable(0);
         }
     }
@@ -409,7 +401,7 @@ impl Core {
         if !tcpls {
             // The byte stream is stream 0: the client's first stream, which the server accepts.
             if self.side == Side::Server {
-                self.next_peer_stream = 2;
+                self.streams.set_next_peer(2);
                 self.create_stream(0, true);
             }
             return;
@@ -432,10 +424,10 @@ impl Core {
     pub(crate) fn on_closed(&mut self) {
         self.life.end();
         self.events.push(Event::Closed { error: self.life.error().cloned() });
-        let ids: Vec<StreamId> = self.streams.keys().copied().collect();
+        let ids = self.streams.ids();
         for id in ids {
             self.notify_readable(id);
-            if let Some(s) = self.streams.get_mut(&id) {
+            if let Some(s) = self.streams.get_mut(id) {
                 s.write_blocked = false;
             }
             self.events.push(Event::StreamWritable(id));
@@ -458,7 +450,7 @@ impl RecordSink for Core {
         if !self.config.zero_copy || self.life.is_fallback() {
             return None;
         }
-        let s = self.streams.get_mut(&id)?;
+        let s = self.streams.get_mut(id)?;
         if s.recv_reset.is_some() || s.recv_stopped {
             return None;
         }

@@ -11,6 +11,7 @@ mod ack;
 mod conn;
 mod connections;
 mod control;
+mod credit;
 mod danger;
 mod early;
 mod events;
@@ -23,10 +24,10 @@ mod packetize;
 mod paths;
 mod placement;
 pub mod sched;
-pub(crate) mod streams;
+mod stream_api;
+mod streams;
 mod timers;
 
-use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -40,11 +41,10 @@ pub(crate) use control::ControlQueue;
 pub use early::MAX_EARLY_STREAM_BYTES;
 pub use multipath::{Accepted, JoiningConnection, REJOIN_ID_BASE};
 pub use observe::{MemoryUse, StreamProgress};
-pub(crate) use streams::Stream;
 
 use crate::config::SessionConfig;
 use crate::error::{AlertCode, Error, TransportError};
-use crate::event::{ConnId, Event, StreamId};
+use crate::event::{ConnId, Event};
 use crate::tls::{Handshake, HandshakeInfo, ALPN_TCPLS};
 
 /// Which end of the session we are: clients open connections and even-numbered streams.
@@ -67,53 +67,36 @@ pub const HANDSHAKE_READ_CHUNK: usize = 16 * 1024;
 /// Queued control frames beyond which we stop reading (see [`Session::read_buffer`]).
 const MAX_QUEUED_CONTROL: usize = 4096;
 
-/// Everything of a session except its connections, so frame handling can borrow both.
+/// Everything of a session except its connections, so frame handling can borrow both. Each
+/// part owns its state (private fields) in its own file; the methods of `Core` in the other
+/// files coordinate them.
 pub(crate) struct Core {
     pub(crate) side: Side,
     pub(crate) config: SessionConfig,
-    pub(crate) streams: HashMap<StreamId, Stream>,
-    /// Next stream ID we open.
-    pub(crate) next_local_stream: StreamId,
-    /// Lowest peer stream ID not seen yet (peer streams open in order, PROTOCOL.md §4).
-    pub(crate) next_peer_stream: u64,
-    pub(crate) peer_streams_open: usize,
-    pub(crate) accept_queue: VecDeque<StreamId>,
-    /// Streams that may have something to send, in round-robin order.
-    pub(crate) ready: VecDeque<StreamId>,
-    /// Deficit round robin (`packetize.rs`): the stream at the front of `ready` and the stream
-    /// bytes sealed for it in its current turn.
-    pub(crate) turn: (StreamId, usize),
-    /// The streams' shared send budget (`SessionConfig::send_budget`, `streams.rs`).
-    pub(crate) send_account: std::sync::Arc<crate::stream::SendAccount>,
-    /// Streams whose writes the send budget held back, told when it frees up.
-    pub(crate) budget_blocked: VecDeque<StreamId>,
-    pub(crate) control: ControlQueue,
-    /// Tokens, peer addresses, join state and the scheduler (`paths.rs`).
-    pub(crate) paths: paths::Paths,
-    /// Events waiting for the application (`events.rs`).
-    pub(crate) events: events::Events,
     /// The session's own life: established, closing, orphaned, closed (`lifecycle.rs`).
     pub(crate) life: lifecycle::Lifecycle,
     /// The one clock (`timers.rs`).
     pub(crate) clock: timers::Clock,
-    pub(crate) stats: SessionStats,
-    /// Frame consequences that need the connection table, run after each batch of records.
-    pub(crate) actions: Vec<frames::ConnAction>,
-    /// Bytes of plain TLS application data received (the offset of fallback stream 0).
-    pub(crate) fallback_received: u64,
-    /// Reused buffer for the trailing frames of the record being built.
-    pub(crate) scratch: Vec<u8>,
-    /// Streams due for credit that the receive budget held back (`streams.rs`).
-    pub(crate) credit_starved: std::collections::BTreeSet<StreamId>,
-    /// Receive-side acknowledgement state per connection.
+    /// Streams, their IDs, ready queue and budgets (`streams.rs`).
+    pub(crate) streams: streams::Streams,
+    /// Tokens, peer addresses, join state and the scheduler (`paths.rs`).
+    pub(crate) paths: paths::Paths,
+    /// Control frames waiting for a record (`control.rs`).
+    pub(crate) control: ControlQueue,
+    /// Events waiting for the application (`events.rs`).
+    pub(crate) events: events::Events,
+    /// Receive-side acknowledgement state per connection (`ack.rs`).
     pub(crate) acks: ack::Acks,
-    /// Extension state (rate limits), see `ext.rs`.
+    /// Send-rate caps per connection (`ext.rs`).
     pub(crate) ext: ext::ExtState,
-    /// 0-RTT state, see `early.rs`.
+    /// 0-RTT state (`early.rs`).
     pub(crate) early: early::EarlyState,
-    /// Peer stream IDs refused over our concurrency limit whose Stream Reset is not sent yet
-    /// (`frames.rs`: each is answered when a frame names it).
-    pub(crate) refused_streams: crate::stream::RangeSet,
+    pub(crate) stats: SessionStats,
+    /// Frame consequences that need the connection table, run after each batch of records
+    /// (`receive.rs`).
+    pub(crate) actions: Vec<frames::ConnAction>,
+    /// Reused buffer for the trailing frames of the record being built (`packetize.rs`).
+    pub(crate) scratch: Vec<u8>,
 }
 
 /// Session-wide counters.
@@ -204,38 +187,23 @@ impl Session {
     }
 
     fn new(side: Side, config: SessionConfig) -> Self {
-        let (next_local_stream, next_peer_stream) = match side {
-            Side::Client => (0, 1),
-            Side::Server => (1, 0),
-        };
         Self {
             conns: Default::default(),
             core: Core {
                 side,
-                send_account: crate::stream::SendAccount::new(config.send_budget, crate::config::SEND_FLOOR),
-                budget_blocked: VecDeque::new(),
-                turn: (0, 0),
+                streams: streams::Streams::new(side, &config),
                 config,
-                streams: HashMap::new(),
-                next_local_stream,
-                next_peer_stream,
-                peer_streams_open: 0,
-                accept_queue: VecDeque::new(),
-                ready: VecDeque::new(),
-                control: ControlQueue::default(),
+                life: Default::default(),
+                clock: Default::default(),
                 paths: Default::default(),
+                control: Default::default(),
                 events: Default::default(),
-                life: lifecycle::Lifecycle::default(),
-                clock: timers::Clock::default(),
+                acks: Default::default(),
+                ext: Default::default(),
+                early: Default::default(),
                 stats: SessionStats::default(),
                 actions: Vec::new(),
-                fallback_received: 0,
                 scratch: Vec::with_capacity(crate::record::MAX_PLAINTEXT + 64),
-                credit_starved: Default::default(),
-                acks: ack::Acks::default(),
-                ext: ext::ExtState::default(),
-                early: early::EarlyState::default(),
-                refused_streams: crate::stream::RangeSet::new(),
             },
         }
     }

@@ -367,7 +367,7 @@ impl Session {
     /// Sends a stream's data on `conn` from now on (stream steering); `None` lets the scheduler
     /// spread it over all connections.
     pub fn steer_stream(&mut self, stream: StreamId, conn: Option<ConnId>) -> Result<(), crate::StreamError> {
-        let s = self.core.streams.get_mut(&stream).ok_or(crate::StreamError::UnknownStream(stream))?;
+        let s = self.core.streams.get_mut(stream).ok_or(crate::StreamError::UnknownStream(stream))?;
         s.steer = conn;
         self.core.events.push(Event::StreamSteered { stream, conn });
         Ok(())
@@ -392,14 +392,14 @@ impl Session {
 
     /// The connection a stream is steered to.
     pub fn stream_steering(&self, stream: StreamId) -> Option<ConnId> {
-        self.core.streams.get(&stream).and_then(|s| s.steer)
+        self.core.streams.get(stream).and_then(|s| s.steer)
     }
 
     /// Asks the peer to send `stream` on `conn` (Stream Steer frame, receiver-driven steering).
     /// The request travels on the connection our own data of that stream uses, so the peer
     /// sees it no later than that data (e.g. the request a download answers).
     pub fn request_steer(&mut self, stream: StreamId, conn: ConnId) {
-        let on = self.core.streams.get(&stream).and_then(|s| s.steer);
+        let on = self.core.streams.get(stream).and_then(|s| s.steer);
         let on = on.filter(|c| self.conns.get(*c).is_some_and(Connection::is_usable));
         self.core.control.push(&Frame::StreamSteer { stream_id: stream, connection_id: conn }, on);
     }
@@ -412,7 +412,7 @@ impl Session {
             return Err(TransportError::internal(format!("connection {to} cannot carry data")).into());
         }
         let moved: Vec<StreamId> =
-            self.core.streams.iter().filter(|(_, s)| s.steer == Some(from)).map(|(id, _)| *id).collect();
+            self.core.streams.iter().filter(|(_, s)| s.steer == Some(from)).map(|(id, _)| id).collect();
         for id in moved {
             let _ = self.steer_stream(id, Some(to));
         }

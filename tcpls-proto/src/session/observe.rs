@@ -68,7 +68,7 @@ impl Session {
 
     /// Calls `f` with the progress of every open stream (no allocation).
     pub fn for_each_stream_progress(&self, mut f: impl FnMut(StreamProgress)) {
-        for (&stream, s) in &self.core.streams {
+        for (stream, s) in self.core.streams.iter() {
             f(StreamProgress {
                 stream,
                 written: s.send.write_offset(),

@@ -13,6 +13,7 @@ use crate::frame::{write_stream_trailer, Frame, FrameReader, STREAM_FRAME_OVERHE
 use crate::record::{CT_APPLICATION_DATA, MAX_PLAINTEXT};
 
 use super::conn::{ConnState, Connection};
+use super::streams::Stream;
 use super::{Core, Session};
 
 /// Below this many bytes of room, a record is not worth starting with stream data.
@@ -126,8 +127,8 @@ impl Session {
         if let Some(now) = self.core.clock.now() {
             self.core.ext.refill(now);
         }
-        while let Some(id) = self.core.next_ready() {
-            if skipped > self.core.ready.len() {
+        while let Some(id) = self.core.streams.next_ready() {
+            if skipped > self.core.streams.ready_len() {
                 break;
             }
             // No connection can take a record: stop here, so that the next pass starts with
@@ -135,7 +136,7 @@ impl Session {
             if !self.conns.iter().any(|c| c.carries_streams() && c.tx.len() < high) {
                 break;
             }
-            let steer = self.core.streams.get(&id).and_then(|s| s.steer);
+            let steer = self.core.streams.get(id).and_then(|s| s.steer);
             let steer = steer.filter(|c| self.conns.get(*c).is_some_and(Connection::carries_streams));
             let target = match steer {
                 Some(conn) => {
@@ -161,8 +162,7 @@ impl Session {
                 // This stream's connection is full, or all it has is a short tail that the
                 // application's next write will complete: let the others go first.
                 skipped += 1;
-                self.core.end_turn();
-                self.core.ready.rotate_left(1);
+                self.core.streams.skip_front();
                 continue;
             };
             skipped = 0;
@@ -241,7 +241,7 @@ impl Session {
     /// to decide whether an application call needs to wake the driver).
     pub fn wants_transmit(&self) -> bool {
         (self.core.life.is_established()
-            && (!self.core.control.is_empty() || !self.core.ready.is_empty() || self.core.life.is_closing()))
+            && (!self.core.control.is_empty() || self.core.streams.has_ready() || self.core.life.is_closing()))
             || self.half_rtt_possible()
     }
 
@@ -263,36 +263,6 @@ impl Core {
         self.streams.values().all(|s| s.send_reset || s.send.is_finished())
     }
 
-    /// The next stream with data it may send now, in round-robin order (it stays at the front).
-    pub(crate) fn next_ready(&mut self) -> Option<StreamId> {
-        while let Some(&id) = self.ready.front() {
-            match self.streams.get_mut(&id) {
-                Some(s) if s.send.has_pending() && !s.send_reset => {
-                    if self.turn.0 != id {
-                        self.turn = (id, 0);
-                    }
-                    return Some(id);
-                }
-                Some(s) => {
-                    s.queued = false;
-                    self.ready.pop_front();
-                }
-                None => {
-                    self.ready.pop_front();
-                }
-            }
-        }
-        None
-    }
-
-    /// The front stream's turn is over (the next one starts afresh).
-    pub(crate) fn end_turn(&mut self) {
-        self.turn.1 = 0;
-        if let Some(&next) = self.ready.get(1) {
-            self.turn.0 = next;
-        }
-    }
-
     /// Stream bytes per turn of the deficit round robin (at least one record's worth).
     fn quantum(&self) -> usize {
         self.config.stream_quantum.max(1)
@@ -304,13 +274,13 @@ impl Core {
     /// only while that write is sure to come: the stream has sealed bytes whose acknowledgement
     /// will make room, or has room already (the application was told, or is writing).
     pub(crate) fn holds_short_tail(&self, id: StreamId) -> bool {
-        self.streams.get(&id).is_some_and(|s| {
+        self.streams.get(id).is_some_and(|s| {
             self.completed_by_writer(s, s.send.sendable()) && (s.send.in_flight() > 0 || s.send.writable() > 0)
         })
     }
 
     /// `pending` bytes of `s` (short of a record) are a tail its writer will complete.
-    fn completed_by_writer(&self, s: &super::streams::Stream, pending: usize) -> bool {
+    fn completed_by_writer(&self, s: &Stream, pending: usize) -> bool {
         let full = self.record_size() - STREAM_FRAME_OVERHEAD;
         s.more_coming
             && pending < full
@@ -323,7 +293,7 @@ impl Core {
     /// After a record of up to `room` bytes of stream `id`, whether the stream's next record
     /// goes out right after it (it has more that is not a tail waiting for its writer).
     fn goes_on(&self, id: StreamId, room: usize) -> bool {
-        self.streams.get(&id).is_some_and(|s| {
+        self.streams.get(id).is_some_and(|s| {
             let left = s.send.sendable().saturating_sub(room);
             left > 0 && !self.completed_by_writer(s, left)
         })
@@ -332,7 +302,8 @@ impl Core {
     /// After sealing `len` more bytes of stream `id` in this turn: whether its next record
     /// comes right after (its turn goes on).
     fn turn_goes_on(&self, id: StreamId, len: usize) -> bool {
-        self.turn.0 == id && self.turn.1 + len < self.quantum() && self.goes_on(id, len)
+        let (turn, sealed) = self.streams.turn();
+        turn == id && sealed + len < self.quantum() && self.goes_on(id, len)
     }
 
     fn record_size(&self) -> usize {
@@ -355,7 +326,7 @@ impl Core {
             return None;
         }
         let candidate = |next: &StreamId, holding_ok: bool| {
-            let s = self.streams.get(next)?;
+            let s = self.streams.get(*next)?;
             let here = match s.steer {
                 Some(steer) => steer == conn,
                 None => sole_carrier,
@@ -366,7 +337,7 @@ impl Core {
             }
             s.send.next_chunk(1).map(|(offset, _, _)| (*next, offset))
         };
-        let queued = || self.ready.iter().skip(1).take(LOOKAHEAD);
+        let queued = || self.streams.ready_after_front().take(LOOKAHEAD);
         if let Some(next) = queued().find_map(|next| candidate(next, false)) {
             return Some(next);
         }
@@ -395,7 +366,7 @@ impl Core {
         let mut moved = 0;
         let result: Result<(), Error> = (|| {
             let ConnState::Tcpls(layer) = &mut c.state else { return Ok(()) };
-            let Some(s) = self.streams.get_mut(&id) else { return Ok(()) };
+            let Some(s) = self.streams.get_mut(id) else { return Ok(()) };
             let room = record_size - control_len - change_len - STREAM_FRAME_OVERHEAD;
             // Where the send buffer's ring wraps, the data's second part is copied after the
             // first (at most one record's worth, once per wrap) so that the record stays full.
@@ -429,23 +400,12 @@ impl Core {
                 self.log_sent(c, number, Some((id, chunk.0, chunk.1, chunk.2)), control);
                 // Deficit round robin: a stream with more to send keeps its turn until it has
                 // sealed a quantum, then goes to the back.
-                if self.turn.0 == id {
-                    self.turn.1 += chunk.1;
-                } else {
-                    self.turn = (id, chunk.1);
-                }
-                let pending = self.streams.get(&id).is_some_and(|s| s.send.has_pending());
+                let sealed = self.streams.add_to_turn(id, chunk.1);
+                let pending = self.streams.get(id).is_some_and(|s| s.send.has_pending());
                 // A stream left with a tail for its writer to complete ends its turn too.
-                if !pending || self.turn.1 >= self.quantum() || self.holds_short_tail(id) {
-                    self.end_turn();
-                    self.ready.pop_front();
-                    if let Some(s) = self.streams.get_mut(&id) {
-                        if pending {
-                            self.ready.push_back(id);
-                        } else {
-                            s.queued = false;
-                        }
-                    }
+                if !pending || sealed >= self.quantum() || self.holds_short_tail(id) {
+                    self.streams.end_turn();
+                    self.streams.requeue_front(id);
                 }
                 self.notify_writable_if_blocked(id);
                 self.maybe_remove(id);
@@ -499,7 +459,7 @@ impl Core {
         let ConnState::Fallback(tls) = &mut c.state else {
             return Ok(());
         };
-        let Some(s) = self.streams.get_mut(&0) else {
+        let Some(s) = self.streams.get_mut(0) else {
             return Ok(());
         };
         while c.tx.len() < self.config.transmit_high_water {

@@ -160,7 +160,7 @@ impl Session {
         if !self.core.life.is_established() {
             return None;
         }
-        let paced = if self.core.ready.is_empty() { None } else { self.core.ext.next_ready() };
+        let paced = if !self.core.streams.has_ready() { None } else { self.core.ext.next_ready() };
         [paced, self.ack_timeout(), self.orphan_deadline(), self.keepalive_deadline(), self.idle_deadline()]
             .into_iter()
             .flatten()
