@@ -54,12 +54,13 @@ pub enum Event {
     PeerAddressRemoved {
         address_id: u8,
     },
-    /// The peer asks us to use this TCP user timeout on a connection's socket.
+    /// The peer asks us to use this TCP user timeout on a connection's socket (the IO layer
+    /// applies it and reports the outcome in its own terms: `tcpls::SocketOptionApplied`).
     UserTimeoutRequested {
         conn: ConnId,
         timeout_ms: u32,
     },
-    /// The peer asks us to switch the TCP congestion control of a connection.
+    /// The peer asks us to switch the TCP congestion control of a connection (as above).
     CongestionControlRequested {
         conn: ConnId,
         name: String,
@@ -86,15 +87,6 @@ pub enum Event {
     RateLimited {
         conn: ConnId,
         bytes_per_second: u64,
-    },
-    /// The IO layer acted on a peer's request to change a socket option of a connection
-    /// (`option`: `"congestion_control"` or `"user_timeout"`; `value`: the name or the ms):
-    /// `result` is Ok when applied, or why not (policy, kernel).
-    SocketOptionApplied {
-        conn: ConnId,
-        option: &'static str,
-        value: String,
-        result: Result<(), String>,
     },
     /// The peer asked that a stream be sent on another connection (Stream Steer); the session
     /// honours it when that connection can carry data.

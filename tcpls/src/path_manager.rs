@@ -554,3 +554,19 @@ fn path_event(
 ) -> crate::PathEvent {
     crate::PathEvent { state, remote, local: endpoint.path.to_string(), conn, error, retry_ms }
 }
+
+/// The kernel's interface events (`interfaces.rs`, Linux) drive the manager's paths.
+#[cfg(target_os = "linux")]
+impl crate::interfaces::InterfaceEvents for PathManager {
+    fn interface_down(&self, name: Option<&str>, addr: Option<std::net::IpAddr>) {
+        PathManager::interface_down(self, name, addr);
+    }
+
+    fn interface_up(&self) {
+        PathManager::interface_up(self);
+    }
+
+    fn ended(&self) -> impl std::future::Future<Output = ()> + Send {
+        PathManager::ended(self)
+    }
+}

@@ -7,7 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::Pki;
-use tcpls::{server_name_for, Event, Session, TcplsConnector, TcplsListener};
+use tcpls::{server_name_for, Session, TcplsConnector, TcplsListener};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
@@ -60,11 +60,9 @@ async fn rtt_peer_tcp_info_and_nat_on_loopback() {
 async fn outcome(server: &Session, option: &str) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(5);
     while Instant::now() < deadline {
-        for e in server.poll_events() {
-            if let Event::SocketOptionApplied { option: o, result, .. } = e {
-                if o == option {
-                    return result;
-                }
+        for applied in server.poll_socket_options() {
+            if applied.option == option {
+                return applied.result;
             }
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
