@@ -40,7 +40,7 @@ pub struct TcplsConnector {
     /// TCP Fast Open on new connections (RESUMPTION.md); off by default.
     fast_open: bool,
     /// Event traces of the sessions made (docs/OBSERVABILITY.md §4); off by default.
-    trace: Option<Arc<dyn crate::TraceSink>>,
+    trace: Option<Arc<dyn crate::trace::TraceSink>>,
     /// The local side of the first connection (default route by default).
     path: PathOptions,
 }
@@ -60,7 +60,7 @@ impl TcplsConnector {
     }
 
     /// Traces every session this connector makes, from its handshake on, into `sink`.
-    pub fn with_trace(mut self, sink: Arc<dyn crate::TraceSink>) -> Self {
+    pub fn with_trace(mut self, sink: Arc<dyn crate::trace::TraceSink>) -> Self {
         self.trace = Some(sink);
         self
     }

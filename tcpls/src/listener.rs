@@ -51,7 +51,7 @@ pub struct TcplsListener {
 }
 
 /// The sink a listener's new sessions are traced into (set after the accept task started).
-type TraceSlot = Arc<std::sync::Mutex<Option<Arc<dyn crate::TraceSink>>>>;
+type TraceSlot = Arc<std::sync::Mutex<Option<Arc<dyn crate::trace::TraceSink>>>>;
 
 impl TcplsListener {
     pub async fn bind(addr: SocketAddr, config: Arc<ServerConfig>) -> io::Result<Self> {
@@ -113,14 +113,14 @@ impl TcplsListener {
 
     /// Traces every session this listener accepts from now on into `sink`, from the end of
     /// its first handshake (docs/OBSERVABILITY.md §4); overrides [`crate::set_default_trace`].
-    pub fn with_trace(self, sink: Arc<dyn crate::TraceSink>) -> Self {
+    pub fn with_trace(self, sink: Arc<dyn crate::trace::TraceSink>) -> Self {
         self.set_trace(Some(sink));
         self
     }
 
     /// Like [`with_trace`](Self::with_trace) on a shared listener; `None` stops tracing new
     /// sessions (the default trace, if any, applies again).
-    pub fn set_trace(&self, sink: Option<Arc<dyn crate::TraceSink>>) {
+    pub fn set_trace(&self, sink: Option<Arc<dyn crate::trace::TraceSink>>) {
         *self.trace.lock().unwrap_or_else(|e| e.into_inner()) = sink;
     }
 

@@ -212,7 +212,7 @@ impl Session {
     /// Traces this session's events from now on into `sink` (docs/OBSERVABILITY.md §4); a
     /// server calls it on the sessions it accepts, a client may use
     /// [`TcplsConnector::with_trace`](crate::TcplsConnector::with_trace) to trace the handshake too.
-    pub fn set_trace(&self, sink: std::sync::Arc<dyn crate::TraceSink>) {
+    pub fn set_trace(&self, sink: std::sync::Arc<dyn crate::trace::TraceSink>) {
         self.shared.lock().set_trace(sink);
     }
 
@@ -228,7 +228,7 @@ impl Session {
     }
 
     /// Hands a path manager decision to the session's trace, if it is traced.
-    pub(crate) fn trace_path(&self, event: impl FnOnce() -> crate::PathEvent) {
+    pub(crate) fn trace_path(&self, event: impl FnOnce() -> crate::trace::PathEvent) {
         self.shared.lock().trace_path(event);
     }
 

@@ -298,7 +298,7 @@ impl Inner {
     }
 
     /// Hands a path manager decision to the session's trace, if it is traced.
-    pub(crate) fn trace_path(&self, event: impl FnOnce() -> crate::PathEvent) {
+    pub(crate) fn trace_path(&self, event: impl FnOnce() -> crate::trace::PathEvent) {
         if let Some(tracer) = &self.trace {
             tracer.path(self.proto.side(), &event());
         }
