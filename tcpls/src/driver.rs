@@ -77,7 +77,7 @@ impl Future for Driver {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = &mut *self;
         let mut inner = this.shared.lock();
-        let added: Vec<_> = inner.new_sockets.drain(..).collect();
+        let added = inner.take_new_sockets();
         for (id, stream) in added {
             inner.add_fd(id, stream.as_raw_fd());
             this.sockets.push(Socket { id, stream: Some(stream), write_shut: false });

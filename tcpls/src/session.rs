@@ -279,8 +279,7 @@ impl Session {
         {
             let mut inner = self.shared.lock();
             inner.proto.set_addresses(id, stream.local_addr().ok(), stream.peer_addr().ok());
-            inner.new_sockets.push((id, stream));
-            inner.wake_driver();
+            inner.add_socket(id, stream);
         }
         // Done when the server answered on the new connection (it accepted the token).
         let wait = poll_fn(|cx| {

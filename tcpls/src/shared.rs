@@ -67,8 +67,8 @@ pub(crate) struct Inner {
     socket_options: EventQueue<SocketOptionApplied>,
     /// The driver ended (sockets closed).
     pub(crate) driver_done: bool,
-    /// Sockets for connections added after the first (joins), picked up by the driver.
-    pub(crate) new_sockets: Vec<(ConnId, TcpStream)>,
+    /// Sockets of connections added after the first (joins), waiting for the driver.
+    new_sockets: Vec<(ConnId, TcpStream)>,
     /// Socket descriptors of live connections (the driver adds and removes them, under this
     /// lock), for TCP_INFO and socket options.
     fds: HashMap<ConnId, RawFd>,
@@ -119,6 +119,17 @@ impl Inner {
         self.fds.insert(id, fd);
     }
 
+    /// Hands the socket of a connection added after the first (a join) to the driver.
+    pub(crate) fn add_socket(&mut self, id: ConnId, stream: TcpStream) {
+        self.new_sockets.push((id, stream));
+        self.wake_driver();
+    }
+
+    /// The driver takes the sockets handed to it since its last poll.
+    pub(crate) fn take_new_sockets(&mut self) -> Vec<(ConnId, TcpStream)> {
+        std::mem::take(&mut self.new_sockets)
+    }
+
     /// The driver is about to close connection `id`'s socket: under this lock, so nobody
     /// reads TCP_INFO from a descriptor being closed.
     pub(crate) fn remove_fd(&mut self, id: ConnId) {
@@ -137,7 +148,7 @@ impl Inner {
 
     /// The kernel's view of a connection's TCP socket, if it is open.
     pub(crate) fn tcp_info(&self, conn: ConnId) -> Option<tcp_info::TcpInfo> {
-        self.fd(conn).and_then(|fd| tcp_info::read(fd).ok())
+        read_tcp_info(&self.fds, conn)
     }
 
     /// The application changed something the driver must act on (new data, credit, close).
@@ -194,11 +205,7 @@ impl Inner {
                     // The counters of the connection that ended (and what failover re-sent),
                     // next to its end in the trace.
                     let fds = &self.fds;
-                    tracer.sample(
-                        &self.proto,
-                        &|c| fds.get(&c).and_then(|fd| tcp_info::read(*fd).ok()),
-                        Instant::now(),
-                    );
+                    tracer.sample(&self.proto, &|c| read_tcp_info(fds, c), Instant::now());
                 }
                 tracer.record(&self.proto, &event);
             }
@@ -280,7 +287,7 @@ impl Inner {
             let now = Instant::now();
             if force || tracer.sample_due(now) {
                 let fds = &self.fds;
-                tracer.sample(&self.proto, &|c| fds.get(&c).and_then(|fd| tcp_info::read(*fd).ok()), now);
+                tracer.sample(&self.proto, &|c| read_tcp_info(fds, c), now);
             }
         }
     }
@@ -337,6 +344,12 @@ impl Inner {
     }
 }
 
+/// TCP_INFO of connection `conn`'s socket, if it is open (a free function: the tracer borrows
+/// `Inner` mutably beside the descriptors).
+fn read_tcp_info(fds: &HashMap<ConnId, RawFd>, conn: ConnId) -> Option<tcp_info::TcpInfo> {
+    fds.get(&conn).and_then(|fd| tcp_info::read(*fd).ok())
+}
+
 /// A panic while holding the lock leaves the core in an unknown state; we keep going with it
 /// rather than poisoning every handle (the core itself never panics on input).
 fn lock(inner: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
@@ -357,8 +370,7 @@ impl JoinTarget for Mutex<Inner> {
         match inner.proto.attach_joining_connection(joining, Instant::now()) {
             Ok(id) => {
                 inner.proto.set_addresses(id, local, remote);
-                inner.new_sockets.push((id, stream));
-                inner.wake_driver();
+                inner.add_socket(id, stream);
                 Ok(())
             }
             Err(refused) => Err(Box::new(Refused { joining: refused, stream })),
