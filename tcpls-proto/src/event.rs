@@ -54,13 +54,12 @@ pub enum Event {
     PeerAddressRemoved {
         address_id: u8,
     },
-    /// The peer asks us to use this TCP user timeout on a connection's socket (the IO layer
-    /// applies it and reports the outcome in its own terms: `tcpls::SocketOptionApplied`).
+    /// The peer asks us to use this TCP user timeout on a connection's socket.
     UserTimeoutRequested {
         conn: ConnId,
         timeout_ms: u32,
     },
-    /// The peer asks us to switch the TCP congestion control of a connection (as above).
+    /// The peer asks us to switch the TCP congestion control of a connection.
     CongestionControlRequested {
         conn: ConnId,
         name: String,
