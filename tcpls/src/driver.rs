@@ -16,7 +16,7 @@ use tokio::io::{AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 use crate::session::Session;
-use crate::shared::{Inner, Shared};
+use crate::shared::{SessionState, Shared};
 use tcpls_proto::ConnId;
 
 struct Socket {
@@ -42,7 +42,7 @@ pub(crate) struct Driver {
 const PATH_INFO_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Feeds TCP_INFO (RTT, congestion window) of every connection to the core's scheduler.
-fn update_path_info(inner: &mut Inner) {
+fn update_path_info(inner: &mut SessionState) {
     let conns: Vec<_> = inner.fds().map(|(conn, _)| conn).collect();
     for conn in conns {
         if let Some(info) = inner.tcp_info(conn) {

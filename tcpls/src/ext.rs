@@ -39,7 +39,7 @@ fn no_conn(conn: ConnId) -> impl FnOnce(tcpls_proto::Error) -> io::Error {
 }
 
 /// The descriptor of `conn`'s socket, or why there is none.
-fn socket_of(inner: &crate::shared::Inner, conn: ConnId) -> io::Result<std::os::fd::RawFd> {
+fn socket_of(inner: &crate::shared::SessionState, conn: ConnId) -> io::Result<std::os::fd::RawFd> {
     inner
         .fd(conn)
         .ok_or_else(|| io::Error::new(io::ErrorKind::NotConnected, format!("no open socket for connection {conn}")))

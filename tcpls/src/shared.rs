@@ -4,7 +4,7 @@
 //!
 //! This is the bottom of the session's modules: it depends on no handle (`session.rs`,
 //! `stream.rs`, `ext.rs`) and no task (`driver.rs`); they all go through [`Shared::lock`] and the
-//! small API of [`Inner`] below. The join registry (`registry.rs`) reaches a session only
+//! small API of [`SessionState`] below. The join registry (`registry.rs`) reaches a session only
 //! through the [`JoinTarget`] handle implemented here.
 
 use std::collections::HashMap;
@@ -56,7 +56,8 @@ impl Wakers {
     }
 }
 
-pub(crate) struct Inner {
+/// Everything a session's handles and its driver share, behind the one mutex of [`Shared`].
+pub(crate) struct SessionState {
     /// The sans-IO core: every protocol decision is made there.
     pub(crate) proto: tcpls_proto::Session,
     wakers: Wakers,
@@ -91,7 +92,7 @@ fn trace_events() -> bool {
     *ON.get_or_init(|| std::env::var_os("TCPLS_TRACE").is_some())
 }
 
-impl Inner {
+impl SessionState {
     fn new(proto: tcpls_proto::Session, registration: Option<Registration>) -> Self {
         Self {
             proto,
@@ -345,20 +346,20 @@ impl Inner {
 }
 
 /// TCP_INFO of connection `conn`'s socket, if it is open (a free function: the tracer borrows
-/// `Inner` mutably beside the descriptors).
+/// `SessionState` mutably beside the descriptors).
 fn read_tcp_info(fds: &HashMap<ConnId, RawFd>, conn: ConnId) -> Option<tcp_info::TcpInfo> {
     fds.get(&conn).and_then(|fd| tcp_info::read(*fd).ok())
 }
 
 /// A panic while holding the lock leaves the core in an unknown state; we keep going with it
 /// rather than poisoning every handle (the core itself never panics on input).
-fn lock(inner: &Mutex<Inner>) -> MutexGuard<'_, Inner> {
+fn lock(inner: &Mutex<SessionState>) -> MutexGuard<'_, SessionState> {
     inner.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// What the join registry holds of a server session (weakly): a joining connection that names
 /// the session is attached to it here, under the session's lock.
-impl JoinTarget for Mutex<Inner> {
+impl JoinTarget for Mutex<SessionState> {
     fn attach(
         &self,
         joining: JoiningConnection,
@@ -378,26 +379,26 @@ impl JoinTarget for Mutex<Inner> {
     }
 }
 
-/// A handle on a session's [`Inner`]: the application's handles and the driver each hold one.
+/// A handle on a session's [`SessionState`]: the application's handles and the driver each hold one.
 #[derive(Clone)]
-pub(crate) struct Shared(Arc<Mutex<Inner>>);
+pub(crate) struct Shared(Arc<Mutex<SessionState>>);
 
 impl Shared {
     /// A client session's state.
     pub(crate) fn new(proto: tcpls_proto::Session) -> Self {
-        Self(Arc::new(Mutex::new(Inner::new(proto, None))))
+        Self(Arc::new(Mutex::new(SessionState::new(proto, None))))
     }
 
     /// A server session's state, whose join tokens are published in `registry`. The
     /// registration holds the session weakly: a registry never keeps a session alive.
     pub(crate) fn registered(proto: tcpls_proto::Session, registry: JoinRegistry) -> Self {
-        Self(Arc::new_cyclic(|me: &Weak<Mutex<Inner>>| {
+        Self(Arc::new_cyclic(|me: &Weak<Mutex<SessionState>>| {
             let target: Weak<dyn JoinTarget> = me.clone();
-            Mutex::new(Inner::new(proto, Some(Registration::new(registry, target))))
+            Mutex::new(SessionState::new(proto, Some(Registration::new(registry, target))))
         }))
     }
 
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, SessionState> {
         lock(&self.0)
     }
 
