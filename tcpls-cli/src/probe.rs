@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::Args;
 use rustls::pki_types::ServerName;
 use serde::Serialize;
-use tcpls::{ConnId, Event, Session, SessionConfig, TcpInfo, TcplsConnector};
+use tcpls::{ConnId, Session, SessionConfig, SocketOptionApplied, TcpInfo, TcplsConnector};
 
 use crate::units::{Amount, Format, Rate};
 
@@ -233,15 +233,13 @@ pub fn watch_socket_options(session: Session, quiet: bool) -> tokio::task::JoinH
 /// Logs the socket-option outcomes reported so far (also called once more when the session
 /// ended, so a short session's outcomes are not lost).
 pub fn log_socket_options(session: &Session, quiet: bool) {
-    for event in session.poll_events() {
-        if let Event::SocketOptionApplied { conn, option, value, result } = event {
-            if quiet {
-                continue;
-            }
-            match result {
-                Ok(()) => eprintln!("tcpls serve: connection {conn}: {option} set to {value} at the client's request"),
-                Err(e) => eprintln!("tcpls serve: connection {conn}: {option} {value} refused: {e}"),
-            }
+    for SocketOptionApplied { conn, option, value, result } in session.poll_socket_options() {
+        if quiet {
+            continue;
+        }
+        match result {
+            Ok(()) => eprintln!("tcpls serve: connection {conn}: {option} set to {value} at the client's request"),
+            Err(e) => eprintln!("tcpls serve: connection {conn}: {option} {value} refused: {e}"),
         }
     }
 }

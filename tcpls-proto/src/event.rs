@@ -87,15 +87,6 @@ pub enum Event {
         conn: ConnId,
         bytes_per_second: u64,
     },
-    /// The IO layer acted on a peer's request to change a socket option of a connection
-    /// (`option`: `"congestion_control"` or `"user_timeout"`; `value`: the name or the ms):
-    /// `result` is Ok when applied, or why not (policy, kernel).
-    SocketOptionApplied {
-        conn: ConnId,
-        option: &'static str,
-        value: String,
-        result: Result<(), String>,
-    },
     /// The peer asked that a stream be sent on another connection (Stream Steer); the session
     /// honours it when that connection can carry data.
     SteerRequested {

@@ -10,6 +10,7 @@ use tokio::net::TcpStream;
 
 use crate::driver::Driver;
 use crate::fallback::{blocked_reason, ConnectOutcome, FallbackMemory, FallbackRetry};
+use crate::handshake::{handshake_error, HANDSHAKE_TIMEOUT};
 use crate::path::PathOptions;
 use crate::session::Session;
 use crate::shared::Shared;
@@ -39,7 +40,7 @@ pub struct TcplsConnector {
     /// TCP Fast Open on new connections (RESUMPTION.md); off by default.
     fast_open: bool,
     /// Event traces of the sessions made (docs/OBSERVABILITY.md §4); off by default.
-    trace: Option<Arc<dyn crate::TraceSink>>,
+    trace: Option<Arc<dyn crate::trace::TraceSink>>,
     /// The local side of the first connection (default route by default).
     path: PathOptions,
 }
@@ -59,7 +60,7 @@ impl TcplsConnector {
     }
 
     /// Traces every session this connector makes, from its handshake on, into `sink`.
-    pub fn with_trace(mut self, sink: Arc<dyn crate::TraceSink>) -> Self {
+    pub fn with_trace(mut self, sink: Arc<dyn crate::trace::TraceSink>) -> Self {
         self.trace = Some(sink);
         self
     }
@@ -172,7 +173,7 @@ impl TcplsConnector {
         let (proto, taken) =
             tcpls_proto::Session::client_with_early_data(self.config.clone(), server_name, self.settings.clone(), data)
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        let session = self.start(stream, proto, crate::HANDSHAKE_TIMEOUT).await?;
+        let session = self.start(stream, proto, HANDSHAKE_TIMEOUT).await?;
         let (mut send, recv) = (SendStream::new(session.shared.clone(), 0), RecvStream::new(session.shared.clone(), 0));
         if taken < data.len() {
             tokio::io::AsyncWriteExt::write_all(&mut send, &data[taken..]).await?;
@@ -182,7 +183,7 @@ impl TcplsConnector {
 
     /// Runs the handshake over an already connected TCP stream.
     pub async fn connect_with(&self, stream: TcpStream, server_name: ServerName<'static>) -> io::Result<Session> {
-        self.handshake(stream, server_name, self.config.clone(), crate::HANDSHAKE_TIMEOUT).await
+        self.handshake(stream, server_name, self.config.clone(), HANDSHAKE_TIMEOUT).await
     }
 
     /// Like [`connect`](Self::connect), and says whether TCPLS was negotiated, the server chose
@@ -203,7 +204,7 @@ impl TcplsConnector {
         };
         if let Some(known) = retry.memory.get(addr) {
             let stream = self.path.connect(addr).await?;
-            let session = self.handshake(stream, server_name, retry.plain.clone(), crate::HANDSHAKE_TIMEOUT).await?;
+            let session = self.handshake(stream, server_name, retry.plain.clone(), HANDSHAKE_TIMEOUT).await?;
             return Ok((session, ConnectOutcome::RememberedPlain { reason: known.reason }));
         }
         // A TCP failure is not the ClientHello's fault: a plain one would fail the same way.
@@ -215,7 +216,7 @@ impl TcplsConnector {
         };
         let plain = async {
             let stream = self.path.connect(addr).await?;
-            self.handshake(stream, server_name, retry.plain.clone(), crate::HANDSHAKE_TIMEOUT).await
+            self.handshake(stream, server_name, retry.plain.clone(), HANDSHAKE_TIMEOUT).await
         };
         let session = plain.await.map_err(|e| {
             io::Error::new(e.kind(), format!("the TCPLS ClientHello {reason}, and the plain TLS retry failed: {e}"))
@@ -253,7 +254,7 @@ impl TcplsConnector {
         let shared = Shared::new(proto);
         shared.lock().origin = origin;
         if let Some(sink) = self.trace.clone() {
-            shared.lock().trace = Some(crate::trace::Tracer::new(sink));
+            shared.lock().set_trace(sink);
         }
         tokio::spawn(Driver::new(shared.clone(), 0, stream));
         // If this future is dropped (a lost happy-eyeballs race) or fails, the half-made
@@ -424,14 +425,6 @@ fn interleave_families<T: Clone>(paths: &[(SocketAddr, T)]) -> Vec<(SocketAddr, 
         out.extend(v4.pop_front());
     }
     out
-}
-
-pub(crate) fn handshake_error(e: tcpls_proto::Error) -> io::Error {
-    let kind = match &e {
-        tcpls_proto::Error::ConnectionLost(_) => io::ErrorKind::ConnectionAborted,
-        _ => io::ErrorKind::InvalidData,
-    };
-    io::Error::new(kind, e)
 }
 
 /// Address and name helpers for command-line style targets.

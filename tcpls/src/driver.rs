@@ -15,7 +15,8 @@ use tokio::io::{AsyncWrite, ReadBuf};
 
 use tokio::net::TcpStream;
 
-use crate::shared::Shared;
+use crate::session::Session;
+use crate::shared::{SessionState, Shared};
 use tcpls_proto::ConnId;
 
 struct Socket {
@@ -41,8 +42,8 @@ pub(crate) struct Driver {
 const PATH_INFO_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Feeds TCP_INFO (RTT, congestion window) of every connection to the core's scheduler.
-fn update_path_info(inner: &mut crate::shared::Inner) {
-    let conns: Vec<_> = inner.fds.keys().copied().collect();
+fn update_path_info(inner: &mut SessionState) {
+    let conns: Vec<_> = inner.fds().map(|(conn, _)| conn).collect();
     for conn in conns {
         if let Some(info) = inner.tcp_info(conn) {
             inner.proto.set_path_info(conn, Some(info.rtt_us), Some(info.cwnd));
@@ -76,7 +77,7 @@ impl Future for Driver {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = &mut *self;
         let mut inner = this.shared.lock();
-        let added: Vec<_> = inner.new_sockets.drain(..).collect();
+        let added = inner.take_new_sockets();
         for (id, stream) in added {
             inner.add_fd(id, stream.as_raw_fd());
             this.sockets.push(Socket { id, stream: Some(stream), write_shut: false });
@@ -120,9 +121,7 @@ impl Future for Driver {
             inner.proto.prepare_transmit(now);
             // Events before writing: tokens about to go out must be in the join registry first.
             inner.dispatch_events();
-            if !inner.issued_tokens.is_empty() {
-                register_tokens(&this.shared, &mut inner);
-            }
+            inner.publish_new_tokens();
             for sock in &mut this.sockets {
                 let Some(stream) = sock.stream.as_mut() else { continue };
                 loop {
@@ -155,15 +154,13 @@ impl Future for Driver {
                 }
                 if inner.proto.should_close_socket(sock.id) {
                     // Under the lock: nobody reads TCP_INFO from a descriptor being closed.
-                    inner.fds.remove(&sock.id);
+                    inner.remove_fd(sock.id);
                     sock.stream = None;
                     progress = true;
                 }
             }
             inner.dispatch_events();
-            if !inner.issued_tokens.is_empty() {
-                register_tokens(&this.shared, &mut inner);
-            }
+            inner.publish_new_tokens();
             if !progress {
                 busy = false;
                 if now.duration_since(this.last_trim) >= TRIM_INTERVAL {
@@ -182,13 +179,13 @@ impl Future for Driver {
         let own_rejoin = inner.proto.side() == tcpls_proto::Side::Client && !inner.managed;
         if inner.proto.is_orphaned() && own_rejoin && !this.rejoining {
             this.rejoining = true;
-            let session = crate::Session::new(this.shared.clone());
+            let session = Session::new(this.shared.clone());
             let origin = inner.origin;
             tokio::spawn(async move { session.rejoin(origin).await });
         } else if !inner.proto.is_orphaned() {
             this.rejoining = false;
         }
-        inner.driver = Some(cx.waker().clone());
+        inner.set_driver_waker(cx.waker());
         if let Some(at) = inner.proto.poll_timeout() {
             let deadline = tokio::time::Instant::from_std(at);
             match this.timer.as_mut() {
@@ -208,22 +205,6 @@ impl Future for Driver {
             cx.waker().wake_by_ref();
         }
         Poll::Pending
-    }
-}
-
-/// Server: publishes newly issued join tokens so any listener can route joins to this session.
-pub(crate) fn register_tokens(shared: &Shared, inner: &mut crate::shared::Inner) {
-    let issued = std::mem::take(&mut inner.issued_tokens);
-    let Some(registry) = inner.registry.clone() else { return };
-    for token in issued {
-        registry.insert(token, std::sync::Arc::downgrade(&shared.0));
-    }
-    // Once the initial connection is established: the reference rejoins name the session by.
-    if inner.session_ref.is_none() && !inner.driver_done {
-        if let Some(session_ref) = inner.proto.session_ref() {
-            registry.insert_session_ref(session_ref, std::sync::Arc::downgrade(&shared.0));
-            inner.session_ref = Some(session_ref);
-        }
     }
 }
 

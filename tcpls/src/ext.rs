@@ -1,59 +1,27 @@
-//! The thesis extensions on tokio: RTT probes, the peer's TCP_INFO view, NAT detection, rate
-//! limits, user timeout and congestion control (PROTOCOL.md §7, frames 0x13..=0x1B).
+//! The thesis extensions on tokio, as methods of [`Session`]: RTT probes, the peer's TCP_INFO
+//! view, NAT detection, rate limits, user timeout and congestion control (PROTOCOL.md §7,
+//! frames 0x13..=0x1B).
 //!
-//! The driver's event dispatch calls [`observe`] with every core event: answers to our probes are
-//! kept per connection (the async calls below wait for them), and the peer's socket-option
-//! requests are applied to the connection's socket, each outcome reported as
-//! [`Event::SocketOptionApplied`].
+//! The probes send a request through the core and wait for the answer that the event dispatch
+//! (`shared.rs`) keeps in [`ProbeAnswers`]; the peer's socket-option requests are applied by the
+//! dispatch itself (`peer_requests.rs`), their outcomes read with
+//! [`Session::poll_socket_options`].
 
-use std::collections::HashMap;
 use std::future::poll_fn;
 use std::io;
 use std::net::SocketAddr;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-/// User timeouts a peer may ask us to apply (TCP_USER_TIMEOUT, milliseconds).
-pub const PEER_USER_TIMEOUT_MS: std::ops::RangeInclusive<u32> = 100..=600_000;
+use tcpls_proto::ConnId;
 
-use tcpls_proto::{ConnId, Event};
-
+use crate::probe_answers::ProbeAnswers;
 use crate::session::Session;
-use crate::shared::Inner;
+use crate::sockopt;
 use crate::tcp_info::TcpInfo;
 
 /// How long the probes wait for the peer's answer.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Most events kept for the application (as in `shared.rs`).
-const MAX_APP_EVENTS: usize = 1024;
-
-/// Answers to our probes, per connection, each with the sequence number of its arrival. The
-/// connection IDs come from the peer's frames: only connections that have a socket here are
-/// recorded, and their entries go when they close, so the maps never hold more entries than
-/// the session has connections (issue #14: unsolicited echoes about made-up IDs grew them by
-/// hundreds of MiB).
-#[derive(Debug, Default)]
-pub(crate) struct ExtResults {
-    seq: u64,
-    rtt: HashMap<ConnId, (u64, u64)>,
-    tcp_info: HashMap<ConnId, (u64, TcpInfo)>,
-    addr: HashMap<ConnId, (u64, SocketAddr)>,
-}
-
-impl ExtResults {
-    /// Connection `conn` ended: its answers go.
-    fn forget(&mut self, conn: ConnId) {
-        self.rtt.remove(&conn);
-        self.tcp_info.remove(&conn);
-        self.addr.remove(&conn);
-    }
-
-    /// Entries held over all maps.
-    pub(crate) fn entries(&self) -> usize {
-        self.rtt.len() + self.tcp_info.len() + self.addr.len()
-    }
-}
 
 /// The result of [`Session::probe_nat`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,80 +34,15 @@ pub struct NatReport {
     pub nat_detected: bool,
 }
 
-/// Called by the event dispatch for every core event, before it is routed.
-pub(crate) fn observe(inner: &mut Inner, event: &Event) {
-    let mut wake = true;
-    match event {
-        Event::RttMeasured { conn, rtt_us } if inner.fds.contains_key(conn) => {
-            inner.ext.seq += 1;
-            inner.ext.rtt.insert(*conn, (inner.ext.seq, *rtt_us));
-        }
-        Event::PeerTcpInfo { conn, info } if inner.fds.contains_key(conn) => {
-            inner.ext.seq += 1;
-            inner.ext.tcp_info.insert(*conn, (inner.ext.seq, *info));
-        }
-        Event::AddressEchoed { conn, addr } if inner.fds.contains_key(conn) => {
-            inner.ext.seq += 1;
-            inner.ext.addr.insert(*conn, (inner.ext.seq, *addr));
-        }
-        Event::ConnectionClosed { conn, .. } => {
-            inner.ext.forget(*conn);
-            // The dispatch wakes the waiters of this event itself.
-            wake = false;
-        }
-        Event::UserTimeoutRequested { conn, timeout_ms } => {
-            let result = if *timeout_ms != 0 && !PEER_USER_TIMEOUT_MS.contains(timeout_ms) {
-                // A peer may tune failure detection, not make our sockets fail at the slightest
-                // delay nor hang for hours. 0 restores the system default.
-                Err(format!("{timeout_ms} ms is outside the accepted range {PEER_USER_TIMEOUT_MS:?} ms"))
-            } else {
-                match inner.fds.get(conn) {
-                    Some(fd) => crate::sockopt::set_user_timeout(*fd, *timeout_ms).map_err(|e| e.to_string()),
-                    None => Err(format!("no open socket for connection {conn}")),
-                }
-            };
-            push(
-                inner,
-                Event::SocketOptionApplied {
-                    conn: *conn,
-                    option: "user_timeout",
-                    value: timeout_ms.to_string(),
-                    result,
-                },
-            );
-        }
-        Event::CongestionControlRequested { conn, name } => {
-            let result = if !inner.proto.congestion_control_allowed(name) {
-                Err(format!("congestion control {name:?} is not allowed by our policy"))
-            } else {
-                match inner.fds.get(conn) {
-                    Some(fd) => crate::sockopt::set_congestion(*fd, name).map_err(|e| e.to_string()),
-                    None => Err(format!("no open socket for connection {conn}")),
-                }
-            };
-            push(
-                inner,
-                Event::SocketOptionApplied { conn: *conn, option: "congestion_control", value: name.clone(), result },
-            );
-        }
-        _ => wake = false,
-    }
-    if wake {
-        for w in inner.state_waiters.drain(..) {
-            w.wake();
-        }
-    }
-}
-
-fn push(inner: &mut Inner, event: Event) {
-    if inner.app_events.len() == MAX_APP_EVENTS {
-        inner.app_events.pop_front();
-    }
-    inner.app_events.push_back(event);
-}
-
 fn no_conn(conn: ConnId) -> impl FnOnce(tcpls_proto::Error) -> io::Error {
     move |e| io::Error::new(io::ErrorKind::NotConnected, format!("connection {conn}: {e}"))
+}
+
+/// The descriptor of `conn`'s socket, or why there is none.
+fn socket_of(inner: &crate::shared::SessionState, conn: ConnId) -> io::Result<std::os::fd::RawFd> {
+    inner
+        .fd(conn)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotConnected, format!("no open socket for connection {conn}")))
 }
 
 fn timed_out(what: &str) -> io::Error {
@@ -152,7 +55,7 @@ impl Session {
         &self,
         what: &str,
         after: u64,
-        pick: impl Fn(&ExtResults) -> Option<(u64, T)>,
+        pick: impl Fn(&ProbeAnswers) -> Option<(u64, T)>,
     ) -> io::Result<T> {
         let wait = poll_fn(|cx| {
             let mut inner = self.shared.lock();
@@ -164,7 +67,7 @@ impl Session {
             if inner.driver_done {
                 return Poll::Ready(Err(io::Error::new(io::ErrorKind::NotConnected, "session is over")));
             }
-            inner.state_waiters.push(cx.waker().clone());
+            inner.wait_state(cx);
             Poll::Pending
         });
         tokio::time::timeout(PROBE_TIMEOUT, wait).await.map_err(|_| timed_out(what))?
@@ -177,9 +80,9 @@ impl Session {
             let mut inner = self.shared.lock();
             inner.proto.probe_rtt(conn, Instant::now()).map_err(no_conn(conn))?;
             inner.wake_driver();
-            inner.ext.seq
+            inner.ext.latest()
         };
-        let us = self.wait_answer("RTT Echo", after, |r| r.rtt.get(&conn).copied()).await?;
+        let us = self.wait_answer("RTT Echo", after, |r| r.rtt_us(conn)).await?;
         Ok(Duration::from_micros(us))
     }
 
@@ -192,9 +95,9 @@ impl Session {
             }
             inner.proto.request_tcp_info(conn);
             inner.wake_driver();
-            inner.ext.seq
+            inner.ext.latest()
         };
-        self.wait_answer("TCP Info", after, |r| r.tcp_info.get(&conn).copied()).await
+        self.wait_answer("TCP Info", after, |r| r.tcp_info(conn)).await
     }
 
     /// Our own kernel view (TCP_INFO) of connection `conn`, while its socket is open.
@@ -209,9 +112,9 @@ impl Session {
             let mut inner = self.shared.lock();
             inner.proto.probe_address(conn).map_err(no_conn(conn))?;
             inner.wake_driver();
-            (inner.ext.seq, inner.proto.addresses(conn).0)
+            (inner.ext.latest(), inner.proto.addresses(conn).0)
         };
-        let seen_by_peer = self.wait_answer("Address Echo", after, |r| r.addr.get(&conn).copied()).await?;
+        let seen_by_peer = self.wait_answer("Address Echo", after, |r| r.addr(conn)).await?;
         Ok(NatReport { local, seen_by_peer, nat_detected: local != Some(seen_by_peer) })
     }
 
@@ -238,18 +141,15 @@ impl Session {
     pub fn set_user_timeout(&self, conn: ConnId, timeout: Duration) -> io::Result<()> {
         let ms = u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX);
         let mut inner = self.shared.lock();
-        let fd = *inner.fds.get(&conn).ok_or_else(|| {
-            io::Error::new(io::ErrorKind::NotConnected, format!("no open socket for connection {conn}"))
-        })?;
-        crate::sockopt::set_user_timeout(fd, ms)?;
+        sockopt::set_user_timeout(socket_of(&inner, conn)?, ms)?;
         inner.proto.request_user_timeout(conn, ms).map_err(no_conn(conn))?;
         inner.wake_driver();
         Ok(())
     }
 
     /// Asks the peer to switch its socket of `conn` to TCP congestion control `name`; the peer
-    /// applies it if its policy allows (the outcome is reported on its side as
-    /// [`Event::SocketOptionApplied`]).
+    /// applies it if its policy allows (the outcome is reported on its side by
+    /// [`Session::poll_socket_options`]).
     pub fn request_peer_congestion_control(&self, conn: ConnId, name: &str) -> io::Result<()> {
         let mut inner = self.shared.lock();
         inner
@@ -263,27 +163,18 @@ impl Session {
     /// Our socket's TCP congestion control on `conn` (Linux `TCP_CONGESTION`).
     pub fn congestion_control(&self, conn: ConnId) -> io::Result<String> {
         let inner = self.shared.lock();
-        let fd = inner.fds.get(&conn).ok_or_else(|| {
-            io::Error::new(io::ErrorKind::NotConnected, format!("no open socket for connection {conn}"))
-        })?;
-        crate::sockopt::congestion(*fd)
+        sockopt::congestion(socket_of(&inner, conn)?)
     }
 
     /// Switches our own socket of `conn` to congestion control `name`.
     pub fn set_congestion_control(&self, conn: ConnId, name: &str) -> io::Result<()> {
         let inner = self.shared.lock();
-        let fd = inner.fds.get(&conn).ok_or_else(|| {
-            io::Error::new(io::ErrorKind::NotConnected, format!("no open socket for connection {conn}"))
-        })?;
-        crate::sockopt::set_congestion(*fd, name)
+        sockopt::set_congestion(socket_of(&inner, conn)?, name)
     }
 
     /// Our socket's TCP_USER_TIMEOUT on `conn`, in milliseconds.
     pub fn user_timeout(&self, conn: ConnId) -> io::Result<u32> {
         let inner = self.shared.lock();
-        let fd = inner.fds.get(&conn).ok_or_else(|| {
-            io::Error::new(io::ErrorKind::NotConnected, format!("no open socket for connection {conn}"))
-        })?;
-        crate::sockopt::user_timeout(*fd)
+        sockopt::user_timeout(socket_of(&inner, conn)?)
     }
 }

@@ -15,7 +15,16 @@ use rtnetlink::packet_route::RouteNetlinkMessage;
 use rtnetlink::{new_multicast_connection, MulticastGroup};
 use tracing::debug;
 
-use crate::path_manager::PathManager;
+/// What the interface events are for: the path manager (`path_manager.rs`) implements it, so
+/// that this module knows nothing of paths and the dependency points one way.
+pub(crate) trait InterfaceEvents: Send + Sync {
+    /// An interface named `name`, or a local address `addr`, is gone: paths over it are dropped.
+    fn interface_down(&self, name: Option<&str>, addr: Option<IpAddr>);
+    /// An interface came up, gained an address or a route: waiting paths are tried now.
+    fn interface_up(&self);
+    /// Resolves when nobody needs the events any more (the manager stopped, its session ended).
+    fn ended(&self) -> impl std::future::Future<Output = ()> + Send;
+}
 
 /// What we know of one interface: its name and addresses, and whether it can carry traffic.
 #[derive(Default)]
@@ -26,7 +35,7 @@ struct Interface {
 }
 
 /// Follows rtnetlink's link and address groups for `manager` until its session ends.
-pub(crate) async fn follow(manager: PathManager) -> io::Result<()> {
+pub(crate) async fn follow(manager: impl InterfaceEvents) -> io::Result<()> {
     let groups = [
         MulticastGroup::Link,
         MulticastGroup::Ipv4Ifaddr,
@@ -103,7 +112,7 @@ pub(crate) async fn follow(manager: PathManager) -> io::Result<()> {
     }
 }
 
-fn interface_gone(manager: &PathManager, i: &Interface) {
+fn interface_gone(manager: &impl InterfaceEvents, i: &Interface) {
     manager.interface_down(Some(&i.name), None);
     for a in &i.addresses {
         manager.interface_down(None, Some(*a));

@@ -14,19 +14,15 @@ use std::time::Instant;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::admission::Admission;
-use crate::connector::handshake_error;
-use crate::driver::{register_tokens, Driver};
+use crate::driver::Driver;
+use crate::handshake::{handshake_error, HANDSHAKE_TIMEOUT};
 use crate::listener_stats::{ListenerStats, Outcome};
-use crate::registry::JoinRegistry;
+use crate::registry::{JoinRegistry, Refused};
 use crate::session::Session;
-use crate::shared::Inner;
 use crate::shared::Shared;
 use crate::socket::configure;
 use tcpls_proto::Accepted;
 use tcpls_proto::SessionConfig;
-
-/// Handshakes that take longer are abandoned (slowloris protection).
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Accepts TCPLS sessions (and plain TLS clients, as fallback sessions).
 ///
@@ -55,7 +51,7 @@ pub struct TcplsListener {
 }
 
 /// The sink a listener's new sessions are traced into (set after the accept task started).
-type TraceSlot = Arc<std::sync::Mutex<Option<Arc<dyn crate::TraceSink>>>>;
+type TraceSlot = Arc<std::sync::Mutex<Option<Arc<dyn crate::trace::TraceSink>>>>;
 
 impl TcplsListener {
     pub async fn bind(addr: SocketAddr, config: Arc<ServerConfig>) -> io::Result<Self> {
@@ -117,14 +113,14 @@ impl TcplsListener {
 
     /// Traces every session this listener accepts from now on into `sink`, from the end of
     /// its first handshake (docs/OBSERVABILITY.md §4); overrides [`crate::set_default_trace`].
-    pub fn with_trace(self, sink: Arc<dyn crate::TraceSink>) -> Self {
+    pub fn with_trace(self, sink: Arc<dyn crate::trace::TraceSink>) -> Self {
         self.set_trace(Some(sink));
         self
     }
 
     /// Like [`with_trace`](Self::with_trace) on a shared listener; `None` stops tracing new
     /// sessions (the default trace, if any, applies again).
-    pub fn set_trace(&self, sink: Option<Arc<dyn crate::TraceSink>>) {
+    pub fn set_trace(&self, sink: Option<Arc<dyn crate::trace::TraceSink>>) {
         *self.trace.lock().unwrap_or_else(|e| e.into_inner()) = sink;
     }
 
@@ -249,19 +245,17 @@ async fn accept_one(mut stream: TcpStream, ctx: &AcceptCtx) -> io::Result<Option
         // Decide before writing: a new session's tokens must be registered before they leave.
         match proto.accepted() {
             Accepted::NewSession => {
-                let mut inner = Inner::new(proto);
-                inner.registry = Some(ctx.registry.clone());
-                if let Some(sink) = ctx.trace.lock().unwrap_or_else(|e| e.into_inner()).clone() {
-                    inner.trace = Some(crate::trace::Tracer::new(sink));
-                }
-                let shared = Shared(Arc::new(std::sync::Mutex::new(inner)));
+                let shared = Shared::registered(proto, ctx.registry.clone());
                 {
                     let mut inner = shared.lock();
+                    if let Some(sink) = ctx.trace.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+                        inner.set_trace(sink);
+                    }
                     // Before the events: the client's first records may ask to change socket
                     // options (congestion control, user timeout) of this connection.
                     inner.add_fd(0, std::os::fd::AsRawFd::as_raw_fd(&stream));
                     inner.dispatch_events();
-                    register_tokens(&shared, &mut inner);
+                    inner.publish_tokens();
                 }
                 tokio::spawn(Driver::new(shared.clone(), 0, stream));
                 let session = Session::new(shared);
@@ -307,7 +301,7 @@ async fn accept_one(mut stream: TcpStream, ctx: &AcceptCtx) -> io::Result<Option
 /// Hands a joining connection to the session that issued its token, or refuses it.
 async fn join(
     mut proto: tcpls_proto::Session,
-    mut stream: TcpStream,
+    stream: TcpStream,
     ctx: &AcceptCtx,
     local: Option<SocketAddr>,
     remote: Option<SocketAddr>,
@@ -323,23 +317,18 @@ async fn join(
     // A refused rejoin is counted with bad tokens: unknown session or bad proof, mostly.
     let reason = if target.is_some() && !rejoin { Outcome::JoinRefusedBudget } else { Outcome::JoinRefusedToken };
     let refused = match target {
-        Some(target) => {
-            let mut inner = target.lock().unwrap_or_else(|e| e.into_inner());
-            match inner.proto.attach_joining_connection(joining, Instant::now()) {
-                Ok(id) => {
-                    inner.proto.set_addresses(id, local, remote);
-                    inner.new_sockets.push((id, stream));
-                    inner.wake_driver();
-                    ctx.registry.counters().count(Outcome::Join);
-                    return Ok(());
-                }
-                Err(refused) => refused,
+        Some(target) => match target.attach(joining, stream, local, remote) {
+            Ok(()) => {
+                ctx.registry.counters().count(Outcome::Join);
+                return Ok(());
             }
-        }
-        None => joining,
+            Err(refused) => refused,
+        },
+        None => Box::new(Refused { joining, stream }),
     };
     ctx.registry.counters().count(reason);
-    let alert = tcpls_proto::Session::refuse_join(refused);
+    let Refused { joining, mut stream } = *refused;
+    let alert = tcpls_proto::Session::refuse_join(joining);
     let _ = stream.write_all(&alert).await;
     let _ = stream.shutdown().await;
     let why = if rejoin {

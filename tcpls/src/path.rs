@@ -73,7 +73,7 @@ impl PathOptions {
     }
 
     pub(crate) fn timeout_or_default(&self) -> Duration {
-        self.timeout.unwrap_or(crate::HANDSHAKE_TIMEOUT)
+        self.timeout.unwrap_or(crate::handshake::HANDSHAKE_TIMEOUT)
     }
 
     /// Nothing to bind: the plain `connect` will do.

@@ -57,7 +57,7 @@ use tracing::{debug, info};
 
 use crate::path::PathOptions;
 use crate::session::Session;
-use crate::ConnId;
+use tcpls_proto::ConnId;
 
 /// Which paths the manager keeps up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -268,7 +268,7 @@ impl PathManager {
         for conn in dropped {
             let what = device.map(str::to_string).or(address.map(|a| a.to_string())).unwrap_or_default();
             info!("path manager: {what} went away: dropping connection {conn}");
-            self.session.trace_path(|| crate::PathEvent {
+            self.session.trace_path(|| crate::trace::PathEvent {
                 state: "dropped",
                 remote: SocketAddr::from(([0, 0, 0, 0], 0)),
                 local: what.clone(),
@@ -551,6 +551,22 @@ fn path_event(
     conn: Option<ConnId>,
     error: Option<String>,
     retry_ms: Option<u64>,
-) -> crate::PathEvent {
-    crate::PathEvent { state, remote, local: endpoint.path.to_string(), conn, error, retry_ms }
+) -> crate::trace::PathEvent {
+    crate::trace::PathEvent { state, remote, local: endpoint.path.to_string(), conn, error, retry_ms }
+}
+
+/// The kernel's interface events (`interfaces.rs`, Linux) drive the manager's paths.
+#[cfg(target_os = "linux")]
+impl crate::interfaces::InterfaceEvents for PathManager {
+    fn interface_down(&self, name: Option<&str>, addr: Option<std::net::IpAddr>) {
+        PathManager::interface_down(self, name, addr);
+    }
+
+    fn interface_up(&self) {
+        PathManager::interface_up(self);
+    }
+
+    fn ended(&self) -> impl std::future::Future<Output = ()> + Send {
+        PathManager::ended(self)
+    }
 }

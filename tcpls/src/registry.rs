@@ -7,17 +7,45 @@
 //! constant time before accepting it.
 
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, Weak};
 
+use tcpls_proto::JoiningConnection;
+use tokio::net::TcpStream;
+
 use crate::listener_stats::{ListenerCounters, ListenerStats};
-use crate::shared::Inner;
+
+/// A session reference (PROTOCOL.md §3): names a session in a Rejoin.
+type SessionRef = [u8; tcpls_proto::frame::SESSION_REF_LEN];
+
+/// All the registry needs of a session: a handle that takes a joining connection to it. The
+/// registry stores it weakly and never sees the session's state; the session's side
+/// (`shared.rs`) implements it under the session's lock.
+pub(crate) trait JoinTarget: Send + Sync {
+    /// Attaches `joining`, whose socket is `stream`, to the session; gives both back if the
+    /// session refuses it (a used token, over its budget, closing), for the refusal's alert
+    /// (boxed: the socket and the connection's state are large, and refusals are rare).
+    fn attach(
+        &self,
+        joining: JoiningConnection,
+        stream: TcpStream,
+        local: Option<SocketAddr>,
+        remote: Option<SocketAddr>,
+    ) -> Result<(), Box<Refused>>;
+}
+
+/// A joining connection a session refused, with its socket.
+pub(crate) struct Refused {
+    pub(crate) joining: JoiningConnection,
+    pub(crate) stream: TcpStream,
+}
 
 /// Token → the session that issued it (weak: a registry never keeps a session alive).
-type TokenMap = HashMap<[u8; 32], Weak<Mutex<Inner>>>;
+type TokenMap = HashMap<[u8; 32], Weak<dyn JoinTarget>>;
 
 /// Session reference → its session, for rejoins without a token (PROTOCOL.md §3): one entry per
 /// live TCPLS session, inserted when its initial connection is established, removed when it ends.
-type RefMap = HashMap<[u8; tcpls_proto::frame::SESSION_REF_LEN], Weak<Mutex<Inner>>>;
+type RefMap = HashMap<SessionRef, Weak<dyn JoinTarget>>;
 
 #[derive(Clone, Default)]
 pub struct JoinRegistry {
@@ -41,16 +69,16 @@ impl JoinRegistry {
         self.tokens.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(crate) fn insert(&self, token: [u8; 32], session: Weak<Mutex<Inner>>) {
+    fn insert(&self, token: [u8; 32], session: Weak<dyn JoinTarget>) {
         self.map().insert(token, session);
     }
 
-    pub(crate) fn remove(&self, token: &[u8; 32]) {
+    fn remove(&self, token: &[u8; 32]) {
         self.map().remove(token);
     }
 
     /// The live session that issued `token`; the entry is removed either way (single use).
-    pub(crate) fn take(&self, token: &[u8; 32]) -> Option<Arc<Mutex<Inner>>> {
+    pub(crate) fn take(&self, token: &[u8; 32]) -> Option<Arc<dyn JoinTarget>> {
         self.map().remove(token).and_then(|w| w.upgrade())
     }
 
@@ -58,17 +86,17 @@ impl JoinRegistry {
         self.session_refs.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(crate) fn insert_session_ref(&self, session_ref: [u8; 16], session: Weak<Mutex<Inner>>) {
+    fn insert_session_ref(&self, session_ref: SessionRef, session: Weak<dyn JoinTarget>) {
         self.refs().insert(session_ref, session);
     }
 
-    pub(crate) fn remove_session_ref(&self, session_ref: &[u8; 16]) {
+    fn remove_session_ref(&self, session_ref: &SessionRef) {
         self.refs().remove(session_ref);
     }
 
     /// The live session a Rejoin names (the entry stays: a session reference is not single use;
     /// the session checks the proof).
-    pub(crate) fn session_by_ref(&self, session_ref: &[u8; 16]) -> Option<Arc<Mutex<Inner>>> {
+    pub(crate) fn session_by_ref(&self, session_ref: &SessionRef) -> Option<Arc<dyn JoinTarget>> {
         self.refs().get(session_ref).and_then(Weak::upgrade)
     }
 
@@ -93,5 +121,66 @@ impl JoinRegistry {
 
     pub(crate) fn counters(&self) -> &ListenerCounters {
         &self.counters
+    }
+}
+
+/// A server session's entries in its listeners' registry: what it has published there and
+/// must withdraw when it ends. Owned by the session's state (`shared.rs`), which feeds it the
+/// tokens the core issues; the driver publishes them before they leave in a record.
+pub(crate) struct Registration {
+    registry: JoinRegistry,
+    /// The session, as the registry holds it.
+    session: Weak<dyn JoinTarget>,
+    /// Tokens issued since they were last published. Used tokens need no change: the listener
+    /// removed them when routing.
+    unpublished: Vec<[u8; 32]>,
+    /// The session reference, once published (when the initial connection is established).
+    session_ref: Option<SessionRef>,
+    /// The session ended: nothing is published any more.
+    withdrawn: bool,
+}
+
+impl Registration {
+    pub(crate) fn new(registry: JoinRegistry, session: Weak<dyn JoinTarget>) -> Self {
+        Self { registry, session, unpublished: Vec::new(), session_ref: None, withdrawn: false }
+    }
+
+    /// The core issued `token` (it goes out with the next records).
+    pub(crate) fn token_issued(&mut self, token: [u8; 32]) {
+        self.unpublished.push(token);
+    }
+
+    /// Tokens were issued since the last [`publish`](Self::publish).
+    pub(crate) fn has_unpublished(&self) -> bool {
+        !self.unpublished.is_empty()
+    }
+
+    /// Publishes the tokens issued since the last call and, once `proto` has one, the session
+    /// reference.
+    pub(crate) fn publish(&mut self, proto: &tcpls_proto::Session) {
+        if self.withdrawn {
+            return;
+        }
+        for token in self.unpublished.drain(..) {
+            self.registry.insert(token, self.session.clone());
+        }
+        if self.session_ref.is_none() {
+            if let Some(session_ref) = proto.session_ref() {
+                self.registry.insert_session_ref(session_ref, self.session.clone());
+                self.session_ref = Some(session_ref);
+            }
+        }
+    }
+
+    /// The session ended: its unused tokens and its reference go from the registry.
+    pub(crate) fn withdraw(&mut self, proto: &tcpls_proto::Session) {
+        self.withdrawn = true;
+        self.unpublished.clear();
+        for (_, token) in proto.tokens() {
+            self.registry.remove(token);
+        }
+        if let Some(session_ref) = self.session_ref.take() {
+            self.registry.remove_session_ref(&session_ref);
+        }
     }
 }

@@ -5,11 +5,12 @@ use std::io;
 use std::net::SocketAddr;
 use std::task::Poll;
 
-use tcpls_proto::{ConnId, Event, HandshakeInfo, SessionStats, StreamError};
+use tcpls_proto::{ConnId, Event, HandshakeInfo, SessionStats};
 
+use crate::events::SocketOptionApplied;
 use crate::path::PathOptions;
 use crate::shared::Shared;
-use crate::stream::{RecvStream, SendStream};
+use crate::stream::{stream_error, RecvStream, SendStream};
 
 /// A TCPLS session: many streams over TCP connections secured by TLS 1.3.
 ///
@@ -78,17 +79,6 @@ pub struct ConnectionInfo {
     pub tcp_info: Option<crate::tcp_info::TcpInfo>,
 }
 
-pub(crate) fn stream_error(e: StreamError) -> io::Error {
-    let kind = match e {
-        StreamError::Reset(_) => io::ErrorKind::ConnectionReset,
-        StreamError::SessionClosed => io::ErrorKind::NotConnected,
-        StreamError::Finished => io::ErrorKind::BrokenPipe,
-        StreamError::TooManyStreams | StreamError::Fallback => io::ErrorKind::Unsupported,
-        StreamError::UnknownStream(_) => io::ErrorKind::NotFound,
-    };
-    io::Error::new(kind, e)
-}
-
 impl Session {
     pub(crate) fn new(shared: Shared) -> Self {
         Self { shared }
@@ -117,7 +107,7 @@ impl Session {
             if inner.proto.is_closed() || inner.proto.peer_closed() || inner.driver_done {
                 return Poll::Ready(None);
             }
-            inner.state_waiters.push(cx.waker().clone());
+            inner.wait_state(cx);
             Poll::Pending
         })
         .await?;
@@ -181,8 +171,18 @@ impl Session {
 
     /// Events beyond stream readiness, oldest first: `Established { fallback }` (whether the session
     /// runs TCPLS or fell back to plain TLS), tokens, connections, peer addresses, extension frames.
+    /// At most 1024 are kept for an application that does not poll (the oldest go first).
     pub fn poll_events(&self) -> Vec<Event> {
-        self.shared.lock().app_events.drain(..).collect()
+        self.shared.lock().take_events()
+    }
+
+    /// What became of the peer's requests to change our sockets' options (congestion control,
+    /// user timeout; see [`request_peer_congestion_control`](Self::request_peer_congestion_control)
+    /// and [`set_user_timeout`](Self::set_user_timeout) on the peer's side), oldest first, at most
+    /// 1024 kept. These outcomes come from this IO layer, not from the protocol core, hence a
+    /// queue of their own beside [`poll_events`](Self::poll_events).
+    pub fn poll_socket_options(&self) -> Vec<SocketOptionApplied> {
+        self.shared.lock().take_socket_options()
     }
 
     /// Graceful close: every queued byte is sent, then close_notify; waits until the peer closed
@@ -203,7 +203,7 @@ impl Session {
             if inner.driver_done {
                 return Poll::Ready(inner.proto.error().cloned());
             }
-            inner.state_waiters.push(cx.waker().clone());
+            inner.wait_state(cx);
             Poll::Pending
         })
         .await
@@ -212,8 +212,8 @@ impl Session {
     /// Traces this session's events from now on into `sink` (docs/OBSERVABILITY.md §4); a
     /// server calls it on the sessions it accepts, a client may use
     /// [`TcplsConnector::with_trace`](crate::TcplsConnector::with_trace) to trace the handshake too.
-    pub fn set_trace(&self, sink: std::sync::Arc<dyn crate::TraceSink>) {
-        self.shared.lock().trace = Some(crate::trace::Tracer::new(sink));
+    pub fn set_trace(&self, sink: std::sync::Arc<dyn crate::trace::TraceSink>) {
+        self.shared.lock().set_trace(sink);
     }
 
     /// Memory the session holds against its budget (receive credit, buffers, unacknowledged
@@ -224,15 +224,12 @@ impl Session {
 
     /// Whether `other` is a handle to the same session.
     pub fn is_same(&self, other: &Session) -> bool {
-        std::sync::Arc::ptr_eq(&self.shared.0, &other.shared.0)
+        self.shared.same(&other.shared)
     }
 
     /// Hands a path manager decision to the session's trace, if it is traced.
-    pub(crate) fn trace_path(&self, event: impl FnOnce() -> crate::PathEvent) {
-        let inner = self.shared.lock();
-        if let Some(tracer) = &inner.trace {
-            tracer.path(inner.proto.side(), &event());
-        }
+    pub(crate) fn trace_path(&self, event: impl FnOnce() -> crate::trace::PathEvent) {
+        self.shared.lock().trace_path(event);
     }
 
     /// Ends the session at once: queued data is dropped.
@@ -282,8 +279,7 @@ impl Session {
         {
             let mut inner = self.shared.lock();
             inner.proto.set_addresses(id, stream.local_addr().ok(), stream.peer_addr().ok());
-            inner.new_sockets.push((id, stream));
-            inner.wake_driver();
+            inner.add_socket(id, stream);
         }
         // Done when the server answered on the new connection (it accepted the token).
         let wait = poll_fn(|cx| {
@@ -302,7 +298,7 @@ impl Session {
                     format!("join failed: {why}"),
                 )));
             }
-            inner.state_waiters.push(cx.waker().clone());
+            inner.wait_state(cx);
             Poll::Pending
         });
         let result = tokio::time::timeout(timeout, wait).await.unwrap_or_else(|_| {
@@ -357,7 +353,7 @@ impl Session {
             match inner.proto.add_connection() {
                 Ok(id) => Poll::Ready(Ok(id)),
                 Err(tcpls_proto::Error::NoToken) if !inner.driver_done => {
-                    inner.state_waiters.push(cx.waker().clone());
+                    inner.wait_state(cx);
                     Poll::Pending
                 }
                 Err(e) => Poll::Ready(Err(io::Error::other(e))),
@@ -482,10 +478,12 @@ impl Session {
     /// another call; pair it with a small [`tcpls_proto::SessionConfig::transmit_high_water`].
     pub fn set_notsent_lowat(&self, bytes: u32) -> io::Result<usize> {
         let inner = self.shared.lock();
-        for fd in inner.fds.values() {
-            crate::sockopt::set_notsent_lowat(*fd, bytes)?;
+        let mut set = 0;
+        for (_, fd) in inner.fds() {
+            crate::sockopt::set_notsent_lowat(fd, bytes)?;
+            set += 1;
         }
-        Ok(inner.fds.len())
+        Ok(set)
     }
 
     /// Connections that can carry data now.
@@ -505,7 +503,7 @@ impl Session {
                 let e = inner.proto.error().cloned().unwrap_or(tcpls_proto::Error::SessionClosed);
                 return Poll::Ready(Err(e));
             }
-            inner.state_waiters.push(cx.waker().clone());
+            inner.wait_state(cx);
             Poll::Pending
         })
         .await

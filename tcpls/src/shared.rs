@@ -1,46 +1,90 @@
-//! The state a session's handles and its driver task share: the sans-IO core plus wakers.
+//! The state a session's handles and its driver task share, behind one mutex: the sans-IO core,
+//! who waits for what, the events kept for the application, the sockets' descriptors, and the
+//! IO layer's own per-session state (probe answers, join registration, trace).
+//!
+//! This is the bottom of the session's modules: it depends on no handle (`session.rs`,
+//! `stream.rs`, `ext.rs`) and no task (`driver.rs`); they all go through [`Shared::lock`] and the
+//! small API of [`SessionState`] below. The join registry (`registry.rs`) reaches a session only
+//! through the [`JoinTarget`] handle implemented here.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::Waker;
+use std::net::SocketAddr;
+use std::os::fd::RawFd;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::task::{Context, Waker};
 use std::time::Instant;
 
-use tcpls_proto::{Event, StreamId};
+use tcpls_proto::{ConnId, Event, JoiningConnection, StreamId};
+use tokio::net::TcpStream;
 
-pub(crate) struct Inner {
+use crate::events::{EventQueue, SocketOptionApplied};
+use crate::probe_answers::ProbeAnswers;
+use crate::registry::{JoinRegistry, JoinTarget, Refused, Registration};
+use crate::trace::{TraceSink, Tracer};
+use crate::{peer_requests, sockopt, tcp_info};
+
+/// Tasks waiting on the session, woken when what they wait for may have changed.
+#[derive(Default)]
+struct Wakers {
+    /// The driver task: the application changed something it must act on.
+    driver: Option<Waker>,
+    /// Readers of a stream waiting for data, its end or a reset.
+    readers: HashMap<StreamId, Waker>,
+    /// Writers of a stream waiting for room in its send buffer.
+    writers: HashMap<StreamId, Waker>,
+    /// Tasks waiting for a state change: a peer stream, the handshake, tokens, a probe's
+    /// answer, a connection, the end of the session.
+    state: Vec<Waker>,
+}
+
+impl Wakers {
+    fn wake_state(&mut self) {
+        for w in self.state.drain(..) {
+            w.wake();
+        }
+    }
+
+    /// The session ended: every waiter learns it.
+    fn wake_all(&mut self) {
+        self.wake_state();
+        for (_, w) in self.readers.drain() {
+            w.wake();
+        }
+        for (_, w) in self.writers.drain() {
+            w.wake();
+        }
+    }
+}
+
+/// Everything a session's handles and its driver share, behind the one mutex of [`Shared`].
+pub(crate) struct SessionState {
+    /// The sans-IO core: every protocol decision is made there.
     pub(crate) proto: tcpls_proto::Session,
-    pub(crate) driver: Option<Waker>,
-    pub(crate) readers: HashMap<StreamId, Waker>,
-    pub(crate) writers: HashMap<StreamId, Waker>,
-    /// Tasks waiting for a peer stream, the handshake or the end of the session.
-    pub(crate) state_waiters: Vec<Waker>,
-    /// Events applications may want (tokens, addresses, extension frames), bounded.
-    pub(crate) app_events: std::collections::VecDeque<Event>,
+    wakers: Wakers,
+    /// Core events the application may want (tokens, addresses, connections, extension
+    /// frames), for `Session::poll_events`.
+    events: EventQueue<Event>,
+    /// Outcomes of the peer's socket-option requests, for `Session::poll_socket_options`.
+    socket_options: EventQueue<SocketOptionApplied>,
     /// The driver ended (sockets closed).
     pub(crate) driver_done: bool,
-    /// Sockets for connections added after the first (joins), picked up by the driver.
-    pub(crate) new_sockets: Vec<(tcpls_proto::ConnId, tokio::net::TcpStream)>,
-    /// Server: where this session's join tokens are registered.
-    pub(crate) registry: Option<crate::registry::JoinRegistry>,
-    /// Tokens issued since the driver last published them in the registry (it holds the
-    /// session's Arc). Used tokens need no change: the listener removed them when routing.
-    pub(crate) issued_tokens: Vec<[u8; 32]>,
-    /// Server: the session reference registered for rejoins, removed when the session ends.
-    pub(crate) session_ref: Option<[u8; 16]>,
+    /// Sockets of connections added after the first (joins), waiting for the driver.
+    new_sockets: Vec<(ConnId, TcpStream)>,
+    /// Socket descriptors of live connections (the driver adds and removes them, under this
+    /// lock), for TCP_INFO and socket options.
+    fds: HashMap<ConnId, RawFd>,
+    /// Server: this session's entries in its listeners' join registry.
+    registration: Option<Registration>,
     /// Client: the server address the session was opened to (a rejoin's last resort).
-    pub(crate) origin: Option<std::net::SocketAddr>,
+    pub(crate) origin: Option<SocketAddr>,
     /// Client: a path manager rejoins this session over its paths after an outage, so the
     /// driver does not start its own rejoin over the default route.
     pub(crate) managed: bool,
-    /// Socket descriptors of live connections (the driver adds and removes them), for TCP_INFO.
-    pub(crate) fds: HashMap<tcpls_proto::ConnId, std::os::fd::RawFd>,
-    /// Answers to the extension probes (see `ext.rs`).
-    pub(crate) ext: crate::ext::ExtResults,
+    /// Answers to our probes (`probe_answers.rs`), collected by the calls of `ext.rs`.
+    pub(crate) ext: ProbeAnswers,
     /// Where the events go when the session is traced (`trace.rs`).
-    pub(crate) trace: Option<crate::trace::Tracer>,
+    trace: Option<Tracer>,
 }
-
-const MAX_APP_EVENTS: usize = 1024;
 
 /// `TCPLS_TRACE=1` prints every event of every session on stderr (a debugging aid).
 fn trace_events() -> bool {
@@ -48,57 +92,113 @@ fn trace_events() -> bool {
     *ON.get_or_init(|| std::env::var_os("TCPLS_TRACE").is_some())
 }
 
-impl Inner {
+impl SessionState {
+    fn new(proto: tcpls_proto::Session, registration: Option<Registration>) -> Self {
+        Self {
+            proto,
+            wakers: Wakers::default(),
+            events: EventQueue::default(),
+            socket_options: EventQueue::default(),
+            driver_done: false,
+            new_sockets: Vec::new(),
+            fds: HashMap::new(),
+            registration,
+            origin: None,
+            managed: false,
+            ext: ProbeAnswers::default(),
+            trace: crate::trace::default_trace().map(Tracer::new),
+        }
+    }
+
     /// Registers a connection's socket and applies the session's socket options to it
     /// (`SessionConfig::notsent_lowat`), for the initial connection and joined ones alike.
-    pub(crate) fn add_fd(&mut self, id: tcpls_proto::ConnId, fd: std::os::fd::RawFd) {
+    pub(crate) fn add_fd(&mut self, id: ConnId, fd: RawFd) {
         if let Some(bytes) = self.proto.settings().notsent_lowat {
             // Best effort: a socket without the option (not Linux) still works, only earlier.
-            let _ = crate::sockopt::set_notsent_lowat(fd, bytes);
+            let _ = sockopt::set_notsent_lowat(fd, bytes);
         }
         self.fds.insert(id, fd);
     }
 
-    pub(crate) fn new(proto: tcpls_proto::Session) -> Self {
-        Self {
-            proto,
-            driver: None,
-            readers: HashMap::new(),
-            writers: HashMap::new(),
-            state_waiters: Vec::new(),
-            app_events: Default::default(),
-            driver_done: false,
-            new_sockets: Vec::new(),
-            registry: None,
-            issued_tokens: Vec::new(),
-            session_ref: None,
-            origin: None,
-            managed: false,
-            fds: HashMap::new(),
-            ext: Default::default(),
-            trace: crate::trace::default_trace().map(crate::trace::Tracer::new),
-        }
+    /// Hands the socket of a connection added after the first (a join) to the driver.
+    pub(crate) fn add_socket(&mut self, id: ConnId, stream: TcpStream) {
+        self.new_sockets.push((id, stream));
+        self.wake_driver();
+    }
+
+    /// The driver takes the sockets handed to it since its last poll.
+    pub(crate) fn take_new_sockets(&mut self) -> Vec<(ConnId, TcpStream)> {
+        std::mem::take(&mut self.new_sockets)
+    }
+
+    /// The driver is about to close connection `id`'s socket: under this lock, so nobody
+    /// reads TCP_INFO from a descriptor being closed.
+    pub(crate) fn remove_fd(&mut self, id: ConnId) {
+        self.fds.remove(&id);
+    }
+
+    /// The descriptor of connection `conn`'s socket, while it is open.
+    pub(crate) fn fd(&self, conn: ConnId) -> Option<RawFd> {
+        self.fds.get(&conn).copied()
+    }
+
+    /// The connections whose socket is open, with their descriptors.
+    pub(crate) fn fds(&self) -> impl Iterator<Item = (ConnId, RawFd)> + '_ {
+        self.fds.iter().map(|(id, fd)| (*id, *fd))
     }
 
     /// The kernel's view of a connection's TCP socket, if it is open.
-    pub(crate) fn tcp_info(&self, conn: tcpls_proto::ConnId) -> Option<crate::tcp_info::TcpInfo> {
-        self.fds.get(&conn).and_then(|fd| crate::tcp_info::read(*fd).ok())
+    pub(crate) fn tcp_info(&self, conn: ConnId) -> Option<tcp_info::TcpInfo> {
+        read_tcp_info(&self.fds, conn)
     }
 
     /// The application changed something the driver must act on (new data, credit, close).
     pub(crate) fn wake_driver(&mut self) {
-        if let Some(w) = &self.driver {
+        if let Some(w) = &self.wakers.driver {
             w.wake_by_ref();
         }
     }
 
-    fn wake_state(&mut self) {
-        for w in self.state_waiters.drain(..) {
-            w.wake();
+    /// The driver task polls again when the application wakes it.
+    pub(crate) fn set_driver_waker(&mut self, waker: &Waker) {
+        self.wakers.driver = Some(waker.clone());
+    }
+
+    /// The task of `cx` waits for a state change (see [`Wakers`]).
+    pub(crate) fn wait_state(&mut self, cx: &Context<'_>) {
+        self.wakers.state.push(cx.waker().clone());
+    }
+
+    /// The task of `cx` waits until stream `id` can be read.
+    pub(crate) fn wait_readable(&mut self, id: StreamId, cx: &Context<'_>) {
+        self.wakers.readers.insert(id, cx.waker().clone());
+    }
+
+    /// The task of `cx` waits until stream `id` can be written.
+    pub(crate) fn wait_writable(&mut self, id: StreamId, cx: &Context<'_>) {
+        self.wakers.writers.insert(id, cx.waker().clone());
+    }
+
+    /// A stream half was dropped: nobody reads (`reader`) or writes it any more.
+    pub(crate) fn forget_waiter(&mut self, id: StreamId, reader: bool) {
+        if reader {
+            self.wakers.readers.remove(&id);
+        } else {
+            self.wakers.writers.remove(&id);
         }
     }
 
-    /// Routes the core's events to the tasks waiting for them.
+    /// The core events kept for the application, oldest first.
+    pub(crate) fn take_events(&mut self) -> Vec<Event> {
+        self.events.drain()
+    }
+
+    /// The outcomes of the peer's socket-option requests, oldest first.
+    pub(crate) fn take_socket_options(&mut self) -> Vec<SocketOptionApplied> {
+        self.socket_options.drain()
+    }
+
+    /// Routes the core's events to the tasks waiting for them, and to the application.
     pub(crate) fn dispatch_events(&mut self) {
         while let Some(event) = self.proto.poll_event() {
             if let Some(tracer) = &mut self.trace {
@@ -106,11 +206,7 @@ impl Inner {
                     // The counters of the connection that ended (and what failover re-sent),
                     // next to its end in the trace.
                     let fds = &self.fds;
-                    tracer.sample(
-                        &self.proto,
-                        &|c| fds.get(&c).and_then(|fd| crate::tcp_info::read(*fd).ok()),
-                        Instant::now(),
-                    );
+                    tracer.sample(&self.proto, &|c| read_tcp_info(fds, c), Instant::now());
                 }
                 tracer.record(&self.proto, &event);
             }
@@ -123,49 +219,65 @@ impl Inner {
                     other => eprintln!("tcpls trace ({:?}): {other:?}", self.proto.side()),
                 }
             }
-            crate::ext::observe(self, &event);
+            self.act_on_extension(&event);
             match event {
                 Event::StreamReadable(id) => {
-                    if let Some(w) = self.readers.remove(&id) {
+                    if let Some(w) = self.wakers.readers.remove(&id) {
                         w.wake();
                     }
                 }
                 Event::StreamWritable(id) => {
-                    if let Some(w) = self.writers.remove(&id) {
+                    if let Some(w) = self.wakers.writers.remove(&id) {
                         w.wake();
                     }
                 }
-                Event::StreamOpened(_) | Event::PeerClosed => self.wake_state(),
+                Event::StreamOpened(_) | Event::PeerClosed => self.wakers.wake_state(),
                 // The application learns from `poll_events` whether the session is TCPLS or a
                 // plain TLS fallback (a middlebox or a server that does not speak TCPLS).
                 Event::Established { .. } => {
-                    self.wake_state();
-                    self.push_app_event(event);
+                    self.wakers.wake_state();
+                    self.events.push(event);
                 }
-                Event::TokenIssued { token, .. } => self.issued_tokens.push(token),
+                Event::TokenIssued { token, .. } => {
+                    // Published in the registry by the driver before the token leaves.
+                    if let Some(registration) = &mut self.registration {
+                        registration.token_issued(token);
+                    }
+                }
                 Event::TokenUsed { .. } => {}
                 // The peer asks how we see one of our connections: answer from TCP_INFO.
                 Event::TcpInfoRequested { conn } => {
-                    if let Some(info) = self.fds.get(&conn).and_then(|fd| crate::tcp_info::read(*fd).ok()) {
+                    if let Some(info) = self.tcp_info(conn) {
                         self.proto.send_tcp_info(conn, info);
                     }
                 }
                 Event::ConnectionEstablished { .. } | Event::ConnectionClosed { .. } | Event::TokensReceived { .. } => {
-                    self.wake_state();
-                    self.push_app_event(event);
+                    self.wakers.wake_state();
+                    self.events.push(event);
                 }
                 Event::Closed { .. } => {
-                    self.wake_state();
-                    for (_, w) in self.readers.drain() {
-                        w.wake();
-                    }
-                    for (_, w) in self.writers.drain() {
-                        w.wake();
-                    }
-                    self.push_app_event(event);
+                    self.wakers.wake_all();
+                    self.events.push(event);
                 }
-                other => self.push_app_event(other),
+                other => self.events.push(other),
             }
+        }
+    }
+
+    /// The IO layer's part of the extension frames (PROTOCOL.md §7), before the event is
+    /// routed: keeps the answers to our probes and applies the peer's socket-option requests.
+    fn act_on_extension(&mut self, event: &Event) {
+        let fds = &self.fds;
+        let mut wake = self.ext.record(event, |c| fds.contains_key(&c));
+        if let Some(outcome) = peer_requests::apply(event, &self.proto, |c| fds.get(&c).copied()) {
+            if let Some(tracer) = &self.trace {
+                tracer.socket_option(self.proto.side(), &outcome);
+            }
+            self.socket_options.push(outcome);
+            wake = true;
+        }
+        if wake {
+            self.wakers.wake_state();
         }
     }
 
@@ -176,9 +288,14 @@ impl Inner {
             let now = Instant::now();
             if force || tracer.sample_due(now) {
                 let fds = &self.fds;
-                tracer.sample(&self.proto, &|c| fds.get(&c).and_then(|fd| crate::tcp_info::read(*fd).ok()), now);
+                tracer.sample(&self.proto, &|c| read_tcp_info(fds, c), now);
             }
         }
+    }
+
+    /// Traces this session's events from now on into `sink`.
+    pub(crate) fn set_trace(&mut self, sink: Arc<dyn TraceSink>) {
+        self.trace = Some(Tracer::new(sink));
     }
 
     /// Traces the application's stream calls (open, finish, reset), if the session is traced.
@@ -188,11 +305,28 @@ impl Inner {
         }
     }
 
-    fn push_app_event(&mut self, event: Event) {
-        if self.app_events.len() == MAX_APP_EVENTS {
-            self.app_events.pop_front();
+    /// Hands a path manager decision to the session's trace, if it is traced.
+    pub(crate) fn trace_path(&self, event: impl FnOnce() -> crate::trace::PathEvent) {
+        if let Some(tracer) = &self.trace {
+            tracer.path(self.proto.side(), &event());
         }
-        self.app_events.push_back(event);
+    }
+
+    /// Server: publishes the tokens issued since the last call (and, once the initial
+    /// connection is established, the session reference) so that any listener can route joins
+    /// to this session. Called before the tokens leave in a record.
+    pub(crate) fn publish_tokens(&mut self) {
+        if let Some(registration) = &mut self.registration {
+            registration.publish(&self.proto);
+        }
+    }
+
+    /// [`publish_tokens`](Self::publish_tokens) if the core issued tokens since the last call
+    /// (the driver calls it after every dispatch).
+    pub(crate) fn publish_new_tokens(&mut self) {
+        if self.registration.as_ref().is_some_and(Registration::has_unpublished) {
+            self.publish_tokens();
+        }
     }
 
     pub(crate) fn driver_finished(&mut self) {
@@ -204,35 +338,72 @@ impl Inner {
         // The sockets close right after: no TCP_INFO may be read from their descriptors.
         self.fds.clear();
         // The session's unused tokens expire with it.
-        if let Some(registry) = &self.registry {
-            for (_, token) in self.proto.tokens() {
-                registry.remove(token);
-            }
-            if let Some(session_ref) = self.session_ref.take() {
-                registry.remove_session_ref(&session_ref);
-            }
+        if let Some(registration) = &mut self.registration {
+            registration.withdraw(&self.proto);
         }
-        self.wake_state();
-        for (_, w) in self.readers.drain() {
-            w.wake();
-        }
-        for (_, w) in self.writers.drain() {
-            w.wake();
+        self.wakers.wake_all();
+    }
+}
+
+/// TCP_INFO of connection `conn`'s socket, if it is open (a free function: the tracer borrows
+/// `SessionState` mutably beside the descriptors).
+fn read_tcp_info(fds: &HashMap<ConnId, RawFd>, conn: ConnId) -> Option<tcp_info::TcpInfo> {
+    fds.get(&conn).and_then(|fd| tcp_info::read(*fd).ok())
+}
+
+/// A panic while holding the lock leaves the core in an unknown state; we keep going with it
+/// rather than poisoning every handle (the core itself never panics on input).
+fn lock(inner: &Mutex<SessionState>) -> MutexGuard<'_, SessionState> {
+    inner.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// What the join registry holds of a server session (weakly): a joining connection that names
+/// the session is attached to it here, under the session's lock.
+impl JoinTarget for Mutex<SessionState> {
+    fn attach(
+        &self,
+        joining: JoiningConnection,
+        stream: TcpStream,
+        local: Option<SocketAddr>,
+        remote: Option<SocketAddr>,
+    ) -> Result<(), Box<Refused>> {
+        let mut inner = lock(self);
+        match inner.proto.attach_joining_connection(joining, Instant::now()) {
+            Ok(id) => {
+                inner.proto.set_addresses(id, local, remote);
+                inner.add_socket(id, stream);
+                Ok(())
+            }
+            Err(refused) => Err(Box::new(Refused { joining: refused, stream })),
         }
     }
 }
 
+/// A handle on a session's [`SessionState`]: the application's handles and the driver each hold one.
 #[derive(Clone)]
-pub(crate) struct Shared(pub(crate) Arc<Mutex<Inner>>);
+pub(crate) struct Shared(Arc<Mutex<SessionState>>);
 
 impl Shared {
+    /// A client session's state.
     pub(crate) fn new(proto: tcpls_proto::Session) -> Self {
-        Self(Arc::new(Mutex::new(Inner::new(proto))))
+        Self(Arc::new(Mutex::new(SessionState::new(proto, None))))
     }
 
-    /// A panic while holding the lock leaves the core in an unknown state; we keep going with
-    /// it rather than poisoning every handle (the core itself never panics on input).
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    /// A server session's state, whose join tokens are published in `registry`. The
+    /// registration holds the session weakly: a registry never keeps a session alive.
+    pub(crate) fn registered(proto: tcpls_proto::Session, registry: JoinRegistry) -> Self {
+        Self(Arc::new_cyclic(|me: &Weak<Mutex<SessionState>>| {
+            let target: Weak<dyn JoinTarget> = me.clone();
+            Mutex::new(SessionState::new(proto, Some(Registration::new(registry, target))))
+        }))
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, SessionState> {
+        lock(&self.0)
+    }
+
+    /// Whether both handles refer to the same session.
+    pub(crate) fn same(&self, other: &Shared) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
     }
 }

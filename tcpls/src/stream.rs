@@ -6,9 +6,21 @@ use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::session::stream_error;
 use crate::shared::Shared;
-use tcpls_proto::StreamId;
+use tcpls_proto::{StreamError, StreamId};
+
+/// The core's stream error as the `io::Error` tokio's traits return (the kind says what
+/// happened; the core's error is kept as the source).
+pub(crate) fn stream_error(e: StreamError) -> io::Error {
+    let kind = match e {
+        StreamError::Reset(_) => io::ErrorKind::ConnectionReset,
+        StreamError::SessionClosed => io::ErrorKind::NotConnected,
+        StreamError::Finished => io::ErrorKind::BrokenPipe,
+        StreamError::TooManyStreams | StreamError::Fallback => io::ErrorKind::Unsupported,
+        StreamError::UnknownStream(_) => io::ErrorKind::NotFound,
+    };
+    io::Error::new(kind, e)
+}
 
 /// The sending half of a stream. `shutdown()` sends FIN; dropping it does too.
 pub struct SendStream {
@@ -64,7 +76,7 @@ impl AsyncWrite for SendStream {
         let mut inner = self.shared.lock();
         match inner.proto.write(self.id, buf) {
             Ok(0) if !buf.is_empty() => {
-                inner.writers.insert(self.id, cx.waker().clone());
+                inner.wait_writable(self.id, cx);
                 inner.wake_driver();
                 Poll::Pending
             }
@@ -94,7 +106,7 @@ impl Drop for SendStream {
             if inner.proto.finish(self.id).is_ok() {
                 inner.trace_stream(self.id, "finished", None);
             }
-            inner.writers.remove(&self.id);
+            inner.forget_waiter(self.id, false);
             inner.wake_driver();
         }
     }
@@ -153,7 +165,7 @@ impl RecvStream {
                     Poll::Ready(Ok(n))
                 }
                 Ok(None) => {
-                    inner.readers.insert(self.id, cx.waker().clone());
+                    inner.wait_readable(self.id, cx);
                     Poll::Pending
                 }
                 Err(e) => {
@@ -189,7 +201,7 @@ impl AsyncRead for RecvStream {
                 Poll::Ready(Ok(()))
             }
             Ok(None) => {
-                inner.readers.insert(id, cx.waker().clone());
+                inner.wait_readable(id, cx);
                 Poll::Pending
             }
             Err(e) => {
@@ -204,7 +216,7 @@ impl AsyncRead for RecvStream {
 impl Drop for RecvStream {
     fn drop(&mut self) {
         let mut inner = self.shared.lock();
-        inner.readers.remove(&self.id);
+        inner.forget_waiter(self.id, true);
         if !self.done {
             inner.proto.stop_reading(self.id);
             inner.wake_driver();

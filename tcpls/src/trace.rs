@@ -13,7 +13,8 @@
 //!   16 KiB record; the samples aggregate them, and the records the scheduler put on each
 //!   connection are the differences between two samples;
 //! * changes seen when sampling: key updates, streams becoming flow-control blocked, streams
-//!   closing; and the path manager's decisions ([`TraceEvent::Path`]).
+//!   closing; the path manager's decisions ([`TraceEvent::Path`]); and what the IO layer did
+//!   with the peer's socket-option requests ([`TraceEvent::SocketOption`]).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -25,6 +26,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{json, Value};
 use tcpls_proto::{ConnId, ConnStats, Event, MemoryUse, Side, StreamId, StreamProgress};
+
+use crate::events::SocketOptionApplied;
 
 /// One traced event.
 #[derive(Debug)]
@@ -61,6 +64,8 @@ pub enum TraceEvent<'a> {
     Session(&'a SessionSample),
     /// A decision of the client's path manager.
     Path(&'a PathEvent),
+    /// The IO layer applied (or refused) a peer's request to change a socket option.
+    SocketOption(&'a SocketOptionApplied),
     /// The core's `FailedOver`, with the session's totals of what failover re-sent so far
     /// (records and their stream bytes), this failover included.
     FailedOver { conn: ConnId, records_resent: u64, stream_bytes_resent: u64 },
@@ -204,6 +209,10 @@ impl Tracer {
         self.emit(side, TraceEvent::Path(event));
     }
 
+    pub(crate) fn socket_option(&self, side: Side, outcome: &SocketOptionApplied) {
+        self.emit(side, TraceEvent::SocketOption(outcome));
+    }
+
     /// Whether a sample is due (cheap: one clock read when tracing with samples).
     pub(crate) fn sample_due(&self, now: Instant) -> bool {
         self.interval.is_some() && now >= self.next_sample
@@ -214,7 +223,7 @@ impl Tracer {
     pub(crate) fn sample(
         &mut self,
         proto: &tcpls_proto::Session,
-        tcp_info: &dyn Fn(ConnId) -> Option<crate::TcpInfo>,
+        tcp_info: &dyn Fn(ConnId) -> Option<crate::tcp_info::TcpInfo>,
         now: Instant,
     ) {
         let Some(interval) = self.interval else { return };
@@ -434,6 +443,10 @@ pub fn describe(event: &TraceEvent<'_>) -> (String, Value) {
             json!({ "conn": conn, "records_resent_total": records_resent,
                     "stream_bytes_resent_total": stream_bytes_resent }),
         ),
+        TraceEvent::SocketOption(SocketOptionApplied { conn, option, value, result }) => (
+            "socket_option_applied",
+            json!({ "conn": conn, "option": option, "value": value, "error": result.as_ref().err() }),
+        ),
         TraceEvent::Path(p) => (
             "path_updated",
             json!({ "state": p.state, "remote": p.remote.to_string(), "local": p.local, "conn": p.conn,
@@ -466,10 +479,6 @@ fn describe_core(event: &Event) -> (String, Value) {
         Event::RateLimited { conn, bytes_per_second } => {
             ("rate_limited", json!({ "conn": conn, "bytes_per_second": bytes_per_second }))
         }
-        Event::SocketOptionApplied { conn, option, value, result } => (
-            "socket_option_applied",
-            json!({ "conn": conn, "option": option, "value": value, "error": result.as_ref().err() }),
-        ),
         Event::SteerRequested { stream, conn } => ("steer_requested", json!({ "stream": stream, "conn": conn })),
         Event::ConnectionClosed { conn, error: Some(e) } => {
             ("connection_lost", json!({ "conn": conn, "error": e.to_string() }))
@@ -517,5 +526,17 @@ mod tests {
         let token = Event::TokenIssued { sequence: 3, token: [7; 32] };
         let (_, data) = describe(&TraceEvent::Core(&token));
         assert_eq!(data, json!({ "sequence": 3 }), "the token itself is never traced");
+        let refused = SocketOptionApplied {
+            conn: 0,
+            option: "congestion_control",
+            value: "vegas".into(),
+            result: Err("not allowed".into()),
+        };
+        let (name, data) = describe(&TraceEvent::SocketOption(&refused));
+        assert_eq!(name, "socket_option_applied");
+        assert_eq!(
+            data,
+            json!({ "conn": 0, "option": "congestion_control", "value": "vegas", "error": "not allowed" })
+        );
     }
 }

@@ -7,7 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::Pki;
-use tcpls::{server_name_for, Event, Session, TcplsConnector, TcplsListener};
+use tcpls::{server_name_for, Session, TcplsConnector, TcplsListener};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 
@@ -60,16 +60,28 @@ async fn rtt_peer_tcp_info_and_nat_on_loopback() {
 async fn outcome(server: &Session, option: &str) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(5);
     while Instant::now() < deadline {
-        for e in server.poll_events() {
-            if let Event::SocketOptionApplied { option: o, result, .. } = e {
-                if o == option {
-                    return result;
-                }
+        for applied in server.poll_socket_options() {
+            if applied.option == option {
+                return applied.result;
             }
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     panic!("no outcome for {option}");
+}
+
+/// Keeps the name and data of every traced event (no samples).
+#[derive(Default)]
+struct Collect(std::sync::Mutex<Vec<(String, serde_json::Value)>>);
+
+impl tcpls::TraceSink for Collect {
+    fn record(&self, record: &tcpls::TraceRecord<'_>) {
+        self.0.lock().unwrap().push(tcpls::describe_trace_event(&record.event));
+    }
+
+    fn sample_interval(&self) -> Option<Duration> {
+        None
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -78,6 +90,8 @@ async fn peer_congestion_control_is_applied_within_policy_and_user_timeout_on_bo
     let (addr, mut sessions) = server(&pki).await;
     let session = connect(&pki, addr).await;
     let server_session = sessions.recv().await.unwrap();
+    let trace = std::sync::Arc::new(Collect::default());
+    server_session.set_trace(trace.clone());
 
     session.request_peer_congestion_control(0, "reno").unwrap();
     assert_eq!(outcome(&server_session, "congestion_control").await, Ok(()));
@@ -98,6 +112,28 @@ async fn peer_congestion_control_is_applied_within_policy_and_user_timeout_on_bo
     let refused = outcome(&server_session, "user_timeout").await;
     assert!(refused.unwrap_err().contains("range"));
     assert_eq!(server_session.user_timeout(0).unwrap(), 4000, "unchanged");
+
+    // Each outcome is traced too, with its option, value and error.
+    let traced: Vec<_> = trace
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(name, _)| name == "socket_option_applied")
+        .map(|(_, data)| {
+            let error = data["error"].as_str().map(|e| e.split_whitespace().any(|w| w == "policy" || w == "range"));
+            (data["option"].as_str().unwrap().to_string(), data["value"].as_str().unwrap().to_string(), error)
+        })
+        .collect();
+    let expected = [
+        ("congestion_control", "reno", None),
+        ("congestion_control", "vegas", Some(true)),
+        ("user_timeout", "4000", None),
+        ("user_timeout", "5", Some(true)),
+    ];
+    let expected: Vec<_> = expected.iter().map(|(o, v, e)| (o.to_string(), v.to_string(), *e)).collect();
+    assert_eq!(traced, expected);
+    assert!(server_session.poll_socket_options().is_empty(), "every outcome was read once");
 }
 
 /// Bytes received on `recv` during `time`.
