@@ -1,8 +1,14 @@
 //! The session's TCP connections: the one place that finds a connection by its ID.
 
-use crate::event::ConnId;
+use std::net::SocketAddr;
 
-use super::conn::Connection;
+use crate::error::{Error, TransportError};
+use crate::event::ConnId;
+use crate::frame::Frame;
+
+use super::conn::{ConnStats, Connection};
+use super::sched::PathView;
+use super::Session;
 
 /// Connections of a session, including finished ones until they are pruned (a few are kept for
 /// reports).
@@ -86,5 +92,108 @@ impl<'a> IntoIterator for &'a mut Connections {
 
     fn into_iter(self) -> Self::IntoIter {
         self.list.iter_mut()
+    }
+}
+
+impl Session {
+    /// Connection IDs, including finished ones until the session forgets them.
+    pub fn connection_ids(&self) -> Vec<ConnId> {
+        self.conns.iter().map(|c| c.id).collect()
+    }
+
+    pub fn connection_stats(&self, conn: ConnId) -> Option<ConnStats> {
+        self.conns.get(conn).map(|c| c.stats)
+    }
+
+    /// KeyUpdates sent and received on a connection.
+    pub fn key_updates(&self, conn: ConnId) -> (u64, u64) {
+        self.conns.get(conn).map(|c| c.key_updates()).unwrap_or_default()
+    }
+
+    /// Rotates our sending key on `conn` (TLS KeyUpdate); with `request_peer` the peer rotates
+    /// its key too. Keys also rotate by themselves before the AEAD usage limit.
+    pub fn update_keys(&mut self, conn: ConnId, request_peer: bool) -> Result<(), Error> {
+        let c = self.conns.get_mut(conn).ok_or_else(|| Error::ConnectionLost(format!("no connection {conn}")))?;
+        c.update_key(request_peer).map_err(Error::Local)
+    }
+
+    /// Tells the core the socket addresses of a connection (for Address Echo and reports).
+    pub fn set_addresses(&mut self, conn: ConnId, local: Option<SocketAddr>, remote: Option<SocketAddr>) {
+        if let Some(c) = self.conns.get_mut(conn) {
+            c.local = local;
+            c.remote = remote;
+        }
+    }
+
+    pub fn addresses(&self, conn: ConnId) -> (Option<SocketAddr>, Option<SocketAddr>) {
+        self.conns.get(conn).map(|c| (c.local, c.remote)).unwrap_or_default()
+    }
+}
+
+impl Session {
+    /// Closes one connection gracefully (close_notify after what is already sealed on it).
+    /// Streams steered to it move to the other connections.
+    pub fn close_connection(&mut self, conn: ConnId) -> Result<(), Error> {
+        let c = self.conns.get_mut(conn).ok_or_else(|| Error::ConnectionLost(format!("no connection {conn}")))?;
+        c.send_close_notify()?;
+        self.after_connection_change();
+        Ok(())
+    }
+
+    /// Tells the scheduler a connection's RTT and congestion window (from TCP_INFO).
+    pub fn set_path_info(&mut self, conn: ConnId, rtt_us: Option<u32>, cwnd: Option<u32>) {
+        if let Some(c) = self.conns.get_mut(conn) {
+            c.rtt_us = rtt_us;
+            c.cwnd = cwnd;
+        }
+    }
+
+    /// The connection ended (closed or failed).
+    pub fn is_connection_finished(&self, conn: ConnId) -> bool {
+        self.conns.get(conn).is_none_or(Connection::is_finished)
+    }
+
+    /// Why a connection failed, if it did.
+    pub fn connection_error(&self, conn: ConnId) -> Option<&Error> {
+        self.conns.get(conn).and_then(|c| c.error.as_ref())
+    }
+
+    /// The connection's TLS handshake is complete (it may still be refused as a join).
+    pub fn is_connection_established(&self, conn: ConnId) -> bool {
+        self.conns.get(conn).is_some_and(Connection::is_established)
+    }
+
+    /// The connection can carry stream data (handshake done, join accepted, not closing, not
+    /// failed).
+    pub fn is_connection_usable(&self, conn: ConnId) -> bool {
+        self.conns.get(conn).is_some_and(Connection::carries_streams)
+    }
+
+    /// Marks `conn` as a backup path (`true`) or a regular one (`false`), here and, with a Path
+    /// Priority frame, at the peer (PROTOCOL.md §3): while a regular connection is usable,
+    /// neither side sends unsteered stream data on a backup one.
+    pub fn set_connection_backup(&mut self, conn: ConnId, backup: bool) -> Result<(), Error> {
+        let c = self.conns.get_mut(conn).ok_or_else(|| TransportError::internal(format!("no connection {conn}")))?;
+        if c.backup != backup {
+            c.backup = backup;
+            self.core.control.push(&Frame::PathPriority { connection_id: conn, backup }, None);
+        }
+        Ok(())
+    }
+
+    /// Whether `conn` is a backup path (set by either side).
+    pub fn is_connection_backup(&self, conn: ConnId) -> bool {
+        self.conns.get(conn).is_some_and(|c| c.backup)
+    }
+
+    pub(crate) fn path_view(c: &Connection) -> PathView {
+        PathView { conn: c.id, rtt_us: c.rtt_us, cwnd: c.cwnd, queued: c.tx.len(), bytes_sent: c.stats.bytes_sent }
+    }
+
+    pub(crate) fn fail_conn(&mut self, conn: ConnId, error: Error) {
+        if let Some(c) = self.conns.get_mut(conn) {
+            c.fail(error);
+        }
+        self.after_connection_change();
     }
 }

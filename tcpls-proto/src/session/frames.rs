@@ -7,7 +7,6 @@ use crate::error::TransportError;
 use crate::event::{ConnId, Event, StreamId};
 use crate::frame::{Frame, FrameError, FrameReader};
 use crate::stream::RecvError;
-use crate::tls::HandshakeInfo;
 
 use super::conn::Flow;
 use super::multipath::{JoinKey, JoinRequest, JOIN_FRAME_LEN};
@@ -395,20 +394,6 @@ impl Core {
         }
     }
 
-    pub(crate) fn on_established(&mut self, conn: ConnId, _info: &HandshakeInfo, tcpls: bool) {
-        self.life.establish(tcpls);
-        self.events.push(Event::Established { fallback: !tcpls });
-        if !tcpls {
-            // The byte stream is stream 0: the client's first stream, which the server accepts.
-            if self.side == Side::Server {
-                self.streams.set_next_peer(2);
-                self.create_stream(0, true);
-            }
-            return;
-        }
-        let _ = conn;
-    }
-
     /// The server's first frames on a new session's initial connection: join tokens and the
     /// other addresses clients may join (PROTOCOL.md §1.5).
     fn issue_initial_frames(&mut self, conn: ConnId) {
@@ -418,19 +403,6 @@ impl Core {
         for (i, addr) in self.config.advertise.clone().into_iter().enumerate() {
             let address_id = u8::try_from(i).unwrap_or(u8::MAX);
             self.control.push(&Frame::NewAddress { address_id, addr }, Some(conn));
-        }
-    }
-
-    pub(crate) fn on_closed(&mut self) {
-        self.life.end();
-        self.events.push(Event::Closed { error: self.life.error().cloned() });
-        let ids = self.streams.ids();
-        for id in ids {
-            self.notify_readable(id);
-            if let Some(s) = self.streams.get_mut(id) {
-                s.write_blocked = false;
-            }
-            self.events.push(Event::StreamWritable(id));
         }
     }
 }

@@ -23,6 +23,7 @@ mod observe;
 mod packetize;
 mod paths;
 mod placement;
+mod receive;
 pub mod sched;
 mod stream_api;
 mod streams;
@@ -30,21 +31,19 @@ mod timers;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Instant;
 
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ServerConfig};
 
 pub use conn::ConnStats;
-pub(crate) use conn::{Connection, Inbound, Loss, RecordSink};
+pub(crate) use conn::{Connection, Inbound, RecordSink};
 pub(crate) use control::ControlQueue;
 pub use early::MAX_EARLY_STREAM_BYTES;
 pub use multipath::{Accepted, JoiningConnection, REJOIN_ID_BASE};
 pub use observe::{MemoryUse, StreamProgress};
 
 use crate::config::SessionConfig;
-use crate::error::{AlertCode, Error, TransportError};
-use crate::event::{ConnId, Event};
+use crate::error::Error;
 use crate::tls::{Handshake, HandshakeInfo, ALPN_TCPLS};
 
 /// Which end of the session we are: clients open connections and even-numbered streams.
@@ -65,7 +64,7 @@ pub const MIN_READ_CHUNK: usize = 16 * 1024;
 pub const HANDSHAKE_READ_CHUNK: usize = 16 * 1024;
 
 /// Queued control frames beyond which we stop reading (see [`Session::read_buffer`]).
-const MAX_QUEUED_CONTROL: usize = 4096;
+pub(crate) const MAX_QUEUED_CONTROL: usize = 4096;
 
 /// Everything of a session except its connections, so frame handling can borrow both. Each
 /// part owns its state (private fields) in its own file; the methods of `Core` in the other
@@ -246,27 +245,6 @@ impl Session {
         self.core.stats
     }
 
-    /// Connection IDs, including finished ones until the session forgets them.
-    pub fn connection_ids(&self) -> Vec<ConnId> {
-        self.conns.iter().map(|c| c.id).collect()
-    }
-
-    pub fn connection_stats(&self, conn: ConnId) -> Option<ConnStats> {
-        self.conns.get(conn).map(|c| c.stats)
-    }
-
-    /// KeyUpdates sent and received on a connection.
-    pub fn key_updates(&self, conn: ConnId) -> (u64, u64) {
-        self.conns.get(conn).map(|c| c.key_updates()).unwrap_or_default()
-    }
-
-    /// Rotates our sending key on `conn` (TLS KeyUpdate); with `request_peer` the peer rotates
-    /// its key too. Keys also rotate by themselves before the AEAD usage limit.
-    pub fn update_keys(&mut self, conn: ConnId, request_peer: bool) -> Result<(), Error> {
-        let c = self.conns.get_mut(conn).ok_or_else(|| Error::ConnectionLost(format!("no connection {conn}")))?;
-        c.update_key(request_peer).map_err(Error::Local)
-    }
-
     /// Join tokens received from the server (client side) or issued (server side).
     pub fn tokens(&self) -> &[(u32, [u8; 32])] {
         self.core.paths.tokens()
@@ -277,353 +255,5 @@ impl Session {
         self.core.paths.peer_addresses()
     }
 
-    /// Tells the core the socket addresses of a connection (for Address Echo and reports).
-    pub fn set_addresses(&mut self, conn: ConnId, local: Option<SocketAddr>, remote: Option<SocketAddr>) {
-        if let Some(c) = self.conns.get_mut(conn) {
-            c.local = local;
-            c.remote = remote;
-        }
-    }
-
-    pub fn addresses(&self, conn: ConnId) -> (Option<SocketAddr>, Option<SocketAddr>) {
-        self.conns.get(conn).map(|c| (c.local, c.remote)).unwrap_or_default()
-    }
-
     // ------------------------------------------------------------------ IO layer
-
-    /// Free space to read socket bytes of `conn` into; report how many with [`Session::handle_read`].
-    /// Empty when the connection should not be read now (finished, or backpressure).
-    pub fn read_buffer(&mut self, conn: ConnId) -> &mut [u8] {
-        // Stop reading while answers to the peer pile up (it sends probes or KeyUpdate requests
-        // but does not read): TCP then pushes back on it instead of our memory growing.
-        let replies_backed_up = self.core.control.entries() > MAX_QUEUED_CONTROL || self.core.events.backed_up();
-        let backpressure = replies_backed_up || (self.core.life.is_fallback() && self.core.fallback_stream_full());
-        let tx_cap = 2 * self.core.config.transmit_high_water;
-        match self.conns.get_mut(conn) {
-            Some(c) if !c.is_finished() && !c.close_received() && !backpressure && c.tx.len() < tx_cap => {
-                // Small until the handshake is done: a peer that only connects costs little.
-                let chunk = if c.is_established() { c.read_chunk } else { c.read_chunk.min(HANDSHAKE_READ_CHUNK) };
-                let spare = c.rx.spare(chunk);
-                c.last_spare = spare.len();
-                spare
-            }
-            _ => &mut [],
-        }
-    }
-
-    /// `n` bytes were read into [`Session::read_buffer`].
-    pub fn handle_read(&mut self, conn: ConnId, n: usize, now: Instant) {
-        if let Some(c) = self.conns.get_mut(conn) {
-            c.rx.commit(n);
-            c.stats.bytes_received += n as u64;
-            c.adapt_read_chunk(n);
-        }
-        self.process(conn, now);
-        if let Some(c) = self.conns.get_mut(conn) {
-            c.release_idle_rx();
-        }
-    }
-
-    /// Copies received bytes in (tests, or IO layers without their own buffer).
-    pub fn handle_data(&mut self, conn: ConnId, data: &[u8], now: Instant) {
-        if let Some(c) = self.conns.get_mut(conn) {
-            c.rx.extend(data);
-            c.stats.bytes_received += data.len() as u64;
-        }
-        self.process(conn, now);
-    }
-
-    /// The socket returned EOF: without a close_notify before it, the connection is lost.
-    pub fn handle_eof(&mut self, conn: ConnId, now: Instant) {
-        self.core.clock.advance(now);
-        self.lose_connection(conn, Loss::Eof);
-    }
-
-    /// The socket failed (reset, timeout, ...).
-    pub fn handle_io_error(&mut self, conn: ConnId, reason: &str, now: Instant) {
-        self.core.clock.advance(now);
-        self.lose_connection(conn, Loss::Io(reason));
-    }
-
-    /// Connection `conn` is lost (its socket ended or failed, or we gave up on it): the one
-    /// way a connection is marked lost. What it carried unacknowledged fails over.
-    pub(crate) fn lose_connection(&mut self, conn: ConnId, loss: Loss<'_>) {
-        if let Some(c) = self.conns.get_mut(conn) {
-            c.lose(loss);
-        }
-        self.after_connection_change();
-    }
-
-    /// Sealed bytes to write on `conn`'s socket; call [`Session::transmit_advance`] with how many
-    /// were written.
-    pub fn transmit_data(&self, conn: ConnId) -> &[u8] {
-        match self.conns.get(conn) {
-            Some(c) if !c.is_gone() => c.tx.data(),
-            _ => &[],
-        }
-    }
-
-    pub fn transmit_advance(&mut self, conn: ConnId, n: usize) {
-        if let Some(c) = self.conns.get_mut(conn) {
-            c.tx.advance(n);
-            c.stats.bytes_sent += n as u64;
-            if c.tx.is_empty() && c.is_finished() {
-                c.tx.shrink();
-                c.rx.shrink();
-            }
-        }
-    }
-
-    /// The connection is over and its last bytes are written: close the socket.
-    pub fn should_close_socket(&self, conn: ConnId) -> bool {
-        self.conns.get(conn).is_none_or(|c| c.is_finished() && (c.is_gone() || c.tx.is_empty()))
-    }
-
-    /// We sent close_notify and everything before it is written: the IO layer may shut down its
-    /// write half (TCP FIN), as TLS over TCP does.
-    pub fn should_shutdown_write(&self, conn: ConnId) -> bool {
-        self.conns.get(conn).is_some_and(|c| c.close_sent() && c.tx.is_empty())
-    }
-
-    pub fn poll_event(&mut self) -> Option<Event> {
-        self.core.events.poll()
-    }
-
-    /// Runs the handshake or record layer of `conn` over what it has buffered.
-    fn process(&mut self, conn: ConnId, now: Instant) {
-        self.core.clock.advance(now);
-        self.drive_handshakes();
-        let Some(c) = self.conns.get_mut(conn) else {
-            return;
-        };
-        let core = &mut self.core;
-        let was_awaiting_join_ack = c.awaiting_join_ack();
-        let opened_before = c.records_opened;
-        let result = c.read_records(core);
-        if c.records_opened != opened_before {
-            // The connection is alive: whatever keepalive Ping was pending is answered.
-            c.last_rx = Some(now);
-            c.ping_sent = None;
-        }
-        if was_awaiting_join_ack && !c.awaiting_join_ack() {
-            // The server answered on a joining connection: it is part of the session now.
-            core.events.push(Event::ConnectionEstablished { conn: c.id });
-            core.life.rejoined();
-        }
-        if let Err(e) = result {
-            c.fail(e);
-        }
-        if core.life.is_fallback() && c.close_received() {
-            core.on_fallback_peer_closed();
-        }
-        if self.peer_closed() && self.core.life.report_peer_close() {
-            self.core.events.push(Event::PeerClosed);
-        }
-        self.run_actions();
-        self.after_connection_change();
-    }
-
-    /// Carries out what received frames asked of the connection table.
-    fn run_actions(&mut self) {
-        for action in std::mem::take(&mut self.core.actions) {
-            match action {
-                frames::ConnAction::Reset(id) => {
-                    if let Some(c) = self.conns.get_mut(id) {
-                        c.lose(Loss::ReportedByPeer);
-                    }
-                }
-                frames::ConnAction::EchoRtt { conn, timestamp_us } => {
-                    if self.conns.get(conn).is_some_and(Connection::is_usable) {
-                        let echo = crate::frame::Frame::RttEcho { connection_id: conn, timestamp_us };
-                        self.core.control.push_answer(&echo, conn, Some(conn));
-                    }
-                }
-                frames::ConnAction::Ack { conn, highest } => {
-                    if let Some(c) = self.conns.get_mut(conn) {
-                        self.core.on_acked(c, highest);
-                    }
-                }
-                frames::ConnAction::SetBackup { conn, backup } => {
-                    // A connection we do not have (any more) is ignored (PROTOCOL.md §3).
-                    if let Some(c) = self.conns.get_mut(conn) {
-                        c.backup = backup;
-                    }
-                }
-                frames::ConnAction::Steer { stream, conn } => {
-                    // Honoured when that connection can carry data; otherwise the stream stays
-                    // where it is (the request may be stale, e.g. the connection just failed).
-                    if self.conns.get(conn).is_some_and(Connection::carries_streams) {
-                        let _ = self.steer_stream(stream, Some(conn));
-                    }
-                }
-                frames::ConnAction::EchoAddress { on, about } => {
-                    if let Some(addr) = self.conns.get(about).and_then(|c| c.remote) {
-                        let echo = crate::frame::Frame::AddressEcho { connection_id: about, addr };
-                        self.core.control.push_answer(&echo, about, Some(on));
-                    }
-                }
-            }
-        }
-    }
-
-    pub(crate) fn drive_handshakes(&mut self) {
-        for c in &mut self.conns {
-            let result = c.drive_handshake();
-            // Server: accepted early data goes to the session before the handshake completes.
-            if let Err(e) = self.core.deliver_early_data(c) {
-                c.fail(e);
-                continue;
-            }
-            match result {
-                Ok(None) => {}
-                Ok(Some(info)) => {
-                    c.last_rx = self.core.clock.now();
-                    if !self.core.life.is_established() {
-                        self.core.settle_early_data(info.early_data_accepted);
-                        self.core.on_established(c.id, &info, c.is_tcpls());
-                    } else if !c.is_tcpls() {
-                        // A joining connection must speak TCPLS like the session's first one.
-                        c.fail(
-                            TransportError::new(
-                                AlertCode::NoApplicationProtocol,
-                                "joined connection did not negotiate tcpls/1",
-                            )
-                            .into(),
-                        );
-                    } else if !c.awaiting_join_ack() {
-                        self.core.events.push(Event::ConnectionEstablished { conn: c.id });
-                    }
-                }
-                Err(e) => c.fail(e),
-            }
-        }
-    }
-
-    /// Reports finished connections and ends the session when none is left.
-    fn after_connection_change(&mut self) {
-        let mut last_errors = Vec::new();
-        let mut finished = Vec::new();
-        for c in &mut self.conns {
-            if c.is_finished() && !c.reported {
-                c.reported = true;
-                let error = c.error.clone();
-                last_errors.push(error.clone());
-                finished.push(c.id);
-                self.core.control.forget_conn(c.id);
-                self.core.events.push(Event::ConnectionClosed { conn: c.id, error });
-            }
-        }
-        for id in finished {
-            self.on_connection_finished(id);
-        }
-        let all_finished = self.conns.all_finished();
-        if !self.core.life.is_closed() && self.core.life.orphaned_since().is_some() && all_finished {
-            // Still waiting for a rejoin: only a join, the deadline or `close` ends this.
-            return;
-        }
-        if !self.core.life.is_closed() && all_finished {
-            // The last connection was lost (not closed, not a protocol error): with failover
-            // the session waits for the client to rejoin with a spare token (break-before-make).
-            let lost =
-                !last_errors.is_empty() && last_errors.iter().all(|e| matches!(e, Some(Error::ConnectionLost(_))));
-            // (The session has a time: it is established, so input with a time came in.)
-            let now = self.core.clock.now();
-            if let (true, Some(now)) = (lost && self.can_wait_for_rejoin(), now) {
-                if self.core.life.orphaned_since().is_none() {
-                    self.core.life.orphan(now, last_errors.into_iter().flatten().next());
-                    self.core.events.push(Event::AllConnectionsLost);
-                }
-                self.replenish_tokens(None);
-                return;
-            }
-            // The session fails only when its last connections fail; earlier losses were
-            // events, and the others carried on. A clean close among the last ones is clean.
-            if self.core.life.error().is_none() && last_errors.iter().all(Option::is_some) {
-                self.core.life.set_error(last_errors.into_iter().flatten().next());
-            }
-            self.core.on_closed();
-        } else {
-            // A lost connection frees room in the budget: a fresh token lets the client rejoin.
-            self.replenish_tokens(None);
-            self.conns.prune_finished();
-        }
-    }
-
-    /// Graceful close: queued stream data is sent, then close_notify on every connection.
-    pub fn close(&mut self) {
-        if let Some(first_loss) = self.core.life.take_orphan() {
-            // No connection to send anything on: the session ends here.
-            self.core.life.set_error(first_loss);
-            self.core.on_closed();
-        } else {
-            self.core.life.begin_closing();
-        }
-    }
-
-    /// Waiting for a rejoin after losing every connection makes sense only for an established
-    /// TCPLS session that keeps what it sent, is not closing, and whose client can still join.
-    fn can_wait_for_rejoin(&self) -> bool {
-        let core = &self.core;
-        // A client without a token can still rejoin with the initial connection's secret.
-        let client_can_join =
-            core.side == Side::Server || !core.paths.tokens().is_empty() || self.rejoin_credentials().is_some();
-        core.life.is_established()
-            && !core.life.is_fallback()
-            && core.config.failover
-            && !core.config.rejoin_timeout.is_zero()
-            && !core.life.is_closing()
-            && client_can_join
-    }
-
-    /// Every connection was lost and the session waits for a rejoin (see
-    /// [`SessionConfig::rejoin_timeout`]); the client's IO layer should add a connection.
-    pub fn is_orphaned(&self) -> bool {
-        self.core.life.orphaned_since().is_some()
-    }
-
-    /// Changes how long this session waits for a rejoin once every connection is lost
-    /// ([`SessionConfig::rejoin_timeout`]), e.g. a client's path manager applying its outage
-    /// tolerance. Zero: the session ends with its last connection.
-    pub fn set_rejoin_timeout(&mut self, timeout: std::time::Duration) {
-        self.core.config.rejoin_timeout = timeout;
-    }
-
-    /// Since when every connection has been lost (the session waits for a rejoin), if it has.
-    pub fn orphaned_since(&self) -> Option<Instant> {
-        self.core.life.orphaned_since()
-    }
-
-    /// Client: what the last rejoin attempts said (e.g. per path: "wifi: network unreachable"),
-    /// quoted in the session's error if no rejoin comes in time.
-    pub fn set_rejoin_note(&mut self, note: String) {
-        self.core.life.set_rejoin_note(note);
-    }
-
-    /// Client: ends a session that waits for a rejoin at once, with `error` (e.g. the server
-    /// refused the rejoin: it no longer knows the session). Nothing happens otherwise.
-    pub fn end_orphaned(&mut self, error: Error) {
-        if self.core.life.take_orphan().is_some() {
-            self.core.life.take_rejoin_note();
-            self.core.life.set_error(Some(error));
-            self.core.on_closed();
-        }
-    }
-
-    /// Abort: close_notify at once on every connection, queued data is dropped, and the
-    /// session ends with [`Error::SessionClosed`].
-    pub fn abort(&mut self, now: Instant) {
-        self.core.clock.advance(now);
-        if self.core.life.take_orphan().is_some() {
-            // No connection left to abort and no rejoin wanted any more: it ends here (it used
-            // to wait for the rejoin deadline).
-            self.core.life.fail_with(Error::SessionClosed);
-            self.core.on_closed();
-            return;
-        }
-        for c in &mut self.conns {
-            let _ = c.send_close_notify();
-            c.fail(Error::SessionClosed);
-        }
-        self.after_connection_change();
-    }
 }

@@ -8,7 +8,7 @@ use crate::event::{ConnId, Event, StreamId};
 use crate::frame::{Frame, REJOIN_PROOF_LEN, SESSION_REF_LEN, TOKEN_LEN};
 use crate::tls::Handshake;
 
-use super::sched::{PathView, Scheduler};
+use super::sched::Scheduler;
 use super::{Connection, Core, Session, Side};
 
 /// Wire length of a Join frame: the token and the type byte.
@@ -316,13 +316,6 @@ impl Session {
         }
     }
 
-    pub(crate) fn fail_conn(&mut self, conn: ConnId, error: Error) {
-        if let Some(c) = self.conns.get_mut(conn) {
-            c.fail(error);
-        }
-        self.after_connection_change();
-    }
-
     /// Client: starts a new TCP connection's handshake, to be joined with the next unused token.
     /// Connect a socket to one of the server's addresses and feed it as connection `id`.
     /// Without a token while every connection of the session has ended, the connection rejoins
@@ -373,23 +366,6 @@ impl Session {
         Ok(())
     }
 
-    /// Marks `conn` as a backup path (`true`) or a regular one (`false`), here and, with a Path
-    /// Priority frame, at the peer (PROTOCOL.md §3): while a regular connection is usable,
-    /// neither side sends unsteered stream data on a backup one.
-    pub fn set_connection_backup(&mut self, conn: ConnId, backup: bool) -> Result<(), Error> {
-        let c = self.conns.get_mut(conn).ok_or_else(|| TransportError::internal(format!("no connection {conn}")))?;
-        if c.backup != backup {
-            c.backup = backup;
-            self.core.control.push(&Frame::PathPriority { connection_id: conn, backup }, None);
-        }
-        Ok(())
-    }
-
-    /// Whether `conn` is a backup path (set by either side).
-    pub fn is_connection_backup(&self, conn: ConnId) -> bool {
-        self.conns.get(conn).is_some_and(|c| c.backup)
-    }
-
     /// The connection a stream is steered to.
     pub fn stream_steering(&self, stream: StreamId) -> Option<ConnId> {
         self.core.streams.get(stream).and_then(|s| s.steer)
@@ -419,15 +395,6 @@ impl Session {
         self.close_connection(from)
     }
 
-    /// Closes one connection gracefully (close_notify after what is already sealed on it).
-    /// Streams steered to it move to the other connections.
-    pub fn close_connection(&mut self, conn: ConnId) -> Result<(), Error> {
-        let c = self.conns.get_mut(conn).ok_or_else(|| Error::ConnectionLost(format!("no connection {conn}")))?;
-        c.send_close_notify()?;
-        self.after_connection_change();
-        Ok(())
-    }
-
     /// Replaces the policy for unsteered streams (default: [`super::sched::LowestRtt`]).
     pub fn set_scheduler(&mut self, scheduler: Box<dyn Scheduler>) {
         self.core.paths.set_scheduler(scheduler);
@@ -442,38 +409,5 @@ impl Session {
     /// as [`Event::PeerTcpInfo`]).
     pub fn request_tcp_info(&mut self, about: ConnId) {
         self.core.control.push(&Frame::TcpInfoRequest { connection_id: about }, None);
-    }
-
-    /// Tells the scheduler a connection's RTT and congestion window (from TCP_INFO).
-    pub fn set_path_info(&mut self, conn: ConnId, rtt_us: Option<u32>, cwnd: Option<u32>) {
-        if let Some(c) = self.conns.get_mut(conn) {
-            c.rtt_us = rtt_us;
-            c.cwnd = cwnd;
-        }
-    }
-
-    /// The connection ended (closed or failed).
-    pub fn is_connection_finished(&self, conn: ConnId) -> bool {
-        self.conns.get(conn).is_none_or(Connection::is_finished)
-    }
-
-    /// Why a connection failed, if it did.
-    pub fn connection_error(&self, conn: ConnId) -> Option<&Error> {
-        self.conns.get(conn).and_then(|c| c.error.as_ref())
-    }
-
-    /// The connection's TLS handshake is complete (it may still be refused as a join).
-    pub fn is_connection_established(&self, conn: ConnId) -> bool {
-        self.conns.get(conn).is_some_and(Connection::is_established)
-    }
-
-    /// The connection can carry stream data (handshake done, join accepted, not closing, not
-    /// failed).
-    pub fn is_connection_usable(&self, conn: ConnId) -> bool {
-        self.conns.get(conn).is_some_and(Connection::carries_streams)
-    }
-
-    pub(crate) fn path_view(c: &Connection) -> PathView {
-        PathView { conn: c.id, rtt_us: c.rtt_us, cwnd: c.cwnd, queued: c.tx.len(), bytes_sent: c.stats.bytes_sent }
     }
 }

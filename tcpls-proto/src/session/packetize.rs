@@ -8,7 +8,7 @@
 use std::time::Instant;
 
 use crate::error::Error;
-use crate::event::StreamId;
+use crate::event::{ConnId, StreamId};
 use crate::frame::{write_stream_trailer, Frame, FrameReader, STREAM_FRAME_OVERHEAD};
 use crate::record::{CT_APPLICATION_DATA, MAX_PLAINTEXT};
 
@@ -477,5 +477,38 @@ impl Core {
         }
         self.notify_writable_if_blocked(0);
         Ok(())
+    }
+}
+
+impl Session {
+    /// Sealed bytes to write on `conn`'s socket; call [`Session::transmit_advance`] with how many
+    /// were written.
+    pub fn transmit_data(&self, conn: ConnId) -> &[u8] {
+        match self.conns.get(conn) {
+            Some(c) if !c.is_gone() => c.tx.data(),
+            _ => &[],
+        }
+    }
+
+    pub fn transmit_advance(&mut self, conn: ConnId, n: usize) {
+        if let Some(c) = self.conns.get_mut(conn) {
+            c.tx.advance(n);
+            c.stats.bytes_sent += n as u64;
+            if c.tx.is_empty() && c.is_finished() {
+                c.tx.shrink();
+                c.rx.shrink();
+            }
+        }
+    }
+
+    /// The connection is over and its last bytes are written: close the socket.
+    pub fn should_close_socket(&self, conn: ConnId) -> bool {
+        self.conns.get(conn).is_none_or(|c| c.is_finished() && (c.is_gone() || c.tx.is_empty()))
+    }
+
+    /// We sent close_notify and everything before it is written: the IO layer may shut down its
+    /// write half (TCP FIN), as TLS over TCP does.
+    pub fn should_shutdown_write(&self, conn: ConnId) -> bool {
+        self.conns.get(conn).is_some_and(|c| c.close_sent() && c.tx.is_empty())
     }
 }
