@@ -95,6 +95,8 @@ impl StoresServerSessions for TicketStore {
             order.retain(|k| entries.contains_key(k));
         }
         inner.order.push_back(key.clone());
+        // rustls asks this store without a time, so it reads the clock itself: a server-wide
+        // cache beside the sessions, not part of the sans-IO session core.
         inner.entries.insert(key, (Instant::now(), value));
         inner.stats.issued += 1;
         true
