@@ -158,7 +158,8 @@ impl Session {
         self.conns.get(conn).and_then(|c| c.error.as_ref())
     }
 
-    /// The connection's TLS handshake is complete (it may still be refused as a join).
+    /// The connection's TLS handshake is complete and it has not finished (it may still be
+    /// refused as a join).
     pub fn is_connection_established(&self, conn: ConnId) -> bool {
         self.conns.get(conn).is_some_and(Connection::is_established)
     }
