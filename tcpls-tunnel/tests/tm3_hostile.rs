@@ -75,17 +75,7 @@ async fn abandoned_partial_groups_are_closed_on_a_timer() {
 }
 
 async fn echo_server() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let a = l.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((s, _)) = l.accept().await {
-            tokio::spawn(async move {
-                let (mut r, mut w) = s.into_split();
-                let _ = tokio::io::copy(&mut r, &mut w).await;
-            });
-        }
-    });
-    a
+    tcpls_test::net::tcp_echo_server("127.0.0.1:0".parse().unwrap()).await.unwrap()
 }
 
 /// A loopback destination whose connects stay pending: a listener with a backlog of 0 whose

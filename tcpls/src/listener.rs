@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 
 use std::time::Instant;
 
+use tcpls_proto::sync::LockExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::admission::Admission;
@@ -125,7 +126,7 @@ impl TcplsListener {
     /// Like [`with_trace`](Self::with_trace) on a shared listener; `None` stops tracing new
     /// sessions (the default trace, if any, applies again).
     pub fn set_trace(&self, sink: Option<Arc<dyn crate::TraceSink>>) {
-        *self.trace.lock().unwrap_or_else(|e| e.into_inner()) = sink;
+        *self.trace.lock_unpoisoned() = sink;
     }
 
     /// The registry this listener routes joins with.
@@ -251,7 +252,7 @@ async fn accept_one(mut stream: TcpStream, ctx: &AcceptCtx) -> io::Result<Option
             Accepted::NewSession => {
                 let mut inner = Inner::new(proto);
                 inner.registry = Some(ctx.registry.clone());
-                if let Some(sink) = ctx.trace.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+                if let Some(sink) = ctx.trace.lock_unpoisoned().clone() {
                     inner.trace = Some(crate::trace::Tracer::new(sink));
                 }
                 let shared = Shared(Arc::new(std::sync::Mutex::new(inner)));
@@ -324,7 +325,7 @@ async fn join(
     let reason = if target.is_some() && !rejoin { Outcome::JoinRefusedBudget } else { Outcome::JoinRefusedToken };
     let refused = match target {
         Some(target) => {
-            let mut inner = target.lock().unwrap_or_else(|e| e.into_inner());
+            let mut inner = target.lock_unpoisoned();
             match inner.proto.attach_joining_connection(joining, Instant::now()) {
                 Ok(id) => {
                     inner.proto.set_addresses(id, local, remote);
