@@ -7,6 +7,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
+use tcpls_proto::sync::RwLockExt;
 use tcpls_tunnel::frontend::{split_forward, Target};
 use tcpls_tunnel::tunnel::{
     Backoff, ClientPolicy, Concentrator, DestPolicy, Frontend, SessionSummary, TunnelClient, TunnelConfig, MAX_LOOKUPS,
@@ -507,7 +508,7 @@ struct ReloadableCert(RwLock<Arc<dyn rustls::server::ResolvesServerCert>>);
 
 impl rustls::server::ResolvesServerCert for ReloadableCert {
     fn resolve(&self, hello: rustls::server::ClientHello<'_>) -> Option<Arc<rustls::sign::CertifiedKey>> {
-        self.0.read().unwrap_or_else(|p| p.into_inner()).resolve(hello)
+        self.0.read_unpoisoned().resolve(hello)
     }
 }
 
@@ -548,7 +549,7 @@ fn reload(
     let policy = new.dest_policy()?;
     let tls =
         crate::server_tls("tunnel server", new.cert.as_deref(), new.key.as_deref(), &[], start.client_ca.as_deref())?;
-    *certs.0.write().unwrap_or_else(|p| p.into_inner()) = tls.cert_resolver.clone();
+    *certs.0.write_unpoisoned() = tls.cert_resolver.clone();
     control.set_dest_policy(policy.clone());
     control.set_client_policy(new.client_policy.clone());
     let mut msg = format!("destinations: {policy}; {}; certificate re-read", describe_clients(&new.client_policy));

@@ -34,7 +34,7 @@
 
 pub mod net;
 mod payload;
-mod pki;
+pub mod pki;
 
 pub use payload::{payload, payload_at};
 pub use pki::{Identity, Pki, TestCa};
