@@ -11,8 +11,9 @@
 //! * [`net`]: loopback helpers (a TCP echo server, a port with nothing listening).
 //!
 //! The network-namespace helpers (creating namespaces, veth pairs, routes, detecting whether
-//! the test may: root and `ip netns`) are in the `tcpls-netem` crate (`Topology`,
-//! `netns_available`), which the namespace tests already share.
+//! the test may: root and `ip netns`, printing `SKIPPED: <reason>` otherwise) are in the
+//! `tcpls-netem` crate (`Topology`, `check_support`, `skip_unless_supported!`), which the
+//! namespace tests already share.
 //!
 //! A dev-dependency of the crates' tests (`tcpls-test.workspace = true`). Not for the product:
 //! nothing here checks anything a real deployment needs checked.

@@ -18,7 +18,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::codec::{self, Message, MAX_PAYLOAD, REASON_FIN, REASON_RST};
 use crate::reorder::{Reorder, ReorderError, ENTRY_OVERHEAD};
-use crate::Config;
+use crate::{Config, Stats};
 
 /// Which side of the tunnel this multiplexer is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,16 +117,6 @@ impl Conn {
     }
 }
 
-/// Counters, mostly for tests and summaries.
-#[derive(Debug, Default)]
-pub struct Stats {
-    pub conns_opened: AtomicUsize,
-    /// Remote proxy: connections refused by the destination policy (reset, FIN 0x99).
-    pub conns_refused_dest: AtomicUsize,
-    pub conn_protocol_errors: AtomicUsize,
-    pub pipes_dropped: AtomicUsize,
-}
-
 pub(crate) struct Mux {
     role: Role,
     cfg: Config,
@@ -213,7 +203,7 @@ impl Mux {
         if pipe.dead.send_replace(true) {
             return;
         }
-        self.stats.pipes_dropped.fetch_add(1, Ordering::Relaxed);
+        self.stats.pipe_dropped();
         let left = self.alive.fetch_sub(1, Ordering::SeqCst) - 1;
         info!("{}: pipe {} ({}) closed: {why}; {left} pipe(s) left", self.label, pipe.idx, pipe.peer);
         self.space.notify_waiters();
@@ -406,7 +396,7 @@ impl Mux {
     }
 
     fn protocol_error(self: &Arc<Self>, conn: &Arc<Conn>, pipe: &Pipe, why: &dyn std::fmt::Display) {
-        self.stats.conn_protocol_errors.fetch_add(1, Ordering::Relaxed);
+        self.stats.rejected();
         warn!(
             "{}: ill-formed message for connection {} on pipe {} ({}): {why}; resetting that connection",
             self.label, conn.id, pipe.idx, pipe.peer
@@ -434,7 +424,7 @@ impl Mux {
             t.insert(id, c.clone());
             c
         };
-        self.stats.conns_opened.fetch_add(1, Ordering::Relaxed);
+        self.stats.stream();
         let id = conn.id;
         let syn = Message::Syn { conn_id: id, seq: 0, dst };
         let sent = self.send_seq(&conn, |_| syn.to_bytes().unwrap_or_default()).await;
@@ -458,7 +448,7 @@ impl Mux {
         let mux = self.clone();
         if let Err(r) = self.cfg.dest_policy.check_on_this_host(IpAddr::V4(*dst.ip())) {
             info!("{}: connection {}: {r}; sending FIN 0x99", self.label, conn.id);
-            self.stats.conns_refused_dest.fetch_add(1, Ordering::Relaxed);
+            self.stats.refused_dest();
             self.reset_conn(&conn);
             return;
         }
@@ -670,7 +660,7 @@ impl Mux {
     fn new_remote_conn(self: &Arc<Self>, table: &mut HashMap<u16, Arc<Conn>>, id: u16) -> Arc<Conn> {
         let c = Conn::new(id, 0, &self.cfg, false);
         table.insert(id, c.clone());
-        self.stats.conns_opened.fetch_add(1, Ordering::Relaxed);
+        self.stats.stream();
         // A connection whose SYN never shows up is forgotten after the linger time.
         let mux = Arc::downgrade(self);
         let c2 = c.clone();

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use tcpls_test::payload;
 use tcpls_tunnel::codec::{self, Message, REASON_FIN, REASON_RST};
+use tcpls_tunnel::frontend::Target;
 use tcpls_tunnel::{Config, Frontend, LocalProxy, RemoteProxy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -110,7 +111,7 @@ impl Setup {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let a = l.local_addr().unwrap();
         let lp = self.lp.clone();
-        tokio::spawn(async move { lp.serve(l, Frontend::Forward(v4(target))).await });
+        tokio::spawn(async move { lp.serve(l, Frontend::Forward(Target::Addr(target))).await });
         a
     }
 }
@@ -152,7 +153,7 @@ async fn concurrent_300_connections_random_sizes() {
         assert!(r.is_ok(), "connection {i}: {r:?}");
     }
     // All 300 were concurrently open at the remote proxy at some point: IDs beyond 256 used.
-    assert!(st.lp.stats().conns_opened.load(std::sync::atomic::Ordering::Relaxed) >= 300);
+    assert!(st.lp.stats().snapshot().streams >= 300);
     eprintln!("300 connections in {:?}", start.elapsed());
 }
 
@@ -279,7 +280,7 @@ async fn local_proxy_wire_format() {
     let fwd = fl.local_addr().unwrap();
     let target: SocketAddrV4 = "10.1.2.3:6001".parse().unwrap();
     let lp2 = lp.clone();
-    tokio::spawn(async move { lp2.serve(fl, Frontend::Forward(target)).await });
+    tokio::spawn(async move { lp2.serve(fl, Frontend::Forward(Target::Addr(target.into()))).await });
     let mut ws = Vec::new();
     let (tx, mut rx) = mpsc::unbounded_channel();
     for (i, p) in pipes.into_iter().enumerate() {
@@ -562,8 +563,8 @@ async fn garbage_pipe_is_dropped_others_continue() {
     assert_eq!(got.len(), 38 * 2000);
     assert!(!used.contains(&1), "the untrusted pipe must not be used");
     let stats = sessions.lock().unwrap()[0].clone();
-    assert_eq!(stats.stats().pipes_dropped.load(std::sync::atomic::Ordering::Relaxed), 1);
-    assert_eq!(stats.stats().conn_protocol_errors.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(stats.stats().snapshot().pipes_dropped, 1);
+    assert_eq!(stats.stats().snapshot().rejected, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -606,7 +607,7 @@ async fn transparent_mode_refuses_connections_that_were_not_redirected() {
     let mut b = [0u8; 1];
     let r = timeout(T, c.read(&mut b)).await.expect("not-redirected connection must be closed");
     assert!(matches!(r, Ok(0) | Err(_)));
-    assert_eq!(st.lp.stats().conns_opened.load(std::sync::atomic::Ordering::Relaxed), 0);
+    assert_eq!(st.lp.stats().snapshot().streams, 0);
 }
 
 fn spawn_pipe_reader(

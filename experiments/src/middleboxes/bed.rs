@@ -9,8 +9,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tcpls::proto::sync::LockExt;
 use rustls::ServerConfig;
+use tcpls::proto::sync::LockExt;
 use tcpls::{JoinRegistry, Session, SessionConfig, TcplsListener};
 use tcpls_netem::{Side, Topology};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
