@@ -489,6 +489,24 @@ async fn two_thousand_short_connections() {
     eprintln!("2000 connections in {:?}", start.elapsed());
 }
 
+/// The front-end type is shared with the TCPLS tunnel: what the TM3 SYN cannot carry (an HTTP
+/// proxy, a forward to IPv6 or to a name) is refused at once, and the proxy still serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frontends_tm3_cannot_carry_are_refused() {
+    let st = setup(2).await;
+    for frontend in [
+        Frontend::Http,
+        Frontend::Forward(Target::Addr("[::1]:80".parse().unwrap())),
+        Frontend::Forward(Target::Name("example.org".into(), 80)),
+    ] {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let e = timeout(T, st.lp.serve(l, frontend.clone())).await.unwrap().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{frontend:?}: {e}");
+    }
+    let fwd = st.forward(echo_server().await).await;
+    echo_roundtrip(fwd, payload(10_000, 3)).await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn socks5_ipv4_ok_names_refused() {
     let st = setup(2).await;
