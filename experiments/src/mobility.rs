@@ -20,6 +20,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use tcpls::proto::sync::LockExt;
 use tcpls::{
     server_name_for, Endpoint, PathManager, PathManagerConfig, PathOptions, PathPolicy, SessionConfig, TcplsConnector,
 };
@@ -218,7 +219,7 @@ fn run_tcpls(p: &Params, pki: &Pki, late: bool) -> Result<Run, String> {
                 let conns = session.connections();
                 let on_backup: u64 = conns.iter().filter(|c| session.is_backup(c.id)).map(|c| c.bytes_received).sum();
                 let all: u64 = conns.iter().map(|c| c.bytes_received).sum();
-                *sample.lock().unwrap_or_else(|e| e.into_inner()) = (on_backup, all);
+                *sample.lock_unpoisoned() = (on_backup, all);
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         };
@@ -246,7 +247,7 @@ fn run_tcpls(p: &Params, pki: &Pki, late: bool) -> Result<Run, String> {
     sleep_until(t0, p.wifi_up_at);
     let up = wifi_up(&topo)?;
     let (got, verified, per_conn, failovers) = tcpls_run::join(client)?;
-    let (backup_before, all_before) = *before_down.lock().unwrap_or_else(|e| e.into_inner());
+    let (backup_before, all_before) = *before_down.lock_unpoisoned();
     drop(server);
     drop(topo);
     // Bytes that came over the backup (LTE) connections, by connection.

@@ -12,6 +12,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use rustls::ServerConfig;
+use tcpls::proto::sync::LockExt;
 use tcpls::{ConnId, JoinRegistry, RecvStream, SendStream, Session, SessionConfig, TcplsListener};
 use tcpls_netem::{Side, Topology};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -84,7 +85,7 @@ impl TcplsServer {
     /// Failovers (connections failed with unacknowledged records re-sent elsewhere) of all the
     /// server's sessions, ended or not.
     pub fn failovers(&self) -> u64 {
-        self.sessions.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|s| s.stats().failovers).sum()
+        self.sessions.lock_unpoisoned().iter().map(|s| s.stats().failovers).sum()
     }
 }
 
@@ -124,7 +125,7 @@ async fn serve(
         let sessions = sessions.clone();
         tasks.spawn(async move {
             while let Some((session, _)) = l.accept().await {
-                sessions.lock().unwrap_or_else(|e| e.into_inner()).push(session.clone());
+                sessions.lock_unpoisoned().push(session.clone());
                 tokio::spawn(serve_session(session));
             }
         });

@@ -5,6 +5,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use tcpls::proto::sync::LockExt;
+
 /// Shared receive log of one transfer (cheap to clone; one writer, read at the end).
 #[derive(Clone, Debug, Default)]
 pub struct Meter(Arc<Mutex<Vec<(Instant, u64)>>>);
@@ -16,17 +18,17 @@ impl Meter {
 
     /// Records `n` bytes delivered to the application now.
     pub fn add(&self, n: usize) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).push((Instant::now(), n as u64));
+        self.0.lock_unpoisoned().push((Instant::now(), n as u64));
     }
 
     /// Bytes delivered so far.
     pub fn total(&self) -> u64 {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(_, n)| n).sum()
+        self.0.lock_unpoisoned().iter().map(|(_, n)| n).sum()
     }
 
     /// The reads, as (seconds since `t0`, bytes).
     pub fn reads_since(&self, t0: Instant) -> Vec<(f64, u64)> {
-        let log = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let log = self.0.lock_unpoisoned();
         log.iter().map(|(t, n)| (secs_between(t0, *t), *n)).collect()
     }
 }

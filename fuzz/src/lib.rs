@@ -12,12 +12,12 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM};
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{ActiveKeyExchange, SharedSecret, SupportedKxGroup};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::sign::{CertifiedKey, Signer, SigningKey, SingleCertAndKey};
-use rustls::{ClientConfig, DigitallySignedStruct, NamedGroup, ServerConfig, SignatureAlgorithm, SignatureScheme};
+use rustls::{ClientConfig, NamedGroup, ServerConfig, SignatureAlgorithm, SignatureScheme};
 use tcpls_proto::frame::FrameReader;
+use tcpls_proto::insecure::AcceptAnyServerCertificate;
 use tcpls_proto::record::{
     next_record, RecordKey, RxBuf, TxBuf, CT_ALERT, CT_APPLICATION_DATA, CT_HANDSHAKE, HEADER_LEN, MAX_CIPHERTEXT,
     MAX_PLAINTEXT, TAG_LEN,
@@ -258,44 +258,6 @@ const PER_STREAM_BOUND: usize = 2 * (WINDOW as usize) + (WINDOW as usize) / 8 + 
 const RECV_MEMORY_PER_WIRE_BYTE: usize = 8;
 const PER_STREAM_FLOOR: usize = 256;
 
-/// The fuzzer attacks the record layer and the session, not certificate checks: the client
-/// accepts the fixed certificate without looking (and without a signature check, which also
-/// makes the handshakes cheaper).
-#[derive(Debug)]
-struct AcceptAnyCertificate(Vec<SignatureScheme>);
-
-impl ServerCertVerifier for AcceptAnyCertificate {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        _: &[u8],
-        _: &CertificateDer<'_>,
-        _: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        Ok(HandshakeSignatureValid::assertion())
-    }
-    fn verify_tls13_signature(
-        &self,
-        _: &[u8],
-        _: &CertificateDer<'_>,
-        _: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        Ok(HandshakeSignatureValid::assertion())
-    }
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.clone()
-    }
-}
-
 /// A key exchange that costs nothing, for fuzzing only: every share is 32 fixed bytes and
 /// both sides derive the same fixed secret. The handshake is still rustls' own (messages,
 /// transcript, key schedule, Finished checks); only the public-key operations go (this, and
@@ -372,12 +334,15 @@ fn configs() -> &'static Configs {
         // SHA-256 (the default prefers AES-256/SHA-384, whose key schedule cost more).
         provider.cipher_suites = vec![rustls::crypto::aws_lc_rs::cipher_suite::TLS13_AES_128_GCM_SHA256];
         let provider = Arc::new(provider);
-        let schemes = provider.signature_verification_algorithms.supported_schemes();
+        // The fuzzer attacks the record layer and the session, not certificate checks: the
+        // client accepts the fixed certificate without looking, and without a signature check
+        // (the server signs with a fake key, which also makes the handshakes cheaper).
+        let verifier = Arc::new(AcceptAnyServerCertificate::without_signature_checks(&provider));
         let client = ClientConfig::builder_with_provider(provider.clone())
             .with_protocol_versions(&[&rustls::version::TLS13])
             .unwrap()
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AcceptAnyCertificate(schemes)))
+            .with_custom_certificate_verifier(verifier)
             .with_no_client_auth();
         let certified = CertifiedKey::new(vec![CertificateDer::from(CERT_DER.to_vec())], Arc::new(FreeSigningKey));
         let server = ServerConfig::builder_with_provider(provider)

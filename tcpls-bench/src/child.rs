@@ -6,18 +6,19 @@
 //! then prints its [`SideReport`].
 //!
 //! Client: connects and completes the handshake, notes the time and CPU, writes the bytes in
-//! 256 KiB pieces of the fixed payload, closes its sending side and waits for the server's close
+//! 256 KiB pieces of the payload (`tcpls-pattern`), closes its sending side and waits for the server's close
 //! (so that everything it had to send and encrypt is counted), then prints its report.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use tcpls::{server_name_for, TcplsConnector, TcplsListener};
+use tcpls_proto::sync::LockExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::pki::{Pki, SERVER_NAME};
-use crate::proto::{payload, peak_rss_kib, share, Proto, Ready, SideReport, TcplsReceiverStats, IO_SIZE};
+use crate::proto::{peak_rss_kib, share, Proto, Ready, SideReport, TcplsReceiverStats, IO_SIZE, PAYLOAD_SEED};
 use crate::sys::{monotonic_ns, Cpu};
 use crate::Res;
 
@@ -34,7 +35,7 @@ impl Counter {
     }
 
     pub fn add(&self, n: usize) {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut st = self.state.lock_unpoisoned();
         st.0 += n as u64;
         if st.1.is_none() && st.0 >= self.expected {
             st.1 = Some((monotonic_ns(), Cpu::now()));
@@ -43,7 +44,7 @@ impl Counter {
 
     /// Total bytes, and the time and CPU at the last expected byte (or now, if it never came).
     pub fn finish(&self, cpu0: Cpu) -> SideReport {
-        let st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let st = self.state.lock_unpoisoned();
         let (t, cpu) = st.1.unwrap_or_else(|| (monotonic_ns(), Cpu::now()));
         let cpu = cpu.since(cpu0);
         SideReport {
@@ -220,13 +221,14 @@ fn receiver_stats(session: &tcpls::Session) -> TcplsReceiverStats {
 /// What the TCPLS server sends back on stream 0 once it has received every byte.
 pub const DONE: &[u8] = b"done";
 
-/// Writes `bytes` bytes as 256 KiB (or shorter, at the end) prefixes of the payload.
-pub async fn write_payload<W: AsyncWrite + Unpin>(w: &mut W, payload: &[u8], bytes: u64) -> Res<()> {
-    let mut left = bytes;
-    while left > 0 {
-        let n = left.min(payload.len() as u64) as usize;
-        w.write_all(&payload[..n]).await?;
-        left -= n as u64;
+/// Writes the first `bytes` bytes of the payload ([`PAYLOAD_SEED`]) in 256 KiB (or shorter, at
+/// the end) pieces.
+pub async fn write_payload<W: AsyncWrite + Unpin>(w: &mut W, bytes: u64) -> Res<()> {
+    let mut sent = 0;
+    while sent < bytes {
+        let piece = tcpls_pattern::chunk(PAYLOAD_SEED, sent, (bytes - sent).min(IO_SIZE as u64) as usize);
+        w.write_all(piece).await?;
+        sent += piece.len() as u64;
     }
     Ok(())
 }
@@ -245,7 +247,6 @@ async fn wait_eof<R: AsyncRead + Unpin>(r: &mut R) -> Res<()> {
 pub async fn client(proto: Proto, port: u16, bytes: u64, close_early: bool) -> Res<SideReport> {
     let pki = Pki::from_env()?;
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
-    let data: Arc<[u8]> = payload().into();
     let (t0, cpu0) = match proto {
         Proto::Tcp | Proto::Tls | Proto::TlsBufread => {
             let tcp = TcpStream::connect(addr).await?;
@@ -253,7 +254,7 @@ pub async fn client(proto: Proto, port: u16, bytes: u64, close_early: bool) -> R
             if proto == Proto::Tcp {
                 let mut tcp = tcp;
                 let start = (monotonic_ns(), Cpu::now());
-                write_payload(&mut tcp, &data, bytes).await?;
+                write_payload(&mut tcp, bytes).await?;
                 tcp.shutdown().await?;
                 wait_eof(&mut tcp).await?;
                 start
@@ -261,13 +262,13 @@ pub async fn client(proto: Proto, port: u16, bytes: u64, close_early: bool) -> R
                 let connector = tokio_rustls::TlsConnector::from(Arc::new(pki.client_config()?));
                 let mut tls = connector.connect(server_name_for(SERVER_NAME)?, tcp).await?;
                 let start = (monotonic_ns(), Cpu::now());
-                write_payload(&mut tls, &data, bytes).await?;
+                write_payload(&mut tls, bytes).await?;
                 tls.shutdown().await?;
                 wait_eof(&mut tls).await?;
                 start
             }
         }
-        Proto::Quic | Proto::Quic9k => crate::quic::client(proto, &pki, addr, &data, bytes).await?,
+        Proto::Quic | Proto::Quic9k => crate::quic::client(proto, &pki, addr, bytes).await?,
         Proto::Tcpls
         | Proto::TcplsNoack
         | Proto::TcplsAgg2
@@ -306,11 +307,10 @@ pub async fn client(proto: Proto, port: u16, bytes: u64, close_early: bool) -> R
             let mut keep = Vec::new();
             for (i, (mut send, recv)) in pairs.into_iter().enumerate() {
                 keep.push(recv);
-                let data = data.clone();
                 let n = share(bytes, streams, i as u32);
                 let done = done.clone();
                 tasks.spawn(async move {
-                    write_payload(&mut send, &data, n).await.map_err(|e| e.to_string())?;
+                    write_payload(&mut send, n).await.map_err(|e| e.to_string())?;
                     send.shutdown().await.map_err(|e| e.to_string())?;
                     done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     Ok::<(), String>(())

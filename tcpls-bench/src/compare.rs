@@ -322,7 +322,7 @@ fn print_table(r: &Report) {
         r.reps
     );
     println!("processes: {}", r.processes);
-    println!("payload: one fixed pseudo-random 256 KiB buffer; the receiver counts bytes exactly but does NOT verify content (correctness is tested elsewhere)");
+    println!("payload: the tcpls-pattern stream (seed 0) in 256 KiB writes; the receiver counts bytes exactly but does NOT verify content (correctness is tested elsewhere)");
     println!("goodput: {}", r.goodput);
     println!("cpu: {}", r.cpu);
     println!();

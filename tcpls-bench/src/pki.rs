@@ -14,7 +14,7 @@ pub const CERT_ENV: &str = "TCPLS_BENCH_CERT_DER_HEX";
 pub const KEY_ENV: &str = "TCPLS_BENCH_KEY_DER_HEX";
 
 /// The server name the certificate is for.
-pub const SERVER_NAME: &str = "localhost";
+pub const SERVER_NAME: &str = tcpls_test::pki::SERVER_NAMES[0];
 
 pub struct Pki {
     pub cert: Vec<u8>,
@@ -23,8 +23,9 @@ pub struct Pki {
 
 impl Pki {
     pub fn generate() -> Res<Self> {
-        let ck = rcgen::generate_simple_self_signed(vec![SERVER_NAME.to_string(), "127.0.0.1".to_string()])?;
-        Ok(Self { cert: ck.cert.der().to_vec(), key: ck.key_pair.serialize_der() })
+        // The workspace's throw-away certificate (for localhost and 127.0.0.1).
+        let pki = tcpls_test::Pki::try_new()?;
+        Ok(Self { cert: pki.cert.to_vec(), key: pki.key })
     }
 
     /// The variables to set on a child process.

@@ -87,7 +87,7 @@ pub async fn server(proto: Proto, pki: &Pki, counter: &Counter) -> Res<SideRepor
 }
 
 /// Returns the time and CPU at the first write.
-pub async fn client(proto: Proto, pki: &Pki, addr: SocketAddr, data: &[u8], bytes: u64) -> Res<(u64, Cpu)> {
+pub async fn client(proto: Proto, pki: &Pki, addr: SocketAddr, bytes: u64) -> Res<(u64, Cpu)> {
     let crypto = QuicClientConfig::try_from(pki.client_config()?)?;
     let mut config = quinn::ClientConfig::new(Arc::new(crypto));
     config.transport_config(Arc::new(transport(proto)));
@@ -96,7 +96,7 @@ pub async fn client(proto: Proto, pki: &Pki, addr: SocketAddr, data: &[u8], byte
     let conn = endpoint.connect(addr, SERVER_NAME)?.await?;
     let (mut send, mut recv) = conn.open_bi().await?;
     let start = (monotonic_ns(), Cpu::now());
-    write_payload(&mut send, data, bytes).await?;
+    write_payload(&mut send, bytes).await?;
     send.finish()?;
     let reply = recv.read_to_end(DONE.len()).await?;
     if reply != DONE {

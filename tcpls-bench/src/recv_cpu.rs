@@ -12,7 +12,7 @@
 //!
 //! Not measured: the server writing and sealing the records, the copy of the sealed bytes into
 //! the client's read buffer (`socket_copy`: in a real process the kernel's `recv` makes it),
-//! the check of every received byte against the payload (`verify`), and delivering the client's
+//! the check of every received byte against the payload (`tcpls_pattern::verify`), and delivering the client's
 //! ACKs and credit back to the server. Under callgrind, `scripts/recv-cpu.sh` collects only
 //! inside `measured_*` (`--toggle-collect`); without callgrind, the wall-clock time spent in
 //! them is reported.
@@ -29,7 +29,7 @@ use serde::Serialize;
 use tcpls_proto::{tcpls_client_config, tcpls_server_config, Event, Session, SessionConfig, StreamId};
 
 use crate::pki::{Pki, SERVER_NAME};
-use crate::proto::payload;
+use crate::proto::{IO_SIZE, PAYLOAD_SEED};
 use crate::Res;
 
 #[derive(clap::Args)]
@@ -101,7 +101,6 @@ struct Receiver {
     received: u64,
     fin: bool,
     verified: bool,
-    payload: Vec<u8>,
     /// Wall-clock time spent in the measured functions.
     measured: Duration,
     now: Instant,
@@ -117,7 +116,6 @@ pub fn measure(zero_copy: bool, bytes: u64) -> Res<RecvCpuReport> {
     let mut now = Instant::now();
     handshake(&mut client, &mut server, &mut now)?;
 
-    let data = payload();
     let stream = server.open_stream()?;
     let mut rx = Receiver {
         session: client,
@@ -125,7 +123,6 @@ pub fn measure(zero_copy: bool, bytes: u64) -> Res<RecvCpuReport> {
         received: 0,
         fin: false,
         verified: true,
-        payload: data.clone(),
         measured: Duration::ZERO,
         now,
     };
@@ -141,9 +138,8 @@ pub fn measure(zero_copy: bool, bytes: u64) -> Res<RecvCpuReport> {
         loop {
             let before = wire.len();
             while sent < bytes {
-                let at = (sent % data.len() as u64) as usize;
-                let n = (data.len() - at).min((bytes - sent) as usize);
-                let taken = server.write(stream, &data[at..at + n])?;
+                let piece = tcpls_pattern::chunk(PAYLOAD_SEED, sent, (bytes - sent).min(IO_SIZE as u64) as usize);
+                let taken = server.write(stream, piece)?;
                 if taken == 0 {
                     break;
                 }
@@ -256,7 +252,7 @@ fn receive_batch(rx: &mut Receiver, wire: &[u8]) -> usize {
             }
             // Outside the measured functions: look at the same chunk again to check it.
             if let Ok(Some(chunk)) = rx.session.recv_chunk(id) {
-                rx.verified &= verify(&rx.payload, rx.received, &chunk[..len]);
+                rx.verified &= tcpls_pattern::verify(PAYLOAD_SEED, rx.received, &chunk[..len]);
             }
             let t = Instant::now();
             measured_consume(rx, id, len);
@@ -305,21 +301,6 @@ fn socket_copy(session: &mut Session, from: &[u8]) -> usize {
     n
 }
 
-/// Checks `chunk` (stream bytes from `offset` on) against the repeated payload.
-fn verify(payload: &[u8], offset: u64, chunk: &[u8]) -> bool {
-    let mut ok = true;
-    let mut off = offset;
-    let mut rest = chunk;
-    while !rest.is_empty() {
-        let at = (off % payload.len() as u64) as usize;
-        let n = (payload.len() - at).min(rest.len());
-        ok &= rest[..n] == payload[at..at + n];
-        rest = &rest[n..];
-        off += n as u64;
-    }
-    ok
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -335,17 +316,5 @@ mod tests {
             }
             assert!(r.wire_bytes > r.bytes, "{r:?}");
         }
-    }
-
-    #[test]
-    fn verify_detects_a_wrong_byte() {
-        let p = payload();
-        let mut chunk = p[100..5000].to_vec();
-        assert!(verify(&p, 100, &chunk));
-        chunk[7] ^= 1;
-        assert!(!verify(&p, 100, &chunk));
-        // Wrapping around the end of the payload.
-        let wrap: Vec<u8> = p[p.len() - 10..].iter().chain(&p[..10]).copied().collect();
-        assert!(verify(&p, (p.len() - 10) as u64, &wrap));
     }
 }

@@ -2,6 +2,7 @@
 
 mod args;
 mod connect;
+mod frontend_args;
 mod interrupt;
 mod iperf3;
 mod logging;

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use rustls::pki_types::ServerName;
 use tcpls::{RecvStream, SendStream, Session, SessionConfig, TcplsConnector};
+use tcpls_proto::sync::LockExt;
 use tokio::sync::watch;
 
 use crate::perf_interval::{Counters, Sampled, Sampler, SenderView, Snapshot, SPREAD};
@@ -214,7 +215,7 @@ pub async fn run(opts: PerfOptions, interrupted: watch::Receiver<bool>) -> Resul
         return Err(e);
     }
     let end = start.elapsed();
-    let migration = migration.lock().unwrap_or_else(|p| p.into_inner()).take();
+    let migration = migration.lock_unpoisoned().take();
     warn_about_migration(&opts, migration.is_some(), end);
 
     let connections = session
@@ -359,7 +360,7 @@ fn spawn_migration(
                 Some(e) => format!("- - migration at {:.2} s failed: {e}", done.at_seconds),
             });
         }
-        *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(done);
+        *slot.lock_unpoisoned() = Some(done);
     });
     report
 }

@@ -5,6 +5,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
+use tcpls_proto::sync::LockExt;
 
 use crate::units::{Amount, Format, Rate};
 
@@ -29,7 +30,7 @@ impl Out {
 
     /// Writes one line (flushed at once, so a pipe or a `tail -f` sees it while the run goes on).
     pub fn line(&self, text: &str) {
-        let mut w = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut w = self.0.lock_unpoisoned();
         let _ = writeln!(w, "{text}");
         let _ = w.flush();
     }

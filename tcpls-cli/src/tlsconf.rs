@@ -3,11 +3,12 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{aws_lc_rs, CryptoProvider};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, ServerConfig, SignatureScheme};
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use tcpls_proto::insecure::AcceptAnyServerCertificate;
+use tcpls_proto::sync::LockExt;
 
 /// aws-lc-rs with the TLS 1.3 suites in our order (AES-128-GCM first: fastest here and the
 /// protocol's default), then TLS 1.2 suites for plain-TLS fallback peers. `cipher` restricts
@@ -42,14 +43,14 @@ pub fn warm_up_crypto() {
         let _ = aws_lc_rs::default_provider().secure_random.fill(&mut seed);
     });
     if let Ok(handle) = started {
-        *WARM_UP.lock().unwrap_or_else(|p| p.into_inner()) = Some(handle);
+        *WARM_UP.lock_unpoisoned() = Some(handle);
     }
 }
 
 /// Waits until [`warm_up_crypto`] is done (at once if it was not started or is done), so that a
 /// handshake timer started after it measures the handshake, not the crypto library's start.
 pub async fn crypto_ready() {
-    let handle = WARM_UP.lock().unwrap_or_else(|p| p.into_inner()).take();
+    let handle = WARM_UP.lock_unpoisoned().take();
     if let Some(handle) = handle {
         let _ = tokio::task::spawn_blocking(move || handle.join()).await;
     }
@@ -156,7 +157,9 @@ pub fn client_config_with_identity(
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?;
     let mut config = if insecure {
-        let verifier = Arc::new(NoVerification(provider(cipher)?));
+        // `--insecure`: any certificate (signatures are still checked, so the handshake is a
+        // real one; only the identity is not).
+        let verifier = Arc::new(AcceptAnyServerCertificate::new(&*provider(cipher)?));
         with_identity(builder.dangerous().with_custom_certificate_verifier(verifier))?
     } else {
         let mut roots = RootCertStore::empty();
@@ -178,43 +181,6 @@ pub fn client_config_with_identity(
     config.alpn_protocols = alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
     config.key_log = key_log();
     Ok(config)
-}
-
-/// `--insecure`: accepts any certificate (signatures are still checked, so the handshake
-/// is a real one; only the identity is not).
-#[derive(Debug)]
-struct NoVerification(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for NoVerification {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
-    }
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
 }
 
 /// A connection error as a user should read it: what failed and, for the usual TLS mistakes,

@@ -2,9 +2,11 @@
 //! LISTEN=TARGET | --transparent PORT)`: the TM3 proxies of the `tcpls-tunnel` crate, speaking
 //! the original TM3 pipe protocol on plain TCP pipes (docs/CLI.md).
 
-use clap::{Args, Subcommand};
+use clap::{ArgAction, ArgGroup, Args, Subcommand};
 use tcpls_tunnel::cli::{lp_main, rp_main, LpMode};
 use tcpls_tunnel::{DestPolicy, DEFAULT_PORT};
+
+use crate::frontend_args::FrontendArgs;
 
 #[derive(Args)]
 pub struct Tm3Args {
@@ -51,28 +53,22 @@ enum Tm3Command {
         Transparent mode takes connections redirected by iptables, e.g.:\n  \
         iptables -t nat -A OUTPUT -p tcp -d 198.51.100.7 --dport 80 -j REDIRECT --to-ports 7000\n\
         (keep the pipes' own traffic to the remote proxy out of the rule)")]
+    // The shared front-end flags, as TM3 has them: exactly one, IPv4 destinations only.
+    #[command(
+        group(ArgGroup::new("mode").args(["socks", "forward", "transparent"]).required(true)),
+        mut_arg("socks", |a| a.help("SOCKS5 server listening on ADDR (CONNECT to IPv4 addresses only)")),
+        mut_arg("forward", |a| a
+            .help("Fixed forward: listen on LISTEN (HOST:PORT or PORT), tunnel to TARGET (IPv4 HOST:PORT)")
+            .action(ArgAction::Set)),
+    )]
     Lp {
         /// Remote proxy address: HOST or HOST:PORT (default port 6000).
         rp_addr: String,
         /// Number of pipes.
         n: usize,
         #[command(flatten)]
-        mode: Mode,
+        mode: FrontendArgs,
     },
-}
-
-#[derive(Args)]
-#[group(required = true, multiple = false)]
-struct Mode {
-    /// SOCKS5 server listening on ADDR (CONNECT to IPv4 addresses only).
-    #[arg(long, value_name = "ADDR")]
-    socks: Option<String>,
-    /// Fixed forward: listen on LISTEN (HOST:PORT or PORT), tunnel to TARGET (IPv4 HOST:PORT).
-    #[arg(long, value_name = "LISTEN=TARGET")]
-    forward: Option<String>,
-    /// Transparent mode: listen on 0.0.0.0:PORT for connections redirected with iptables REDIRECT.
-    #[arg(long, value_name = "PORT")]
-    transparent: Option<u16>,
 }
 
 /// Runs `tcpls tm3 ...` until an error (the proxies otherwise run forever).
@@ -87,7 +83,7 @@ pub async fn run(args: Tm3Args) -> Result<(), String> {
         }
         Tm3Command::Lp { rp_addr, n, mode } => {
             check_pipes(n)?;
-            let mode = match (mode.socks, mode.forward, mode.transparent) {
+            let mode = match (mode.socks, mode.forward.into_iter().next(), mode.transparent) {
                 (Some(a), None, None) => LpMode::Socks(a),
                 (None, Some(f), None) => LpMode::Forward(f),
                 (None, None, Some(p)) => LpMode::Transparent(p),

@@ -7,6 +7,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
+use tcpls_proto::sync::RwLockExt;
 use tcpls_tunnel::frontend::{split_forward, Target};
 use tcpls_tunnel::tunnel::{
     Backoff, ClientPolicy, Concentrator, DestPolicy, Frontend, SessionSummary, TunnelClient, TunnelConfig, MAX_LOOKUPS,
@@ -14,6 +15,7 @@ use tcpls_tunnel::tunnel::{
 };
 
 use crate::args::{host_of, resolve};
+use crate::frontend_args::FrontendArgs;
 use crate::tunnel_config::{self, pick, pick_list, ClientFile, ServerFile};
 
 #[derive(Args)]
@@ -191,17 +193,13 @@ struct ClientArgs {
 #[derive(Args)]
 #[group(multiple = true)]
 struct Mode {
-    /// SOCKS5 server on ADDR (CONNECT to IPv4, IPv6 and domain names; no authentication).
-    #[arg(long, value_name = "ADDR")]
-    socks: Option<String>,
+    /// --socks, --forward, --transparent (shared with `tcpls tm3 lp`).
+    #[command(flatten)]
+    frontend: FrontendArgs,
     /// HTTP proxy on ADDR: CONNECT (https_proxy=, curl --proxy) and absolute-form http://
     /// requests; no proxy authentication.
     #[arg(long, value_name = "ADDR")]
     http: Option<String>,
-    /// Fixed forward: listen on LISTEN (HOST:PORT or PORT), tunnel to TARGET (HOST:PORT; a name
-    /// is resolved by the concentrator); repeatable.
-    #[arg(long, value_name = "LISTEN=TARGET")]
-    forward: Vec<String>,
     /// UDP forward: datagrams received on LISTEN (HOST:PORT or PORT) go to TARGET (HOST:PORT),
     /// one flow per source address, answers come back to it; repeatable.
     #[arg(long, value_name = "LISTEN=TARGET")]
@@ -211,9 +209,6 @@ struct Mode {
     /// repeatable.
     #[arg(long, value_name = "REMOTE=LOCAL")]
     reverse: Vec<String>,
-    /// Transparent mode: listen on 0.0.0.0:PORT for connections redirected with iptables REDIRECT.
-    #[arg(long, value_name = "PORT")]
-    transparent: Option<u16>,
 }
 
 /// Runs `tcpls tunnel ...` until an error (both ends otherwise run forever).
@@ -507,7 +502,7 @@ struct ReloadableCert(RwLock<Arc<dyn rustls::server::ResolvesServerCert>>);
 
 impl rustls::server::ResolvesServerCert for ReloadableCert {
     fn resolve(&self, hello: rustls::server::ClientHello<'_>) -> Option<Arc<rustls::sign::CertifiedKey>> {
-        self.0.read().unwrap_or_else(|p| p.into_inner()).resolve(hello)
+        self.0.read_unpoisoned().resolve(hello)
     }
 }
 
@@ -548,7 +543,7 @@ fn reload(
     let policy = new.dest_policy()?;
     let tls =
         crate::server_tls("tunnel server", new.cert.as_deref(), new.key.as_deref(), &[], start.client_ca.as_deref())?;
-    *certs.0.write().unwrap_or_else(|p| p.into_inner()) = tls.cert_resolver.clone();
+    *certs.0.write_unpoisoned() = tls.cert_resolver.clone();
     control.set_dest_policy(policy.clone());
     control.set_client_policy(new.client_policy.clone());
     let mut msg = format!("destinations: {policy}; {}; certificate re-read", describe_clients(&new.client_policy));
@@ -648,12 +643,12 @@ impl ClientSettings {
             server_name: pick(a.server_name, f.server_name),
             cert,
             key,
-            socks: pick(a.mode.socks, f.socks),
+            socks: pick(a.mode.frontend.socks, f.socks),
             http: pick(a.mode.http, f.http),
-            forward: pick_list(a.mode.forward, f.forward),
+            forward: pick_list(a.mode.frontend.forward, f.forward),
             forward_udp: pick_list(a.mode.forward_udp, f.forward_udp),
             reverse: pick_list(a.mode.reverse, f.reverse),
-            transparent: pick(a.mode.transparent, f.transparent),
+            transparent: pick(a.mode.frontend.transparent, f.transparent),
             no_reconnect: a.no_reconnect || f.no_reconnect.unwrap_or(false),
             reconnect_wait: secs(pick(a.reconnect_wait, f.reconnect_wait), "reconnect-wait", 10.0)?,
             reconnect_max: secs(pick(a.reconnect_max, f.reconnect_max), "reconnect-max", 30.0)?,

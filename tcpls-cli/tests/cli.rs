@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::{
-    free_port, ipv6_available, make_cert, openssl, pseudo_random, run, serve, tcpls, Proc, Server, TempDir,
-    LOCALHOST_V4, LOCALHOST_V6, SHORT, TIMEOUT,
+    free_port, ipv6_available, make_cert, openssl, payload, run, serve, tcpls, Proc, Server, TempDir, LOCALHOST_V4,
+    LOCALHOST_V6, SHORT, TIMEOUT,
 };
 
 const MIB: u64 = 1 << 20;
@@ -300,7 +300,7 @@ fn connect_echo_one_mib_round_trip() {
         LOCALHOST_V4,
         &["--cert", cert.to_str().unwrap(), "--key", key.to_str().unwrap(), "--mode", "echo", "--sessions", "1"],
     );
-    let data = pseudo_random(1 << 20, 0x0074_6370_6c73);
+    let data = payload(1 << 20, 0x0074_6370_6c73);
     let done = run(tcpls().arg("connect").arg(server.target()).arg("--ca").arg(&cert), Some(data.clone()), TIMEOUT);
     assert!(done.status.success(), "tcpls connect failed: {}", done.describe());
     assert_eq!(done.stdout.len(), data.len(), "echoed length differs: {}", done.describe());
@@ -325,7 +325,7 @@ fn connect_from_two_local_sides() {
         LOCALHOST_V4,
         &["--cert", cert.to_str().unwrap(), "--key", key.to_str().unwrap(), "--mode", "echo", "--sessions", "1"],
     );
-    let data = pseudo_random(256 << 10, 0x15);
+    let data = payload(256 << 10, 0x15);
     let second = format!("127.0.0.3@{}", server.target());
     let done = run(
         tcpls().arg("connect").arg(server.target()).arg("--ca").arg(&cert).args([

@@ -14,7 +14,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use support::{make_cert, pseudo_random, serve, TempDir, LOCALHOST_V4};
+use support::{make_cert, payload, serve, TempDir, LOCALHOST_V4};
 use tcpls::{server_name_for, Session, TcplsConnector};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -116,7 +116,7 @@ async fn metrics_match_the_session_counters_during_and_after_a_transfer() {
 
     // Mid-transfer: each stream has echoed its first part and stays open.
     for (i, (send, recv)) in streams.iter_mut().enumerate() {
-        echo(send, recv, &pseudo_random(300_000 + i * 50_000, 1 + i as u64)).await;
+        echo(send, recv, &payload(300_000 + i * 50_000, 1 + i as u64)).await;
     }
     let live = [
         ("tcpls_sessions_active", 1.0),
@@ -148,7 +148,7 @@ async fn metrics_match_the_session_counters_during_and_after_a_transfer() {
 
     // More of the transfer: the counters follow.
     for (i, (send, recv)) in streams.iter_mut().enumerate() {
-        echo(send, recv, &pseudo_random(200_000, 10 + i as u64)).await;
+        echo(send, recv, &payload(200_000, 10 + i as u64)).await;
     }
     let second = scrape_until_consistent(metrics, &session, &live_then_refused);
     assert_eq!(
@@ -263,7 +263,7 @@ fn tunnel_client_metrics_mirror_the_concentrators() {
     let client_metrics = metrics_addr(&client.stderr.text());
     let server_metrics = metrics_addr(&server.stderr.text());
 
-    let data = pseudo_random(1_000_000, 7);
+    let data = payload(1_000_000, 7);
     let mut tcp = TcpStream::connect(("127.0.0.1", forward)).unwrap();
     tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let mut writer = tcp.try_clone().unwrap();

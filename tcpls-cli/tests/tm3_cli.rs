@@ -11,7 +11,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::mpsc;
 use std::time::Instant;
 
-use support::{free_port, pseudo_random, run, tcpls, Proc, LOCALHOST_V4, SHORT, TIMEOUT};
+use support::{free_port, payload, run, tcpls, Proc, LOCALHOST_V4, SHORT, TIMEOUT};
 
 const PIPES: &str = "4";
 
@@ -110,7 +110,7 @@ fn concurrent_echoes(
         let (tx, connect) = (tx.clone(), connect.clone());
         std::thread::spawn(move || {
             let size = SIZES[i % SIZES.len()] + i;
-            let result = connect(i).and_then(|s| echo_roundtrip(s, pseudo_random(size, 0x5eed + i as u64)));
+            let result = connect(i).and_then(|s| echo_roundtrip(s, payload(size, 0x5eed + i as u64)));
             let _ = tx.send((i, size, result));
         });
     }

@@ -26,7 +26,7 @@ impl Web {
     fn start(files: &[(&str, usize)]) -> Web {
         let dir = TempDir::new("tunnel-web");
         for (i, (name, size)) in files.iter().enumerate() {
-            std::fs::write(dir.path().join(name), support::pseudo_random(*size, i as u64 + 1)).unwrap();
+            std::fs::write(dir.path().join(name), support::payload(*size, i as u64 + 1)).unwrap();
         }
         for _ in 0..5 {
             let port = free_port(LOCALHOST_V4);
@@ -290,7 +290,7 @@ fn transparent_mode_with_iptables_redirect() {
     let topo = Topology::builder().path(PathSpec::new(1.0, 1000.0)).build().unwrap();
     let server_ip = topo.path(0).info().server_v4.unwrap().to_string();
     let dir = TempDir::new("tunnel-transparent");
-    let data = support::pseudo_random(3_000_000, 77);
+    let data = support::payload(3_000_000, 77);
     std::fs::write(dir.path().join("t.bin"), &data).unwrap();
     let mut web = topo.command(Side::Server, "python3");
     web.args(["-u", "-m", "http.server", "8080", "--bind", &server_ip, "--directory"]).arg(dir.path());
@@ -927,7 +927,7 @@ fn client_notices_a_silent_concentrator_and_recovers() {
     let topo = Topology::builder().path(PathSpec::new(1.0, 1000.0)).build().unwrap();
     let server_ip = topo.path(0).info().server_v4.unwrap().to_string();
     let dir = TempDir::new("tunnel-silent");
-    std::fs::write(dir.path().join("s.bin"), support::pseudo_random(500_000, 9)).unwrap();
+    std::fs::write(dir.path().join("s.bin"), support::payload(500_000, 9)).unwrap();
     let mut web = topo.command(Side::Server, "python3");
     web.args(["-u", "-m", "http.server", "8080", "--bind", "127.0.0.1", "--directory"]).arg(dir.path());
     let mut web = Proc::spawn(&mut web, false);

@@ -1,6 +1,6 @@
 //! The concentrator's per-client policy (issue 19, docs/TUNNEL.md "Per-client policy"): real
 //! `tcpls tunnel server` / `tcpls tunnel client` processes on loopback, clients told apart by
-//! the CN of certificates signed by one test CA (rcgen). A destination thread serves a
+//! the CN of certificates signed by one test CA (`tcpls_test::TestCa`). A destination thread serves a
 //! pseudo-random payload; every download is compared byte for byte.
 
 #![allow(clippy::unwrap_used)]
@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use support::{free_port, make_cert, pseudo_random, tcpls, Proc, TempDir, LOCALHOST_V4, SHORT, TIMEOUT};
+use support::{free_port, make_cert, payload, tcpls, Proc, TempDir, LOCALHOST_V4, SHORT, TIMEOUT};
 
 /// A CA and client certificates signed by it, one per CN, written as DIR/NAME.pem and
 /// DIR/NAME.key; DIR/ca.pem is the CA.
@@ -24,21 +24,12 @@ struct Pki {
 
 impl Pki {
     fn new(dir: &Path, names: &[&str]) -> Pki {
-        use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair};
-        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca.distinguished_name.push(DnType::CommonName, "tunnel test CA");
-        let ca_key = KeyPair::generate().unwrap();
-        let ca_cert = ca.self_signed(&ca_key).unwrap();
-        std::fs::write(dir.join("ca.pem"), ca_cert.pem()).unwrap();
+        let ca = tcpls_test::TestCa::new("tunnel test CA").unwrap();
+        std::fs::write(dir.join("ca.pem"), &ca.cert.cert_pem).unwrap();
         for name in names {
-            let mut p = CertificateParams::new(vec![format!("{name}.clients.test")]).unwrap();
-            p.distinguished_name.push(DnType::CommonName, *name);
-            p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-            let key = KeyPair::generate().unwrap();
-            let cert = p.signed_by(&key, &ca_cert, &ca_key).unwrap();
-            std::fs::write(dir.join(format!("{name}.pem")), cert.pem()).unwrap();
-            std::fs::write(dir.join(format!("{name}.key")), key.serialize_pem()).unwrap();
+            let id = ca.client_cert(name, &[&format!("{name}.clients.test")]).unwrap();
+            std::fs::write(dir.join(format!("{name}.pem")), &id.cert_pem).unwrap();
+            std::fs::write(dir.join(format!("{name}.key")), &id.key_pem).unwrap();
         }
         Pki { dir: dir.to_path_buf() }
     }
@@ -154,7 +145,7 @@ impl Bed {
 /// clients; carol, unconfigured, is only ever "other".
 #[test]
 fn per_client_destinations_rate_sessions_logs_and_metrics() {
-    let payload = pseudo_random(4 << 20, 19);
+    let payload = payload(4 << 20, 19);
     let dest = destination(payload.clone());
     let bed = Bed::new("tunnel-clients");
     bed.write_config(
@@ -257,7 +248,7 @@ fn per_client_destinations_rate_sessions_logs_and_metrics() {
 /// the new entry (its deny-dest refuses the destination), without a reconnection.
 #[test]
 fn reload_changes_a_clients_policy_without_dropping_its_session() {
-    let payload = pseudo_random(3 << 20, 7);
+    let payload = payload(3 << 20, 7);
     let dest = destination(payload.clone());
     let bed = Bed::new("tunnel-clients-reload");
     bed.write_config("[clients.\"alice\"]\nrate = \"500K\"\n");

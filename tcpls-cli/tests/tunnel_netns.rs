@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use support::{pseudo_random, run, Proc, TempDir, SHORT, TIMEOUT};
+use support::{payload, run, Proc, TempDir, SHORT, TIMEOUT};
 use tcpls_netem::{print_skipped, skip_unless_supported, PathSpec, Side, Topology};
 
 const NAME: &str = "tunnel_netns::dns_connect_reverse_reload_and_restarts_across_namespaces";
@@ -167,11 +167,11 @@ fn dns_connect_reverse_reload_and_restarts_across_namespaces() {
     let target = TargetNs::new(&topo).unwrap_or_else(|e| panic!("target namespace: {e}"));
     let server_ip = topo.path(0).info().server_v4.unwrap().to_string();
     let files = TempDir::new("tunnel-netns-files");
-    let (big, small, rev) = (pseudo_random(2_500_000, 1), pseudo_random(300_000, 2), pseudo_random(700_000, 3));
+    let (big, small, rev) = (payload(2_500_000, 1), payload(300_000, 2), payload(700_000, 3));
     std::fs::write(files.path().join("big.bin"), &big).unwrap();
     std::fs::write(files.path().join("small.bin"), &small).unwrap();
     // Large enough that a restart finds it in flight (not all in buffers at the client already).
-    std::fs::write(files.path().join("huge.bin"), pseudo_random(16_000_000, 4)).unwrap();
+    std::fs::write(files.path().join("huge.bin"), payload(16_000_000, 4)).unwrap();
     let client_side = TempDir::new("tunnel-netns-client-web");
     std::fs::write(client_side.path().join("rev.bin"), &rev).unwrap();
     let out = TempDir::new("tunnel-netns-out");

@@ -10,9 +10,11 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+use tcpls_proto::sync::{wait_timeout_unpoisoned, LockExt};
 
 use crate::sys;
 
@@ -103,10 +105,6 @@ struct Shared {
     counters: Counters,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
 /// Hard cap on packets in flight (protects memory when rate is unlimited).
 const MAX_IN_FLIGHT: usize = 200_000;
 
@@ -156,12 +154,12 @@ impl LinkDirection {
 
     /// Current parameters.
     pub fn params(&self) -> LinkParams {
-        *lock(&self.shared.params)
+        *self.shared.params.lock_unpoisoned()
     }
 
     /// Change parameters with a closure.
     pub fn update(&self, f: impl FnOnce(&mut LinkParams)) {
-        let mut p = lock(&self.shared.params);
+        let mut p = self.shared.params.lock_unpoisoned();
         f(&mut p);
         drop(p);
         self.shared.cv.notify_all();
@@ -281,7 +279,7 @@ fn reader_loop(shared: &Shared, tun: &File) {
         }
         c.rx_packets.fetch_add(1, Ordering::Relaxed);
         c.rx_bytes.fetch_add(n as u64, Ordering::Relaxed);
-        let p = *lock(&shared.params);
+        let p = *shared.params.lock_unpoisoned();
         if p.blackhole || !p.up {
             c.drop_blackhole.fetch_add(1, Ordering::Relaxed);
             continue;
@@ -290,7 +288,7 @@ fn reader_loop(shared: &Shared, tun: &File) {
             c.drop_loss.fetch_add(1, Ordering::Relaxed);
             continue;
         }
-        let mut q = lock(&shared.queue);
+        let mut q = shared.queue.lock_unpoisoned();
         while q.backlog.front().is_some_and(|&end| end <= now) {
             q.backlog.pop_front();
         }
@@ -324,7 +322,7 @@ fn writer_loop(shared: &Shared, tun: &File) {
     let mut early_ns: f64 = INITIAL_EARLY_NS;
     loop {
         {
-            let mut q = lock(&shared.queue);
+            let mut q = shared.queue.lock_unpoisoned();
             loop {
                 if shared.stop.load(Ordering::Relaxed) {
                     return;
@@ -332,14 +330,12 @@ fn writer_loop(shared: &Shared, tun: &File) {
                 let now = Instant::now();
                 let early = Duration::from_nanos(early_ns as u64);
                 match q.pending.front() {
-                    None => {
-                        q = shared.cv.wait_timeout(q, Duration::from_millis(100)).unwrap_or_else(|e| e.into_inner()).0
-                    }
+                    None => q = wait_timeout_unpoisoned(&shared.cv, q, Duration::from_millis(100)).0,
                     Some(p) if p.due <= now + early => break,
                     Some(p) => {
                         let target = p.due - early;
                         let wait = target - now;
-                        let (g, res) = shared.cv.wait_timeout(q, wait).unwrap_or_else(|e| e.into_inner());
+                        let (g, res) = wait_timeout_unpoisoned(&shared.cv, q, wait);
                         q = g;
                         if res.timed_out() {
                             let late = Instant::now().saturating_duration_since(target).as_nanos() as f64;
@@ -355,7 +351,7 @@ fn writer_loop(shared: &Shared, tun: &File) {
                 }
             }
         }
-        let p = *lock(&shared.params);
+        let p = *shared.params.lock_unpoisoned();
         for pkt in batch.drain(..) {
             if p.blackhole || !p.up {
                 c.drop_blackhole.fetch_add(1, Ordering::Relaxed);

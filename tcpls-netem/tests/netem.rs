@@ -12,11 +12,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tcpls_netem::{skip_unless_supported, Dir, PathSpec, Side, Topology};
+use tcpls_proto::sync::LockExt;
 
 static LOCK: Mutex<()> = Mutex::new(());
 
 fn serial() -> MutexGuard<'static, ()> {
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+    LOCK.lock_unpoisoned()
 }
 
 /// IPv4 TCP with timestamps: 1448 payload bytes per 1500-byte IP packet.

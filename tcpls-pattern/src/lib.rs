@@ -42,6 +42,16 @@ pub fn chunk(seed: u64, offset: u64, max: usize) -> &'static [u8] {
     &t[s..s + max.min(TABLE_LEN)]
 }
 
+/// `len` pattern bytes from `offset` as an owned buffer (any length: the table repeats), for
+/// tests that build a whole message and compare what came back.
+pub fn to_vec(seed: u64, offset: u64, len: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(len);
+    while out.len() < len {
+        out.extend_from_slice(chunk(seed, offset + out.len() as u64, len - out.len()));
+    }
+    out
+}
+
 /// Whether `data` is the pattern at `offset`.
 pub fn verify(seed: u64, offset: u64, data: &[u8]) -> bool {
     let mut done = 0;
@@ -110,6 +120,14 @@ mod tests {
         let mut bad = stream[..5000].to_vec();
         bad[4321] ^= 1;
         assert!(!verify(3, 0, &bad));
+    }
+
+    #[test]
+    fn to_vec_is_the_stream() {
+        let v = to_vec(5, 100, 3 * TABLE_LEN);
+        assert_eq!(v.len(), 3 * TABLE_LEN);
+        assert!(verify(5, 100, &v));
+        assert_eq!(to_vec(5, 150, 10), v[50..60]);
     }
 
     #[test]

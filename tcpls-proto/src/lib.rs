@@ -9,9 +9,12 @@ pub mod config;
 pub mod error;
 pub mod event;
 pub mod frame;
+pub mod insecure;
 pub mod record;
 pub mod session;
 pub mod stream;
+#[doc(hidden)]
+pub mod sync;
 pub mod tls;
 
 pub use config::{system_random, RandomSource, SessionConfig};

@@ -13,7 +13,7 @@ use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM};
 use tcpls_proto::frame::Frame;
 use tcpls_proto::record::{RecordKey, CT_ALERT, CT_APPLICATION_DATA, CT_HANDSHAKE, MAX_PLAINTEXT};
 use tcpls_proto::{AlertCode, Error, Event, Session, SessionConfig, StreamError, TransportError};
-use util::{pattern, Pair, Pki};
+use util::{payload, Pair, Pki};
 
 use AlertCode::{BadRecordMac, DecodeError, IllegalParameter, RecordOverflow, UnexpectedMessage};
 
@@ -521,7 +521,7 @@ fn streams_over_the_limit_are_refused_and_the_session_goes_on() {
     let mut sent = vec![];
     for i in 0..7u32 {
         let id = p.client.open_stream().unwrap();
-        let data = pattern(1000 + i as usize * 3000, i);
+        let data = payload(1000 + i as usize * 3000, i.into());
         assert_eq!(p.client.write(id, &data).unwrap(), data.len());
         p.client.finish(id).unwrap();
         sent.push((id, data));
@@ -695,7 +695,7 @@ fn a_session_fed_garbage_does_not_disturb_another() {
     let mut healthy = Pair::established();
     let mut attacked = Pair::established();
     let id = healthy.client.open_stream().unwrap();
-    let data = pattern(300_000, 42);
+    let data = payload(300_000, 42);
     let mut off = 0;
     let mut got = vec![];
     let mut buf = vec![0u8; 65536];

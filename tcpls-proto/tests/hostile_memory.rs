@@ -10,7 +10,9 @@ mod counting_alloc;
 mod util;
 
 use std::sync::Mutex;
+
 use std::time::Duration;
+use tcpls_proto::sync::LockExt;
 
 use tcpls_proto::frame::Frame;
 use tcpls_proto::record::{CT_APPLICATION_DATA, MAX_PLAINTEXT};
@@ -62,7 +64,7 @@ fn assert_alive(s: &Session) {
 /// frames. Memory now follows what arrived.
 #[test]
 fn one_byte_at_the_window_edge_of_4096_streams() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = SERIAL.lock_unpoisoned();
     let mut p = Pair::established();
     let streams = 4096u32;
     let before = live();
@@ -112,7 +114,7 @@ fn one_byte_at_the_window_edge_of_4096_streams() {
 /// and their data dropped.
 #[test]
 fn filling_the_initial_window_of_4096_streams_stays_within_the_receive_budget() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = SERIAL.lock_unpoisoned();
     let mut p = Pair::established();
     let budget = tcpls_proto::SessionConfig::default().receive_budget as usize;
     let before = live();
@@ -181,7 +183,7 @@ fn drain_server(p: &mut Pair) -> usize {
 /// coalesced, nothing of them kept but the resets, and the sent-record log is capped.
 #[test]
 fn replies_to_a_peer_that_never_acknowledges_are_bounded() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = SERIAL.lock_unpoisoned();
     let mut p = Pair::established();
     // Open the 4096 streams allowed (one frame opens every lower ID).
     send_frame_records(&mut p, &[Frame::Stream { stream_id: 2 * 4095, offset: 0, fin: false, data: b"" }]);

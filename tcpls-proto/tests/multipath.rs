@@ -6,7 +6,7 @@ mod util;
 
 use tcpls_proto::{Error, Event, RoundRobin, SessionConfig};
 use util::multi::MultiPair;
-use util::{pattern, test_config};
+use util::{payload, test_config};
 
 #[test]
 fn join_uses_a_token_and_the_server_replenishes_it() {
@@ -44,7 +44,7 @@ fn replayed_and_forged_tokens_are_refused_and_the_session_continues() {
     assert_eq!(refused, vec![900, 901], "access_denied for both");
     // The session is unharmed.
     let s = p.client.open_stream().unwrap();
-    let data = pattern(300_000, 1);
+    let data = payload(300_000, 1);
     assert!(p.transfer(s, &data, |_, _| {}) == data);
     assert!(p.client.error().is_none() && p.server.error().is_none());
 }
@@ -79,7 +79,7 @@ fn streams_steered_over_two_connections() {
     for i in 0..8u32 {
         let id = p.client.open_stream().unwrap();
         p.client.steer_stream(id, Some(if i % 2 == 0 { 0 } else { second })).unwrap();
-        streams.push((id, pattern(200_000 + i as usize * 1000, i)));
+        streams.push((id, payload(200_000 + i as usize * 1000, i.into())));
     }
     let before =
         [p.client.connection_stats(0).unwrap().bytes_sent, p.client.connection_stats(second).unwrap().bytes_sent];
@@ -98,7 +98,7 @@ fn one_stream_aggregated_over_two_connections() {
     let second = p.join().unwrap();
     p.client.set_scheduler(Box::new(RoundRobin::default()));
     let id = p.client.open_stream().unwrap();
-    let data = pattern(4 << 20, 3);
+    let data = payload(4 << 20, 3);
     let before =
         [p.client.connection_stats(0).unwrap().bytes_sent, p.client.connection_stats(second).unwrap().bytes_sent];
     assert!(p.transfer(id, &data, |_, _| {}) == data);
@@ -114,7 +114,7 @@ fn migration_mid_transfer_loses_nothing_and_closes_the_old_connection() {
     let second = p.join().unwrap();
     let id = p.client.open_stream().unwrap();
     p.client.steer_stream(id, Some(0)).unwrap();
-    let data = pattern(6 << 20, 4);
+    let data = payload(6 << 20, 4);
     let mut migrated = false;
     let got = p.transfer(id, &data, |p, round| {
         if round == 1 && !migrated {
@@ -139,7 +139,7 @@ fn losing_one_of_two_connections_is_not_a_session_error() {
     p.kill(second);
     assert!(p.client.error().is_none() && !p.client.is_closed());
     let id = p.client.open_stream().unwrap();
-    let data = pattern(100_000, 5);
+    let data = payload(100_000, 5);
     assert!(p.transfer(id, &data, |_, _| {}) == data);
 }
 
@@ -156,7 +156,7 @@ fn a_receiver_can_steer_what_its_peer_sends() {
     assert_eq!(p.server.stream_steering(sid), Some(second));
     assert!(p.server_events.contains(&Event::SteerRequested { stream: sid, conn: second }));
     let before = p.server.connection_stats(second).unwrap().bytes_sent;
-    let data = pattern(1 << 20, 8);
+    let data = payload(1 << 20, 8);
     p.server.write(sid, &data).unwrap();
     p.server.finish(sid).unwrap();
     p.drive();
@@ -201,12 +201,12 @@ fn failover_resends_what_a_failed_connection_carried_in_both_directions() {
     let mut down = Vec::new();
     for i in 0..4u32 {
         let c = p.client.open_stream().unwrap();
-        let data = pattern(60_000, 100 + i);
+        let data = payload(60_000, u64::from(100 + i));
         assert_eq!(p.client.write(c, &data).unwrap(), data.len());
         p.client.finish(c).unwrap();
         up.push((c, data));
         let s = p.server.open_stream().unwrap();
-        let data = pattern(60_000, 200 + i);
+        let data = payload(60_000, u64::from(200 + i));
         assert_eq!(p.server.write(s, &data).unwrap(), data.len());
         p.server.finish(s).unwrap();
         down.push((s, data));
@@ -238,7 +238,7 @@ fn acknowledged_data_is_released_and_not_resent() {
     let second = p.join().unwrap();
     let id = p.client.open_stream().unwrap();
     p.client.steer_stream(id, Some(second)).unwrap();
-    let data = pattern(300_000, 7);
+    let data = payload(300_000, 7);
     let got = p.transfer(id, &data, |_, _| {});
     assert!(got == data);
     p.server.finish(id).unwrap();
@@ -258,7 +258,7 @@ fn without_failover_nothing_is_retained() {
     let settings = tcpls_proto::SessionConfig { failover: false, ..test_config() };
     let mut p = MultiPair::new(settings);
     let id = p.client.open_stream().unwrap();
-    let data = pattern(200_000, 9);
+    let data = payload(200_000, 9);
     assert!(p.transfer(id, &data, |_, _| {}) == data);
     p.server.finish(id).unwrap();
     p.drive();
@@ -270,7 +270,7 @@ fn without_failover_nothing_is_retained() {
 fn losing_the_only_connection_twice_is_survived_by_rejoining() {
     let mut p = MultiPair::default_pair();
     let id = p.client.open_stream().unwrap();
-    let data = pattern(3 << 20, 12);
+    let data = payload(3 << 20, 12);
     assert_eq!(p.client.write(id, &data[..1 << 20]).unwrap(), 1 << 20);
     let mut written = 1 << 20;
     let mut current = 0;
@@ -387,7 +387,7 @@ fn an_unanswered_keepalive_ping_fails_a_silent_connection_over() {
     p.client.steer_stream(id, Some(second)).unwrap();
     // The second path goes silent: no RST, no FIN, packets just vanish.
     p.cut.insert(second);
-    let data = pattern(200_000, 13);
+    let data = payload(200_000, 13);
     let got = p.transfer(id, &data, |p, _| {
         // Let time pass as it would (keepalive timers fire within a few rounds).
         p.now += std::time::Duration::from_millis(30);
@@ -407,7 +407,7 @@ fn ack_thresholds_are_configurable() {
         let settings = tcpls_proto::SessionConfig { ack_every_records: every, ack_delay: slow_timer, ..test_config() };
         let mut p = MultiPair::new(settings);
         let id = p.client.open_stream().unwrap();
-        let data = pattern(40_000, 14);
+        let data = payload(40_000, 14);
         assert!(p.transfer(id, &data, |_, _| {}) == data);
         p.server.finish(id).unwrap();
         p.drive();
@@ -425,7 +425,7 @@ fn an_abrupt_close_fails_over_like_a_reset() {
     let second = p.join().unwrap();
     p.client.set_scheduler(Box::new(RoundRobin::default()));
     let id = p.client.open_stream().unwrap();
-    let data = pattern(1 << 20, 15);
+    let data = payload(1 << 20, 15);
     assert_eq!(p.client.write(id, &data).unwrap(), data.len());
     p.client.finish(id).unwrap();
     p.client.prepare_transmit(p.now);
@@ -460,10 +460,10 @@ fn a_backup_path_carries_nothing_until_the_regular_one_fails() {
     assert!(p.client.is_connection_backup(backup) && p.server.is_connection_backup(backup));
     let before = sent_on(&p, backup);
     let up = p.client.open_stream().unwrap();
-    let data = pattern(2 << 20, 41);
+    let data = payload(2 << 20, 41);
     assert!(p.transfer(up, &data, |_, _| {}) == data);
     let down = p.server.open_stream().unwrap();
-    let data = pattern(2 << 20, 42);
+    let data = payload(2 << 20, 42);
     assert_eq!(p.server.write(down, &data).unwrap(), data.len());
     p.server.finish(down).unwrap();
     p.drive();
@@ -476,7 +476,7 @@ fn a_backup_path_carries_nothing_until_the_regular_one_fails() {
     // The regular connection dies after the first round of a transfer (about half of it has
     // moved): the backup carries the rest, failover included.
     let id = p.client.open_stream().unwrap();
-    let data = pattern(4 << 20, 43);
+    let data = payload(4 << 20, 43);
     let got = p.transfer(id, &data, |p, round| {
         if round == 0 {
             p.kill(0);

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tcpls_proto::frame::Frame;
 use tcpls_proto::{Accepted, ConnId, Error, Session, SessionConfig};
 use util::multi::MultiPair;
-use util::{pattern, test_config};
+use util::{payload, test_config};
 
 const CT_APPLICATION_DATA: u8 = 23;
 
@@ -66,7 +66,7 @@ fn assert_session_healthy(p: &mut MultiPair) {
     assert!(p.client.error().is_none() && !p.client.is_closed(), "client: {:?}", p.client.error());
     assert!(p.server.error().is_none() && !p.server.is_closed(), "server: {:?}", p.server.error());
     let s = p.client.open_stream().unwrap();
-    let data = pattern(50_000, 77);
+    let data = payload(50_000, 77);
     assert!(p.transfer(s, &data, |_, _| {}) == data);
 }
 
@@ -377,7 +377,7 @@ fn finished_connections_are_forgotten() {
 fn open_credited_stream(p: &mut MultiPair) -> (u32, Vec<u8>) {
     let id = p.client.open_stream().unwrap();
     // More than half the initial 64 KiB credit, so reading it triggers Max Stream Data.
-    let head = pattern(40_000, 5);
+    let head = payload(40_000, 5);
     p.client.write(id, &head).unwrap();
     p.drive();
     while p.server.accept_stream().is_some() {}
@@ -419,7 +419,7 @@ fn losing_a_connection_mid_transfer_loses_no_data_or_reports_an_error() {
     let second = p.join().unwrap();
     p.client.set_scheduler(Box::new(tcpls_proto::RoundRobin::default()));
     let (id, mut expect) = open_credited_stream(&mut p);
-    let data = pattern(2 << 20, 11);
+    let data = payload(2 << 20, 11);
     assert_eq!(p.client.write(id, &data).unwrap(), data.len());
     p.client.finish(id).unwrap();
     expect.extend_from_slice(&data);
@@ -444,7 +444,7 @@ fn losing_a_connection_mid_transfer_loses_no_data_or_reports_an_error() {
 fn data_sent_on_a_refused_join_is_not_lost() {
     let mut p = MultiPair::default_pair();
     let (id, _) = open_credited_stream(&mut p);
-    let data = pattern(2 << 20, 21);
+    let data = payload(2 << 20, 21);
     assert_eq!(p.client.write(id, &data).unwrap(), data.len());
     p.client.finish(id).unwrap();
     // A join with a token the server does not honour, while the stream has data queued.

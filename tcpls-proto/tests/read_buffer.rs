@@ -5,7 +5,7 @@
 mod util;
 
 use tcpls_proto::{Session, MIN_READ_CHUNK, READ_CHUNK};
-use util::{pattern, Pair};
+use util::{payload, Pair};
 
 /// Moves up to what `to` offers as its read buffer from `from`'s transmit buffer; returns the
 /// offered size, or None when nothing was pending.
@@ -31,7 +31,7 @@ fn reads_grow_for_bulk_and_shrink_back_when_idle() {
     assert!(idle <= 2 * MIN_READ_CHUNK, "an idle connection offers {idle} bytes");
 
     let id = p.client.open_stream().unwrap();
-    let data = pattern(8 << 20, 1);
+    let data = payload(8 << 20, 1);
     let (mut off, mut got, mut largest) = (0, Vec::new(), 0);
     let mut buf = vec![0u8; 1 << 20];
     while got.len() < data.len() {

@@ -6,7 +6,7 @@
 mod util;
 
 use tcpls_proto::{SessionConfig, StreamError};
-use util::{pattern, test_config, Pair, Pki};
+use util::{payload, test_config, Pair, Pki};
 
 const STREAMS: usize = 64;
 const WINDOW: u64 = 1 << 20;
@@ -20,7 +20,7 @@ fn buffered_with_budget(budget: u64) -> usize {
     let mut p = Pair::with_settings(pki.client_config(&[]), pki.server_config(&[]), test_config(), server);
     p.drive();
     let ids: Vec<u32> = (0..STREAMS).map(|_| p.client.open_stream().unwrap()).collect();
-    let data = pattern(64 << 10, 1);
+    let data = payload(64 << 10, 1);
     let mut read = vec![0usize; STREAMS];
     let mut buf = vec![0u8; 4096];
     for _ in 0..400 {
@@ -64,7 +64,7 @@ fn an_unread_stream_holding_the_budget_does_not_stall_another() {
     let mut p = Pair::with_settings(pki.client_config(&[]), pki.server_config(&[]), test_config(), server);
     p.drive();
     let hog = p.client.open_stream().unwrap();
-    let fill = pattern(1 << 20, 2);
+    let fill = payload(1 << 20, 2);
     // The hog is read just enough to be granted the whole budget (half its initial window),
     // then never again.
     let mut buf = vec![0u8; 1 << 16];
@@ -81,7 +81,7 @@ fn an_unread_stream_holding_the_budget_does_not_stall_another() {
         }
     }
     let id = p.client.open_stream().unwrap();
-    let data = pattern(6 << 20, 3);
+    let data = payload(6 << 20, 3);
     let (mut off, mut got) = (0, Vec::new());
     for _ in 0..100_000 {
         if off < data.len() {

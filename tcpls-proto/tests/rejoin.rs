@@ -7,7 +7,7 @@ mod util;
 
 use tcpls_proto::{Error, Event, REJOIN_ID_BASE};
 use util::multi::MultiPair;
-use util::pattern;
+use util::payload;
 
 /// Spends every token of the client on connections that never reach the server (as failed
 /// TCP connects would), then loses the initial connection: disconnected, no token.
@@ -53,7 +53,7 @@ fn a_client_without_tokens_rejoins_and_its_stream_goes_on() {
     // (No fresh token follows: the server still counts the 4 tokens the client burnt on
     // connects that never reached it as unused; issue #15 item 5's first half.)
     let s = p.client.open_stream().unwrap();
-    let data = pattern(500_000, 21);
+    let data = payload(500_000, 21);
     assert!(p.transfer(s, &data, |_, _| {}) == data, "content checked");
     assert!(p.client.connection_stats(id).unwrap().bytes_sent > 400_000, "carried by the rejoined connection");
     assert!(p.client.error().is_none() && p.server.error().is_none());
@@ -99,7 +99,7 @@ fn forged_misdirected_and_replayed_rejoins_are_refused_and_the_session_goes_on()
 
     // The session is unharmed.
     let s = p.client.open_stream().unwrap();
-    let data = pattern(300_000, 22);
+    let data = payload(300_000, 22);
     assert!(p.transfer(s, &data, |_, _| {}) == data);
     assert!(p.client.error().is_none() && p.server.error().is_none());
 }

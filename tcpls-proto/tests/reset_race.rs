@@ -15,7 +15,7 @@ mod util;
 use std::time::{Duration, Instant};
 
 use tcpls_proto::{Session, SessionConfig, StreamError};
-use util::{pattern, test_config, Pki};
+use util::{payload, test_config, Pki};
 
 /// Seeds run in CI (about 10 s in a debug build). Before the fix (a reset's final size counted
 /// bytes flow control had never let out) the first seed already failed, at its first reset.
@@ -89,7 +89,7 @@ impl Race {
                     dirs.push(Dir {
                         id,
                         client_writes,
-                        payload: pattern(len, id * 2 + u32::from(client_writes)),
+                        payload: payload(len, u64::from(id * 2 + u32::from(client_writes))),
                         written: 0,
                         finished: false,
                         reset: false,

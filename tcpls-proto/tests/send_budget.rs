@@ -7,7 +7,7 @@
 mod util;
 
 use tcpls_proto::{Event, SessionConfig, StreamError};
-use util::{pattern, test_config, Pair, Pki};
+use util::{payload, test_config, Pair, Pki};
 
 const FLOOR: usize = 2 * 16384;
 
@@ -75,7 +75,7 @@ fn upload(p: &mut Pair, payloads: &[Vec<u8>], piece: usize) -> (Vec<Vec<u8>>, us
 fn held_when_nothing_is_read(budget: usize, streams: usize) -> usize {
     let mut p = pair(SessionConfig { send_budget: budget, ..test_config() });
     let ids: Vec<u32> = (0..streams).map(|_| p.client.open_stream().unwrap()).collect();
-    let data = pattern(256 << 10, 3);
+    let data = payload(256 << 10, 3);
     for _ in 0..64 {
         let mut took = 0;
         for id in &ids {
@@ -106,7 +106,7 @@ fn the_send_budget_bounds_what_all_streams_hold() {
 #[test]
 fn streams_over_the_budget_are_woken_and_every_byte_arrives() {
     let mut p = pair(SessionConfig { send_budget: 256 << 10, ..test_config() });
-    let payloads: Vec<Vec<u8>> = (0..40).map(|i| pattern(300_000 + 1000 * i, i as u32)).collect();
+    let payloads: Vec<Vec<u8>> = (0..40).map(|i| payload(300_000 + 1000 * i, i as u64)).collect();
     let (got, peak, writable) = upload(&mut p, &payloads, 1 << 20);
     for (i, (g, want)) in got.iter().zip(&payloads).enumerate() {
         assert!(g == want, "stream {i}: {} bytes, content differs", g.len());
@@ -124,7 +124,7 @@ fn many_streams_held_back_by_the_budget_get_full_records() {
     let mut p = pair(SessionConfig { send_budget: 512 << 10, ..test_config() });
     let streams = 16;
     let len = 512 << 10;
-    let payloads: Vec<Vec<u8>> = (0..streams).map(|i| pattern(len, 100 + i as u32)).collect();
+    let payloads: Vec<Vec<u8>> = (0..streams).map(|i| payload(len, 100 + i as u64)).collect();
     let (got, _, _) = upload(&mut p, &payloads, 1 << 20);
     for (i, (g, want)) in got.iter().zip(&payloads).enumerate() {
         assert!(g == want, "stream {i}: content differs");
@@ -152,7 +152,7 @@ fn streams_that_always_have_data_get_equal_shares() {
     let mut p = pair(test_config());
     let streams = 12;
     let ids: Vec<u32> = (0..streams).map(|_| p.client.open_stream().unwrap()).collect();
-    let data = pattern(64 << 10, 7);
+    let data = payload(64 << 10, 7);
     let mut read = vec![0usize; streams];
     let mut buf = vec![0u8; 1 << 20];
     for _ in 0..60 {

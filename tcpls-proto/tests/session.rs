@@ -4,7 +4,7 @@
 mod util;
 
 use tcpls_proto::{Event, StreamError};
-use util::{pattern, Pair, Pki};
+use util::{payload, Pair, Pki};
 
 #[test]
 fn handshake_switches_to_tcpls_and_server_sends_tokens() {
@@ -46,8 +46,8 @@ fn client_first_record_shares_the_segment_with_finished() {
 fn streams_both_directions_verified_by_content() {
     let mut p = Pair::default_pair();
     p.drive();
-    let up = pattern(3 << 20, 1);
-    let down = pattern(2 << 20, 2);
+    let up = payload(3 << 20, 1);
+    let down = payload(2 << 20, 2);
     let c = p.client.open_stream().unwrap();
     let mut off = 0;
     let mut server_stream = None;
@@ -104,7 +104,7 @@ fn an_unread_stream_does_not_stall_others() {
     let stalled = p.client.open_stream().unwrap();
     let busy = p.client.open_stream().unwrap();
     // The server never reads `stalled`: the client can only put the initial credit on the wire.
-    let blob = pattern(16 << 20, 3);
+    let blob = payload(16 << 20, 3);
     let mut written = 0;
     for _ in 0..100 {
         written += p.client.write(stalled, &blob[written..]).unwrap();
@@ -112,7 +112,7 @@ fn an_unread_stream_does_not_stall_others() {
     }
     // Send buffer (4 MiB) plus the initial credit (64 KiB), no more.
     assert!(written <= (4 << 20) + 65536, "flow control must stop the writer: {written}");
-    let data = pattern(5 << 20, 4);
+    let data = payload(5 << 20, 4);
     let mut off = 0;
     let mut got = vec![];
     let mut buf = vec![0u8; 65536];
@@ -155,7 +155,7 @@ fn thousands_of_streams() {
     let mut ids = vec![];
     for i in 0..n {
         let id = p.client.open_stream().unwrap();
-        let msg = pattern(100 + (i as usize % 300), i);
+        let msg = payload(100 + (i as usize % 300), i.into());
         assert_eq!(p.client.write(id, &msg).unwrap(), msg.len());
         p.client.finish(id).unwrap();
         ids.push((id, msg));
@@ -190,7 +190,7 @@ fn graceful_close_delivers_everything_then_closes() {
     let mut p = Pair::default_pair();
     p.drive();
     let id = p.client.open_stream().unwrap();
-    let data = pattern(200_000, 9);
+    let data = payload(200_000, 9);
     let mut off = 0;
     while off < data.len() {
         off += p.client.write(id, &data[off..]).unwrap();
@@ -220,7 +220,7 @@ fn key_update_keeps_data_flowing() {
     let mut p = Pair::new(pki.client_config(&[]), pki.server_config(&[]), cfg);
     p.drive();
     let id = p.client.open_stream().unwrap();
-    let data = pattern(1 << 20, 5);
+    let data = payload(1 << 20, 5);
     let mut off = 0;
     let mut got = vec![];
     let mut buf = vec![0u8; 1 << 20];
@@ -308,7 +308,7 @@ fn all_three_cipher_suites() {
         let info = p.client.handshake_info().unwrap().clone();
         assert!(info.cipher_suite.contains(&format!("{:?}", suite.suite())), "{info:?}");
         let id = p.client.open_stream().unwrap();
-        let data = pattern(100_000, 11);
+        let data = payload(100_000, 11);
         p.client.write(id, &data).unwrap();
         p.client.finish(id).unwrap();
         p.drive();

@@ -9,7 +9,7 @@ mod util;
 use tcpls_proto::frame::Frame;
 use tcpls_proto::{Session, SessionConfig, StreamError};
 use util::multi::MultiPair;
-use util::{pattern, test_config, Pair, Pki};
+use util::{payload, test_config, Pair, Pki};
 
 fn pair_with(server_zero_copy: bool) -> Pair {
     let pki = Pki::new();
@@ -58,7 +58,7 @@ fn upload(p: &mut Pair, payloads: &[Vec<u8>]) -> Vec<Vec<u8>> {
 #[test]
 fn a_single_stream_is_placed_without_copies() {
     let mut p = pair_with(true);
-    let data = pattern(8 << 20, 1);
+    let data = payload(8 << 20, 1);
     let got = upload(&mut p, std::slice::from_ref(&data));
     assert!(got[0] == data, "content differs");
     let stats = p.server.stats();
@@ -70,7 +70,7 @@ fn a_single_stream_is_placed_without_copies() {
 #[test]
 fn zero_copy_off_copies_everything_and_delivers_the_same() {
     let mut p = pair_with(false);
-    let data = pattern(4 << 20, 2);
+    let data = payload(4 << 20, 2);
     let got = upload(&mut p, std::slice::from_ref(&data));
     assert!(got[0] == data, "content differs");
     let stats = p.server.stats();
@@ -80,7 +80,7 @@ fn zero_copy_off_copies_everything_and_delivers_the_same() {
 #[test]
 fn interleaved_streams_are_announced_and_placed() {
     let mut p = pair_with(true);
-    let payloads: Vec<Vec<u8>> = (0..8).map(|i| pattern((1 << 20) + i * 1000, 10 + i as u32)).collect();
+    let payloads: Vec<Vec<u8>> = (0..8).map(|i| payload((1 << 20) + i * 1000, 10 + i as u64)).collect();
     let got = upload(&mut p, &payloads);
     for (i, (g, d)) in got.iter().zip(&payloads).enumerate() {
         assert!(g == d, "stream {i}: content differs");
@@ -98,7 +98,7 @@ fn a_stream_spread_over_two_connections_arrives_exactly_once() {
     let mut p = MultiPair::default_pair();
     p.join().unwrap();
     let id = p.client.open_stream().unwrap();
-    let data = pattern(3 << 20, 3);
+    let data = payload(3 << 20, 3);
     let got = p.transfer(id, &data, |_, _| {});
     assert!(got == data, "content differs");
     let stats = p.server.stats();
@@ -135,7 +135,7 @@ fn read_all(server: &mut Session, id: u32) -> Vec<u8> {
 fn lying_stream_changes_cost_a_copy_never_the_content() {
     let mut p = pair_with(true);
     let id = p.client.open_stream().unwrap();
-    let data = pattern(40_000, 4);
+    let data = payload(40_000, 4);
     // In order: the expectation is learnt (0..10000 then 10000..).
     raw(&mut p, &[stream(id, 0, &data[..10_000])]);
     raw(&mut p, &[stream(id, 10_000, &data[10_000..20_000])]);
@@ -172,7 +172,7 @@ fn lying_stream_changes_cost_a_copy_never_the_content() {
 fn out_of_order_data_is_not_overwritten_by_a_placed_record() {
     let mut p = pair_with(true);
     let id = p.client.open_stream().unwrap();
-    let data = pattern(30_000, 5);
+    let data = payload(30_000, 5);
     raw(&mut p, &[stream(id, 0, &data[..5_000])]);
     // A later range first (as after a failover), in a record whose Stream frame is not first,
     // so the expectation stays at 5000, trusted. The gap's record would then be decrypted at
@@ -190,7 +190,7 @@ fn out_of_order_data_is_not_overwritten_by_a_placed_record() {
 fn a_reset_in_the_record_of_placed_data_is_handled() {
     let mut p = pair_with(true);
     let id = p.client.open_stream().unwrap();
-    let data = pattern(20_000, 6);
+    let data = payload(20_000, 6);
     raw(&mut p, &[stream(id, 0, &data[..10_000])]);
     raw(
         &mut p,
@@ -206,7 +206,7 @@ fn a_reset_in_the_record_of_placed_data_is_handled() {
 fn placed_data_past_the_window_is_a_flow_control_error() {
     let mut p = pair_with(true);
     let id = p.client.open_stream().unwrap();
-    let chunk = pattern(16_000, 7);
+    let chunk = payload(16_000, 7);
     // The server application reads nothing: the initial 64 KiB window is all there is.
     for i in 0..5u64 {
         raw(&mut p, &[stream(id, i * 16_000, &chunk)]);

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ServerConfig};
 use tcpls_proto::{tcpls_client_config, tcpls_server_config, Accepted, Session, MAX_EARLY_STREAM_BYTES};
-use util::{pattern, test_config, Pair, Pki};
+use util::{payload, test_config, Pair, Pki};
 
 fn configs(pki: &Pki) -> (Arc<ClientConfig>, ServerConfig) {
     let mut client = tcpls_client_config(&pki.client_config(&[]));
@@ -91,7 +91,7 @@ fn early_data_is_accepted_delivered_at_once_and_answered_at_half_rtt() {
     let server_cfg = Arc::new(server_cfg);
     let _first = warm_up(&client_cfg, &server_cfg);
 
-    let request = pattern(3000, 7);
+    let request = payload(3000, 7);
     let (client, taken) = Session::client_with_early_data(client_cfg, name(), test_config(), &request).unwrap();
     assert_eq!(taken, request.len());
     let server = Session::server(server_cfg, test_config()).unwrap();
@@ -108,7 +108,7 @@ fn early_data_is_accepted_delivered_at_once_and_answered_at_half_rtt() {
     assert_eq!(read_all(&mut p.server, id), request, "early data content");
 
     // The server answers at once: half-RTT data in the same flight as its Finished.
-    let response = pattern(5000, 9);
+    let response = payload(5000, 9);
     assert_eq!(p.server.write(id, &response).unwrap(), response.len());
     p.server.finish(id).unwrap();
     flush(&mut p.server, &mut p.client, now);
@@ -156,7 +156,7 @@ fn early_data_refused_by_a_resuming_server_is_sent_again() {
 }
 
 fn check_rejected(client_cfg: Arc<ClientConfig>, server_cfg: Arc<ServerConfig>, resumes: bool) {
-    let request = pattern(2500, 3);
+    let request = payload(2500, 3);
     let (client, _) = Session::client_with_early_data(client_cfg, name(), test_config(), &request).unwrap();
     let server = Session::server(server_cfg, test_config()).unwrap();
     let mut p = pair_of(client, server);
@@ -179,7 +179,7 @@ fn check_rejected(client_cfg: Arc<ClientConfig>, server_cfg: Arc<ServerConfig>, 
 fn early_data_without_a_ticket_goes_after_finished() {
     let pki = Pki::new();
     let (client_cfg, server_cfg) = configs(&pki);
-    let request = pattern(100, 5);
+    let request = payload(100, 5);
     let (client, _) = Session::client_with_early_data(client_cfg, name(), test_config(), &request).unwrap();
     let server = Session::server(Arc::new(server_cfg), test_config()).unwrap();
     let mut p = pair_of(client, server);
@@ -198,7 +198,7 @@ fn large_request_is_split_between_early_data_and_the_first_records() {
     let (client_cfg, server_cfg) = configs(&pki);
     let server_cfg = Arc::new(server_cfg);
     let _first = warm_up(&client_cfg, &server_cfg);
-    let request = pattern(3 * MAX_EARLY_STREAM_BYTES + 17, 11);
+    let request = payload(3 * MAX_EARLY_STREAM_BYTES + 17, 11);
     let (client, taken) = Session::client_with_early_data(client_cfg, name(), test_config(), &request).unwrap();
     assert_eq!(taken, request.len());
     let server = Session::server(server_cfg, test_config()).unwrap();
@@ -223,7 +223,7 @@ fn replayed_early_data_is_not_accepted_twice() {
     let (client_cfg, server_cfg) = configs(&pki);
     let server_cfg = Arc::new(server_cfg);
     let _first = warm_up(&client_cfg, &server_cfg);
-    let request = pattern(200, 13);
+    let request = payload(200, 13);
     let (mut client, _) = Session::client_with_early_data(client_cfg, name(), test_config(), &request).unwrap();
     client.prepare_transmit(std::time::Instant::now());
     let flight = client.transmit_data(0).to_vec();

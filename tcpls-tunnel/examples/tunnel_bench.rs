@@ -25,43 +25,23 @@ use tokio::net::TcpStream;
 mod tunnel_support;
 use tunnel_support::{slow_link, Pki};
 
-/// Response bytes: byte i is PATTERN[i % PATTERN.len()].
-const PATTERN_LEN: usize = 65_521; // prime, so chunk boundaries do not line up with it
-fn pattern() -> &'static [u8] {
-    static P: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
-    P.get_or_init(|| {
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        (0..PATTERN_LEN)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
-    })
-}
+/// Response bytes: the pattern stream of this seed (`tcpls-pattern`, the payload of `tcpls perf`).
+const SEED: u64 = 0;
 
-/// Sends `size` pattern bytes (u64::MAX: until the peer goes away).
+/// Sends `size` pattern bytes (u64::MAX: until the peer goes away), 256 KiB per write.
 async fn send_pattern<W: AsyncWrite + Unpin>(w: &mut W, size: u64) -> std::io::Result<()> {
-    let p = pattern();
-    let mut buf = Vec::with_capacity(256 << 10);
-    while buf.len() < (256 << 10) - PATTERN_LEN {
-        buf.extend_from_slice(p);
-    }
-    let period = buf.len(); // a multiple of PATTERN_LEN
-    let mut left = size;
-    while left > 0 {
-        let n = (period as u64).min(left) as usize;
-        w.write_all(&buf[..n]).await?;
-        left -= n as u64;
+    let mut sent = 0u64;
+    while sent < size {
+        let n = (size - sent).min(256 << 10) as usize;
+        let chunk = tcpls_pattern::chunk(SEED, sent, n);
+        w.write_all(chunk).await?;
+        sent += chunk.len() as u64;
     }
     Ok(())
 }
 
 /// Reads to the end, checking every byte against the pattern; returns (bytes, time to first byte).
 async fn recv_pattern<R: AsyncRead + Unpin>(r: &mut R, started: Instant) -> (u64, Duration) {
-    let p = pattern();
     let mut buf = vec![0u8; 256 << 10];
     let mut off = 0u64;
     let mut ttfb = None;
@@ -71,13 +51,7 @@ async fn recv_pattern<R: AsyncRead + Unpin>(r: &mut R, started: Instant) -> (u64
             return (off, ttfb.unwrap_or_default());
         }
         ttfb.get_or_insert_with(|| started.elapsed());
-        let mut i = 0;
-        while i < n {
-            let at = ((off + i as u64) % PATTERN_LEN as u64) as usize;
-            let m = (PATTERN_LEN - at).min(n - i);
-            assert!(buf[i..i + m] == p[at..at + m], "response corrupted at byte {}", off + i as u64);
-            i += m;
-        }
+        assert!(tcpls_pattern::verify(SEED, off, &buf[..n]), "response corrupted in bytes {off}..{}", off + n as u64);
         off += n as u64;
     }
 }

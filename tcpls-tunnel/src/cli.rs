@@ -3,6 +3,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 
+use crate::frontend::Target;
 use crate::{Config, DestPolicy, Frontend, LocalProxy, RemoteProxy, DEFAULT_PORT};
 
 /// Front-end of `lp`, as given on the command line.
@@ -41,7 +42,7 @@ pub async fn lp_main(rp_addr: &str, n: usize, mode: LpMode) -> Result<(), String
         LpMode::Socks(a) => (resolve(&a, None).await?, Frontend::Socks),
         LpMode::Forward(f) => {
             let (l, t) = crate::frontend::split_forward(&f)?;
-            (resolve(l, None).await?, Frontend::Forward(resolve_v4(t).await?))
+            (resolve(l, None).await?, Frontend::Forward(Target::Addr(SocketAddr::V4(resolve_v4(t).await?))))
         }
         LpMode::Transparent(p) => (SocketAddr::from((Ipv4Addr::UNSPECIFIED, p)), Frontend::Transparent),
     };

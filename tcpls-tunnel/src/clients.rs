@@ -239,11 +239,8 @@ mod tests {
 
     #[test]
     fn names_from_certificates_and_lookup() {
-        let mut params = rcgen::CertificateParams::new(vec!["alice.example".into(), "a2.example".into()]).unwrap();
-        params.distinguished_name.push(rcgen::DnType::CommonName, "alice");
-        let key = rcgen::KeyPair::generate().unwrap();
-        let cert = params.self_signed(&key).unwrap();
-        let id = ClientId::from_der(cert.der());
+        let cert = tcpls_test::Identity::self_signed(Some("alice"), &["alice.example", "a2.example"]).unwrap();
+        let id = ClientId::from_der(&cert.cert);
         assert_eq!(id.cn.as_deref(), Some("alice"));
         assert_eq!(id.dns, ["alice.example", "a2.example"]);
         let mut p = ClientPolicy::default();

@@ -10,6 +10,34 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+/// How a local proxy learns where an accepted connection goes: the one front-end type of the
+/// TCPLS tunnel client ([`crate::tunnel::TunnelClient::serve`]) and the TM3 local proxy
+/// ([`crate::LocalProxy::serve`]), which carries less (see each variant).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Frontend {
+    /// SOCKS5 CONNECT. Tunnel: to IPv4, IPv6 or a domain name (resolved by the concentrator);
+    /// the reply is sent once the concentrator answered: success, 0x05 when the destination
+    /// refused or could not be reached, 0x02 when the concentrator's policy refuses the
+    /// destination, 0x01 for any other failure. TM3: to an IPv4 address only (the TM3 SYN
+    /// carries IPv4), IPv6 and names refused with 0x08, other commands with 0x07, success sent
+    /// at once; no authentication in either.
+    Socks,
+    /// Every connection goes to this target. Tunnel: pipelined (the application's bytes follow
+    /// the request without waiting for the answer; an Error answer resets the connection).
+    /// TM3: an IPv4 address only.
+    Forward(Target),
+    /// Connections redirected by iptables (`-j REDIRECT`): the destination from
+    /// `getsockopt(SO_ORIGINAL_DST)` (Linux only). Tunnel: pipelined like `Forward`. TM3: IPv4
+    /// only.
+    Transparent,
+    /// HTTP proxy ([`crate::http_proxy`]), tunnel only: CONNECT to any port, and absolute-form
+    /// `http://` requests (one per connection). Answered once the concentrator answered: 200
+    /// (CONNECT) or the server's response; 502 when the destination could not be reached, 403
+    /// when the concentrator's policy refuses it, 400/431 for a bad request, 408 when the head
+    /// does not arrive within the handshake timeout. No proxy authentication (never 407).
+    Http,
+}
+
 /// Where an application connection should go.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Target {

@@ -32,10 +32,11 @@ pub mod tunnel;
 
 use std::time::Duration;
 
-pub use lp::{original_dst, Frontend, LocalProxy};
-pub use mux::Stats;
+pub use frontend::Frontend;
+pub use lp::{original_dst, LocalProxy};
 pub use policy::DestPolicy;
 pub use rp::RemoteProxy;
+pub use tunnel::{Stats, StatsSnapshot};
 
 /// Default port of the remote proxy.
 pub const DEFAULT_PORT: u16 = 6000;

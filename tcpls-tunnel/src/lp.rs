@@ -8,23 +8,9 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tracing::{debug, info, warn};
 
-use crate::frontend::{reply, socks5_reply, socks5_request, Target};
+use crate::frontend::{reply, socks5_reply, socks5_request, Frontend, Target};
 use crate::mux::{Mux, Role};
 use crate::{Config, Stats};
-
-/// How the local proxy learns the destination of an accepted connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Frontend {
-    /// SOCKS5, CONNECT to an IPv4 address only (the TM3 SYN carries an IPv4 address): IPv6 and
-    /// domain names are refused with reply 0x08 (address type not supported), other commands
-    /// with 0x07. No authentication.
-    Socks,
-    /// Every connection goes to this destination.
-    Forward(SocketAddrV4),
-    /// Connections redirected by iptables (`-j REDIRECT`): the destination is read with
-    /// `getsockopt(SO_ORIGINAL_DST)` (Linux only).
-    Transparent,
-}
 
 /// The TM3 local proxy: N pipes to a remote proxy.
 #[derive(Clone)]
@@ -71,7 +57,24 @@ impl LocalProxy {
 
     /// Accepts connections on `listener` and tunnels them until every pipe is gone (then
     /// returns an error).
+    /// `Frontend::Http` and forwards to anything but an IPv4 address are refused at once
+    /// (`InvalidInput`): the TM3 SYN carries an IPv4 address only.
     pub async fn serve(&self, listener: TcpListener, frontend: Frontend) -> io::Result<()> {
+        match &frontend {
+            Frontend::Forward(Target::Addr(SocketAddr::V4(_))) | Frontend::Socks | Frontend::Transparent => {}
+            Frontend::Forward(t) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("TM3 forwards to IPv4 addresses only, not {t}"),
+                ));
+            }
+            Frontend::Http => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "the TM3 local proxy has no HTTP proxy front-end",
+                ));
+            }
+        }
         loop {
             let accepted = tokio::select! {
                 a = listener.accept() => a,
@@ -86,17 +89,21 @@ impl LocalProxy {
                 }
             };
             let lp = self.clone();
+            let frontend = frontend.clone();
             tokio::spawn(async move {
-                if let Err(e) = lp.handle(s, frontend).await {
+                if let Err(e) = lp.handle(s, &frontend).await {
                     info!("local proxy: connection from {peer}: {e}");
                 }
             });
         }
     }
 
-    async fn handle(&self, mut s: TcpStream, frontend: Frontend) -> io::Result<()> {
+    async fn handle(&self, mut s: TcpStream, frontend: &Frontend) -> io::Result<()> {
         let dst = match frontend {
-            Frontend::Forward(d) => d,
+            Frontend::Forward(Target::Addr(SocketAddr::V4(d))) => *d,
+            Frontend::Forward(_) | Frontend::Http => {
+                return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a TM3 front-end (IPv4 only, no HTTP)"));
+            }
             Frontend::Transparent => original_dst(&s)?,
             Frontend::Socks => match tokio::time::timeout(HANDSHAKE_TIMEOUT, socks5_handshake(&mut s)).await {
                 Ok(r) => r?,

@@ -5,10 +5,11 @@ use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::{IpAddr, SocketAddr, SocketAddrV4};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use tcpls_proto::sync::LockExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
@@ -17,17 +18,13 @@ use tracing::{debug, error, info, warn};
 
 use crate::codec::{self, Message, MAX_PAYLOAD, REASON_FIN, REASON_RST};
 use crate::reorder::{Reorder, ReorderError, ENTRY_OVERHEAD};
-use crate::Config;
+use crate::{Config, Stats};
 
 /// Which side of the tunnel this multiplexer is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Role {
     Local,
     Remote,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 struct Pipe {
@@ -120,16 +117,6 @@ impl Conn {
     }
 }
 
-/// Counters, mostly for tests and summaries.
-#[derive(Debug, Default)]
-pub struct Stats {
-    pub conns_opened: AtomicUsize,
-    /// Remote proxy: connections refused by the destination policy (reset, FIN 0x99).
-    pub conns_refused_dest: AtomicUsize,
-    pub conn_protocol_errors: AtomicUsize,
-    pub pipes_dropped: AtomicUsize,
-}
-
 pub(crate) struct Mux {
     role: Role,
     cfg: Config,
@@ -216,7 +203,7 @@ impl Mux {
         if pipe.dead.send_replace(true) {
             return;
         }
-        self.stats.pipes_dropped.fetch_add(1, Ordering::Relaxed);
+        self.stats.pipe_dropped();
         let left = self.alive.fetch_sub(1, Ordering::SeqCst) - 1;
         info!("{}: pipe {} ({}) closed: {why}; {left} pipe(s) left", self.label, pipe.idx, pipe.peer);
         self.space.notify_waiters();
@@ -229,12 +216,12 @@ impl Mux {
         if self.shut.swap(true, Ordering::SeqCst) {
             return;
         }
-        let conns: Vec<_> = lock(&self.conns).drain().map(|(_, c)| c).collect();
+        let conns: Vec<_> = self.conns.lock_unpoisoned().drain().map(|(_, c)| c).collect();
         if !conns.is_empty() {
             warn!("{}: no pipe left, resetting {} connection(s)", self.label, conns.len());
         }
         for c in conns {
-            lock(&c.tx).fin_sent = true;
+            c.tx.lock_unpoisoned().fin_sent = true;
             self.close_rx(&c);
             c.set_kill(Kill::Reset);
         }
@@ -287,7 +274,7 @@ impl Mux {
             tokio::pin!(notified);
             notified.as_mut().enable();
             {
-                let mut tx = lock(&conn.tx);
+                let mut tx = conn.tx.lock_unpoisoned();
                 if tx.fin_sent || self.is_closed() {
                     return false;
                 }
@@ -316,7 +303,7 @@ impl Mux {
 
     /// Sends the FIN of `conn` (once). Never waits.
     fn send_fin(&self, conn: &Conn, reason: u8) -> bool {
-        let mut tx = lock(&conn.tx);
+        let mut tx = conn.tx.lock_unpoisoned();
         if tx.fin_sent {
             return false;
         }
@@ -330,7 +317,7 @@ impl Mux {
     }
 
     fn close_rx(&self, conn: &Conn) {
-        let mut rx = lock(&conn.rx);
+        let mut rx = conn.rx.lock_unpoisoned();
         rx.closed = true;
         let freed = rx.reorder.clear();
         self.reorder_total.fetch_sub(freed, Ordering::Relaxed);
@@ -354,7 +341,7 @@ impl Mux {
     /// The connect of `conn` ended (or the connection is closing): the data held for it no
     /// longer counts as pending.
     fn connect_done(&self, conn: &Conn) {
-        let mut rx = lock(&conn.rx);
+        let mut rx = conn.rx.lock_unpoisoned();
         rx.connecting = false;
         let charged = std::mem::take(&mut rx.pending_charged);
         drop(rx);
@@ -373,8 +360,8 @@ impl Mux {
 
     /// Frees the connection ID once both FINs went by, or after the linger time otherwise.
     fn maybe_remove(self: &Arc<Self>, conn: &Arc<Conn>) {
-        let fin_sent = lock(&conn.tx).fin_sent;
-        let mut rx = lock(&conn.rx);
+        let fin_sent = conn.tx.lock_unpoisoned().fin_sent;
+        let mut rx = conn.rx.lock_unpoisoned();
         if fin_sent && rx.fin_received {
             drop(rx);
             self.remove(conn);
@@ -394,7 +381,7 @@ impl Mux {
     }
 
     fn remove(&self, conn: &Arc<Conn>) {
-        let mut t = lock(&self.conns);
+        let mut t = self.conns.lock_unpoisoned();
         if t.get(&conn.id).is_some_and(|c| Arc::ptr_eq(c, conn)) {
             t.remove(&conn.id);
         }
@@ -409,7 +396,7 @@ impl Mux {
     }
 
     fn protocol_error(self: &Arc<Self>, conn: &Arc<Conn>, pipe: &Pipe, why: &dyn std::fmt::Display) {
-        self.stats.conn_protocol_errors.fetch_add(1, Ordering::Relaxed);
+        self.stats.rejected();
         warn!(
             "{}: ill-formed message for connection {} on pipe {} ({}): {why}; resetting that connection",
             self.label, conn.id, pipe.idx, pipe.peer
@@ -420,8 +407,8 @@ impl Mux {
     /// Local proxy: opens a tunneled connection for an accepted local TCP connection.
     pub(crate) async fn open(self: &Arc<Self>, stream: TcpStream, dst: SocketAddrV4) -> io::Result<u16> {
         let conn = {
-            let mut t = lock(&self.conns);
-            let mut next = lock(&self.next_id);
+            let mut t = self.conns.lock_unpoisoned();
+            let mut next = self.next_id.lock_unpoisoned();
             let mut found = None;
             for _ in 0..u16::MAX {
                 *next = if *next == u16::MAX { 1 } else { *next + 1 };
@@ -437,7 +424,7 @@ impl Mux {
             t.insert(id, c.clone());
             c
         };
-        self.stats.conns_opened.fetch_add(1, Ordering::Relaxed);
+        self.stats.stream();
         let id = conn.id;
         let syn = Message::Syn { conn_id: id, seq: 0, dst };
         let sent = self.send_seq(&conn, |_| syn.to_bytes().unwrap_or_default()).await;
@@ -461,7 +448,7 @@ impl Mux {
         let mux = self.clone();
         if let Err(r) = self.cfg.dest_policy.check_on_this_host(IpAddr::V4(*dst.ip())) {
             info!("{}: connection {}: {r}; sending FIN 0x99", self.label, conn.id);
-            self.stats.conns_refused_dest.fetch_add(1, Ordering::Relaxed);
+            self.stats.refused_dest();
             self.reset_conn(&conn);
             return;
         }
@@ -497,10 +484,10 @@ impl Mux {
         // Look up or create under one lock: the SYN and the data right after it may arrive on
         // two pipes at the same time.
         let conn = {
-            let mut t = lock(&self.conns);
+            let mut t = self.conns.lock_unpoisoned();
             match t.get(&id).cloned() {
                 Some(c) => {
-                    if self.role == Role::Remote && is_syn && seq == 0 && lock(&c.tx).fin_sent {
+                    if self.role == Role::Remote && is_syn && seq == 0 && c.tx.lock_unpoisoned().fin_sent {
                         // The local proxy reused the ID of a connection we already closed.
                         debug!("{}: connection ID {id} reused by the peer", self.label);
                         self.new_remote_conn(&mut t, id)
@@ -541,7 +528,7 @@ impl Mux {
             tokio::pin!(room);
             room.as_mut().enable();
             {
-                let mut rx = lock(&conn.rx);
+                let mut rx = conn.rx.lock_unpoisoned();
                 if rx.closed {
                     if terminal {
                         rx.fin_received = true;
@@ -673,7 +660,7 @@ impl Mux {
     fn new_remote_conn(self: &Arc<Self>, table: &mut HashMap<u16, Arc<Conn>>, id: u16) -> Arc<Conn> {
         let c = Conn::new(id, 0, &self.cfg, false);
         table.insert(id, c.clone());
-        self.stats.conns_opened.fetch_add(1, Ordering::Relaxed);
+        self.stats.stream();
         // A connection whose SYN never shows up is forgotten after the linger time.
         let mux = Arc::downgrade(self);
         let c2 = c.clone();
@@ -681,7 +668,7 @@ impl Mux {
         tokio::spawn(async move {
             tokio::time::sleep(linger).await;
             if let Some(m) = mux.upgrade() {
-                if !lock(&c2.rx).started {
+                if !c2.rx.lock_unpoisoned().started {
                     debug!("{}: connection {} never got its SYN, dropped", m.label, c2.id);
                     m.close_rx(&c2);
                     m.remove(&c2);
@@ -780,10 +767,10 @@ async fn gap_sweeper(mux: Weak<Mux>) {
         if m.is_closed() {
             return;
         }
-        let conns: Vec<_> = lock(&m.conns).values().cloned().collect();
+        let conns: Vec<_> = m.conns.lock_unpoisoned().values().cloned().collect();
         for c in conns {
             let stale = {
-                let rx = lock(&c.rx);
+                let rx = c.rx.lock_unpoisoned();
                 rx.gap_since.filter(|t| t.elapsed() >= m.cfg.gap_timeout).map(|_| rx.reorder.expected())
             };
             if let Some(seq) = stale {
@@ -877,7 +864,7 @@ async fn conn_writer(mux: Arc<Mux>, conn: Arc<Conn>, mut wr: OwnedWriteHalf) {
             }
         }
         let item = {
-            let mut rx = lock(&conn.rx);
+            let mut rx = conn.rx.lock_unpoisoned();
             let it = rx.ready.pop_front();
             if let Some(Item::Data(b)) = &it {
                 rx.ready_bytes -= b.len();

@@ -4,11 +4,13 @@
 
 use std::io::ErrorKind;
 use std::net::{SocketAddr, SocketAddrV4};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use tcpls_test::payload;
 use tcpls_tunnel::codec::{self, Message, REASON_FIN, REASON_RST};
+use tcpls_tunnel::frontend::Target;
 use tcpls_tunnel::{Config, Frontend, LocalProxy, RemoteProxy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -24,6 +26,7 @@ fn v4(a: SocketAddr) -> SocketAddrV4 {
     }
 }
 
+/// xorshift64: the connections' sizes (their bytes come from [`payload`]).
 struct Rng(u64);
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -32,46 +35,19 @@ impl Rng {
         self.0 ^= self.0 << 17;
         self.0
     }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
 }
 
-/// Download pattern: byte i is PATTERN[i % PATTERN.len()] (a prime length, so that misplaced
-/// 4096-byte messages are detected).
-fn pattern() -> &'static [u8] {
-    static P: OnceLock<Vec<u8>> = OnceLock::new();
-    P.get_or_init(|| Rng(77).bytes(65521))
-}
+/// Download pattern: the `tcpls-pattern` stream of this seed (its period is not a multiple of
+/// 4096, so misplaced 4096-byte messages are detected).
+const SEED: u64 = 77;
 
+/// Whether `data` is the download pattern from `offset` on.
 fn check_pattern(offset: u64, data: &[u8]) -> bool {
-    let p = pattern();
-    let mut off = (offset % p.len() as u64) as usize;
-    let mut rest = data;
-    while !rest.is_empty() {
-        let n = rest.len().min(p.len() - off);
-        if rest[..n] != p[off..off + n] {
-            return false;
-        }
-        rest = &rest[n..];
-        off = 0;
-    }
-    true
+    tcpls_pattern::verify(SEED, offset, data)
 }
 
 async fn echo_server() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let a = l.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((s, _)) = l.accept().await {
-            tokio::spawn(async move {
-                let (mut r, mut w) = s.into_split();
-                let _ = tokio::io::copy(&mut r, &mut w).await;
-                let _ = w.shutdown().await;
-            });
-        }
-    });
-    a
+    tcpls_test::net::tcp_echo_server("127.0.0.1:0".parse().unwrap()).await.unwrap()
 }
 
 /// Reads an 8-byte little-endian count, sends that many pattern bytes, closes. Reports write
@@ -88,18 +64,17 @@ async fn bulk_server(events: Option<mpsc::UnboundedSender<u64>>) -> SocketAddr {
                     return;
                 }
                 let total = u64::from_le_bytes(n);
-                let p = pattern();
                 let mut sent = 0u64;
                 while sent < total {
-                    let off = (sent % p.len() as u64) as usize;
-                    let n = ((total - sent) as usize).min(p.len() - off).min(64 * 1024);
-                    if s.write_all(&p[off..off + n]).await.is_err() {
+                    let n = ((total - sent) as usize).min(64 * 1024);
+                    let chunk = tcpls_pattern::chunk(SEED, sent, n);
+                    if s.write_all(chunk).await.is_err() {
                         if let Some(ev) = &ev {
                             let _ = ev.send(sent);
                         }
                         return;
                     }
-                    sent += n as u64;
+                    sent += chunk.len() as u64;
                 }
                 let _ = s.shutdown().await;
             });
@@ -136,7 +111,7 @@ impl Setup {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let a = l.local_addr().unwrap();
         let lp = self.lp.clone();
-        tokio::spawn(async move { lp.serve(l, Frontend::Forward(v4(target))).await });
+        tokio::spawn(async move { lp.serve(l, Frontend::Forward(Target::Addr(target))).await });
         a
     }
 }
@@ -167,9 +142,10 @@ async fn concurrent_300_connections_random_sizes() {
     let mut tasks = Vec::new();
     for i in 0..300u64 {
         tasks.push(tokio::spawn(async move {
-            let mut rng = Rng(i * 7919 + 13);
+            let seed = i * 7919 + 13;
+            let mut rng = Rng(seed);
             let size = (rng.next() % (96 * 1024)) as usize + if i % 10 == 0 { 0 } else { 1 };
-            echo_roundtrip(fwd, rng.bytes(size)).await
+            echo_roundtrip(fwd, payload(size, seed)).await
         }));
     }
     for (i, t) in tasks.into_iter().enumerate() {
@@ -177,7 +153,7 @@ async fn concurrent_300_connections_random_sizes() {
         assert!(r.is_ok(), "connection {i}: {r:?}");
     }
     // All 300 were concurrently open at the remote proxy at some point: IDs beyond 256 used.
-    assert!(st.lp.stats().conns_opened.load(std::sync::atomic::Ordering::Relaxed) >= 300);
+    assert!(st.lp.stats().snapshot().streams >= 300);
     eprintln!("300 connections in {:?}", start.elapsed());
 }
 
@@ -304,7 +280,7 @@ async fn local_proxy_wire_format() {
     let fwd = fl.local_addr().unwrap();
     let target: SocketAddrV4 = "10.1.2.3:6001".parse().unwrap();
     let lp2 = lp.clone();
-    tokio::spawn(async move { lp2.serve(fl, Frontend::Forward(target)).await });
+    tokio::spawn(async move { lp2.serve(fl, Frontend::Forward(Target::Addr(target.into()))).await });
     let mut ws = Vec::new();
     let (tx, mut rx) = mpsc::unbounded_channel();
     for (i, p) in pipes.into_iter().enumerate() {
@@ -468,7 +444,7 @@ async fn closes_mid_transfer_from_either_side() {
     timeout(T, up).await.expect("upload must stop").unwrap();
 
     // Everything else still works.
-    timeout(T, echo_roundtrip(echo, Rng(5).bytes(300_000))).await.unwrap().unwrap();
+    timeout(T, echo_roundtrip(echo, payload(300_000, 5))).await.unwrap().unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -504,13 +480,31 @@ async fn two_thousand_short_connections() {
     let start = Instant::now();
     timeout(Duration::from_secs(50), async {
         for i in 0..2000u64 {
-            let data = Rng(i + 1).bytes(100);
+            let data = payload(100, i + 1);
             echo_roundtrip(echo, data).await.unwrap_or_else(|e| panic!("connection {i}: {e}"));
         }
     })
     .await
     .expect("timed out");
     eprintln!("2000 connections in {:?}", start.elapsed());
+}
+
+/// The front-end type is shared with the TCPLS tunnel: what the TM3 SYN cannot carry (an HTTP
+/// proxy, a forward to IPv6 or to a name) is refused at once, and the proxy still serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frontends_tm3_cannot_carry_are_refused() {
+    let st = setup(2).await;
+    for frontend in [
+        Frontend::Http,
+        Frontend::Forward(Target::Addr("[::1]:80".parse().unwrap())),
+        Frontend::Forward(Target::Name("example.org".into(), 80)),
+    ] {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let e = timeout(T, st.lp.serve(l, frontend.clone())).await.unwrap().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput, "{frontend:?}: {e}");
+    }
+    let fwd = st.forward(echo_server().await).await;
+    echo_roundtrip(fwd, payload(10_000, 3)).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -587,8 +581,8 @@ async fn garbage_pipe_is_dropped_others_continue() {
     assert_eq!(got.len(), 38 * 2000);
     assert!(!used.contains(&1), "the untrusted pipe must not be used");
     let stats = sessions.lock().unwrap()[0].clone();
-    assert_eq!(stats.stats().pipes_dropped.load(std::sync::atomic::Ordering::Relaxed), 1);
-    assert_eq!(stats.stats().conn_protocol_errors.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(stats.stats().snapshot().pipes_dropped, 1);
+    assert_eq!(stats.stats().snapshot().rejected, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -631,7 +625,7 @@ async fn transparent_mode_refuses_connections_that_were_not_redirected() {
     let mut b = [0u8; 1];
     let r = timeout(T, c.read(&mut b)).await.expect("not-redirected connection must be closed");
     assert!(matches!(r, Ok(0) | Err(_)));
-    assert_eq!(st.lp.stats().conns_opened.load(std::sync::atomic::Ordering::Relaxed), 0);
+    assert_eq!(st.lp.stats().snapshot().streams, 0);
 }
 
 fn spawn_pipe_reader(

@@ -5,10 +5,11 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::net::{SocketAddr, SocketAddrV4};
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use tcpls_tunnel::frontend::Target;
 use tcpls_tunnel::rp::Session;
 use tcpls_tunnel::{Config, DestPolicy, Frontend, LocalProxy, RemoteProxy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -16,13 +17,6 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::time::timeout;
 
 const T: Duration = Duration::from_secs(20);
-
-fn v4(a: SocketAddr) -> SocketAddrV4 {
-    match a {
-        SocketAddr::V4(v) => v,
-        SocketAddr::V6(_) => panic!("IPv6"),
-    }
-}
 
 /// A remote proxy with `cfg` and `n` pipes; returns its address and its sessions as they start.
 async fn remote_proxy(n: usize, cfg: Config) -> (SocketAddr, Arc<Mutex<Vec<Session>>>) {
@@ -42,7 +36,7 @@ async fn forward(lp: &LocalProxy, target: SocketAddr) -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let a = l.local_addr().unwrap();
     let lp = lp.clone();
-    tokio::spawn(async move { lp.serve(l, Frontend::Forward(v4(target))).await });
+    tokio::spawn(async move { lp.serve(l, Frontend::Forward(Target::Addr(target))).await });
     a
 }
 
@@ -75,17 +69,7 @@ async fn abandoned_partial_groups_are_closed_on_a_timer() {
 }
 
 async fn echo_server() -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let a = l.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((s, _)) = l.accept().await {
-            tokio::spawn(async move {
-                let (mut r, mut w) = s.into_split();
-                let _ = tokio::io::copy(&mut r, &mut w).await;
-            });
-        }
-    });
-    a
+    tcpls_test::net::tcp_echo_server("127.0.0.1:0".parse().unwrap()).await.unwrap()
 }
 
 /// A loopback destination whose connects stay pending: a listener with a backlog of 0 whose
@@ -182,5 +166,5 @@ async fn safe_dest_policy_resets_loopback_connections_without_connecting() {
     assert!(matches!(&r, Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset), "reset expected: {r:?}");
     assert!(timeout(Duration::from_millis(300), dest.accept()).await.is_err(), "nothing connected to it");
     let session = sessions.lock().unwrap().first().cloned().unwrap();
-    assert_eq!(session.stats().conns_refused_dest.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(session.stats().snapshot().refused_dest, 1);
 }

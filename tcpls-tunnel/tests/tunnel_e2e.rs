@@ -28,7 +28,7 @@ async fn socks5_ipv4_ipv6_and_names() {
     for (i, target) in targets.iter().enumerate() {
         let mut s = TcpStream::connect(socks).await.unwrap();
         assert_eq!(timeout(T, socks5_connect(&mut s, target)).await.unwrap().unwrap(), 0, "CONNECT {target}");
-        echo_roundtrip(s, pattern(300_000 + i, i as u64)).await.unwrap();
+        echo_roundtrip(s, payload(300_000 + i, i as u64)).await.unwrap();
     }
 }
 
@@ -53,7 +53,7 @@ async fn a_thousand_concurrent_connections_of_random_sizes() {
         total += len;
         tasks.push(tokio::spawn(async move {
             let s = TcpStream::connect(fwd).await.map_err(|e| format!("connect: {e}"))?;
-            echo_roundtrip(s, pattern(len, i)).await.map_err(|e| format!("connection {i} ({len} bytes): {e}"))
+            echo_roundtrip(s, payload(len, i)).await.map_err(|e| format!("connection {i} ({len} bytes): {e}"))
         }));
     }
     for task in tasks {
@@ -155,7 +155,7 @@ async fn failed_destinations_give_socks_failure_or_reset() {
     let echo = echo_server("127.0.0.1:0").await;
     let mut s = TcpStream::connect(socks).await.unwrap();
     assert_eq!(timeout(T, socks5_connect(&mut s, &Target::Addr(echo))).await.unwrap().unwrap(), 0);
-    echo_roundtrip(s, pattern(10_000, 9)).await.unwrap();
+    echo_roundtrip(s, payload(10_000, 9)).await.unwrap();
     assert_eq!(t.server_stats.snapshot().connect_failed, 3);
     // A forward whose application writes at once (pipelined behind the request): still reset.
     let r = match TcpStream::connect(fwd).await {
@@ -202,7 +202,7 @@ async fn garbage_tlvs_are_rejected_without_disturbing_other_streams() {
     for (what, bytes, code) in cases {
         let (mut send, mut recv) = session.open_stream().unwrap();
         send.write_all(&bytes).await.unwrap();
-        send.write_all(&pattern(100_000, 1)).await.unwrap();
+        send.write_all(&payload(100_000, 1)).await.unwrap();
         let mut answer = Vec::new();
         timeout(T, recv.read_to_end(&mut answer)).await.unwrap().unwrap();
         assert_eq!(answer, tlv::encode_all(&[Tlv::Error(code), Tlv::End]), "{what}");
@@ -256,7 +256,7 @@ async fn a_stalled_destination_does_not_block_the_others() {
     eprintln!("stalled stream stuck after {last} bytes");
     for i in 0..20 {
         let s = TcpStream::connect(echo_fwd).await.unwrap();
-        timeout(Duration::from_secs(10), echo_roundtrip(s, pattern(200_000, i))).await.unwrap().unwrap();
+        timeout(Duration::from_secs(10), echo_roundtrip(s, payload(200_000, i))).await.unwrap().unwrap();
     }
     assert_eq!(sent.load(std::sync::atomic::Ordering::Relaxed), last, "the stalled stream is still stalled");
     pusher.abort();

@@ -34,7 +34,7 @@ async fn download(via: SocketAddr, size: usize, seed: u64, progress: Arc<AtomicU
         got.extend_from_slice(&buf[..n]);
         progress.fetch_add(n as u64, Ordering::Relaxed);
     }
-    if got != pattern(size, seed) {
+    if got != payload(size, seed) {
         return Err(format!("download {seed}: {} bytes of {size}, content differs", got.len()));
     }
     Ok(())

@@ -121,10 +121,10 @@ async fn allow_dest_permits_loopback_and_only_what_it_names() {
     for (i, target) in [Target::Addr(echo), Target::Name("localhost".into(), echo.port())].iter().enumerate() {
         let mut s = TcpStream::connect(socks).await.unwrap();
         assert_eq!(timeout(T, socks5_connect(&mut s, target)).await.unwrap().unwrap(), reply::SUCCEEDED, "{target}");
-        echo_roundtrip(s, pattern(100_000, i as u64)).await.unwrap();
+        echo_roundtrip(s, payload(100_000, i as u64)).await.unwrap();
     }
     let fwd = t.forward(echo).await;
-    echo_roundtrip(TcpStream::connect(fwd).await.unwrap(), pattern(70_000, 9)).await.unwrap();
+    echo_roundtrip(TcpStream::connect(fwd).await.unwrap(), payload(70_000, 9)).await.unwrap();
     // Still refused: IPv6 loopback and link-local.
     if let Some(v6) = Untouched::on("[::1]:0").await {
         assert_eq!(socks_reply(socks, &Target::Addr(v6.addr())).await, reply::NOT_ALLOWED);
@@ -147,7 +147,7 @@ async fn sessions_beyond_max_sessions_are_closed_and_counted() {
     // The first one is still served.
     let echo = echo_server("127.0.0.1:0").await;
     let fwd = t.forward(echo).await;
-    echo_roundtrip(TcpStream::connect(fwd).await.unwrap(), pattern(50_000, 1)).await.unwrap();
+    echo_roundtrip(TcpStream::connect(fwd).await.unwrap(), payload(50_000, 1)).await.unwrap();
     // Once it is gone, its place is free again.
     let _ = timeout(T, t.client.session().close()).await.unwrap();
     let mut served = false;
@@ -157,7 +157,7 @@ async fn sessions_beyond_max_sessions_are_closed_and_counted() {
         let via = l.local_addr().unwrap();
         let c2 = c.clone();
         tokio::spawn(async move { c2.serve(l, Frontend::Forward(Target::Addr(echo))).await });
-        if echo_roundtrip(TcpStream::connect(via).await.unwrap(), pattern(1000, 2)).await.is_ok() {
+        if echo_roundtrip(TcpStream::connect(via).await.unwrap(), payload(1000, 2)).await.is_ok() {
             served = true;
             break;
         }
@@ -190,7 +190,7 @@ async fn streams_beyond_max_streams_per_session_are_refused() {
     let mut ok = false;
     for _ in 0..50 {
         if let Ok(s) = TcpStream::connect(fwd).await {
-            if echo_roundtrip(s, pattern(10_000, 3)).await.is_ok() {
+            if echo_roundtrip(s, payload(10_000, 3)).await.is_ok() {
                 ok = true;
                 break;
             }

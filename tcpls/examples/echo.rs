@@ -4,25 +4,18 @@
 //! cargo run --example echo -p tcpls
 //! ```
 
-use std::sync::Arc;
-
-use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use tcpls::{server_name_for, TcplsConnector, TcplsListener};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    // A throwaway certificate; real deployments load theirs (see `tcpls cert`).
-    let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()])?;
-    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(ck.key_pair.serialize_der()));
-    let server_tls =
-        rustls::ServerConfig::builder().with_no_client_auth().with_single_cert(vec![ck.cert.der().clone()], key)?;
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(ck.cert.der().clone())?;
-    let client_tls = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
+    // A throwaway certificate for localhost and configs around it, from the workspace's test
+    // kit (`tcpls-test`); real deployments load theirs (see `tcpls cert`).
+    let pki = tcpls_test::Pki::try_new()?;
+    let (server_tls, client_tls) = (pki.server(), pki.client());
 
     // Server: every stream of every session is echoed back.
-    let listener = TcplsListener::bind("127.0.0.1:0".parse()?, Arc::new(server_tls)).await?;
+    let listener = TcplsListener::bind("127.0.0.1:0".parse()?, server_tls).await?;
     let addr = listener.local_addr();
     tokio::spawn(async move {
         while let Some((session, peer)) = listener.accept().await {
@@ -39,7 +32,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     });
 
     // Client: one session, three concurrent streams.
-    let session = TcplsConnector::new(Arc::new(client_tls)).connect(addr, server_name_for("localhost")?).await?;
+    let session = TcplsConnector::new(client_tls).connect(addr, server_name_for("localhost")?).await?;
     println!("client: connected, ALPN {:?}", session.handshake_info().and_then(|i| i.alpn).map(String::from_utf8));
     let mut tasks = Vec::new();
     for word in ["alpha", "beta", "gamma"] {

@@ -7,10 +7,8 @@
 //! ```
 //! The limit is set at 1/3 of the run and lifted at 2/3.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use tcpls::{server_name_for, TcplsConnector, TcplsListener};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -18,18 +16,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let limit_mbit: f64 = args.next().map(|a| a.parse()).transpose()?.unwrap_or(200.0);
-    let seconds: f64 = args.next().map(|a| a.parse()).transpose()?.unwrap_or(6.0);
-
-    let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()])?;
-    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(ck.key_pair.serialize_der()));
-    let server_tls =
-        rustls::ServerConfig::builder().with_no_client_auth().with_single_cert(vec![ck.cert.der().clone()], key)?;
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(ck.cert.der().clone())?;
-    let client_tls = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
+    let seconds: f64 = args.next().map(|a| a.parse()).transpose()?.unwrap_or(6.0); // A throwaway certificate for localhost and configs around it, from the workspace's test
+                                                                                   // kit (`tcpls-test`); real deployments load theirs (see `tcpls cert`).
+    let pki = tcpls_test::Pki::try_new()?;
+    let (server_tls, client_tls) = (pki.server(), pki.client());
 
     // Server: after the client's first byte, send forever on the stream.
-    let listener = TcplsListener::bind("127.0.0.1:0".parse()?, Arc::new(server_tls)).await?;
+    let listener = TcplsListener::bind("127.0.0.1:0".parse()?, server_tls).await?;
     let addr = listener.local_addr();
     tokio::spawn(async move {
         while let Some((session, _)) = listener.accept().await {
@@ -47,7 +40,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     });
 
-    let session = TcplsConnector::new(Arc::new(client_tls)).connect(addr, server_name_for("localhost")?).await?;
+    let session = TcplsConnector::new(client_tls).connect(addr, server_name_for("localhost")?).await?;
     let (mut send, mut recv) = session.open_stream()?;
     send.write_all(b"g").await?;
     println!("time_s,goodput_mbps,limit_mbps");

@@ -14,6 +14,7 @@ use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tcpls_proto::sync::LockExt;
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
@@ -68,7 +69,7 @@ impl Drop for HandshakeSlot {
 
 impl Admission {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock_unpoisoned()
     }
 
     /// Waits until `stream` has a first byte to read (not consuming it) and reserves a

@@ -13,10 +13,11 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rustls::ClientConfig;
+use tcpls_proto::sync::LockExt;
 
 /// How long a server that needed a plain-TLS retry is remembered by default.
 pub const DEFAULT_REMEMBER_FOR: Duration = Duration::from_secs(600);
@@ -78,7 +79,7 @@ pub struct FallbackMemory(Arc<Mutex<HashMap<SocketAddr, Remembered>>>);
 impl FallbackMemory {
     /// The live entry for `addr`, if any (expired entries are dropped here).
     pub fn get(&self, addr: SocketAddr) -> Option<Remembered> {
-        let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut map = self.0.lock_unpoisoned();
         let now = Instant::now();
         map.retain(|_, r| r.until > now);
         map.get(&addr).cloned()
@@ -86,7 +87,7 @@ impl FallbackMemory {
 
     /// Remembers `addr` for `ttl`.
     pub fn remember(&self, addr: SocketAddr, reason: String, ttl: Duration) {
-        let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut map = self.0.lock_unpoisoned();
         if map.len() >= MAX_REMEMBERED && !map.contains_key(&addr) {
             let oldest = map.iter().min_by_key(|(_, r)| r.until).map(|(a, _)| *a);
             if let Some(a) = oldest {
@@ -98,12 +99,12 @@ impl FallbackMemory {
 
     /// Forgets `addr` (the next connection tries TCPLS again).
     pub fn forget(&self, addr: SocketAddr) {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).remove(&addr);
+        self.0.lock_unpoisoned().remove(&addr);
     }
 
     /// Number of live entries.
     pub fn len(&self) -> usize {
-        let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut map = self.0.lock_unpoisoned();
         let now = Instant::now();
         map.retain(|_, r| r.until > now);
         map.len()

@@ -11,6 +11,7 @@ use tokio::sync::mpsc;
 
 use std::time::Instant;
 
+use tcpls_proto::sync::LockExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::admission::Admission;
@@ -121,7 +122,7 @@ impl TcplsListener {
     /// Like [`with_trace`](Self::with_trace) on a shared listener; `None` stops tracing new
     /// sessions (the default trace, if any, applies again).
     pub fn set_trace(&self, sink: Option<Arc<dyn crate::trace::TraceSink>>) {
-        *self.trace.lock().unwrap_or_else(|e| e.into_inner()) = sink;
+        *self.trace.lock_unpoisoned() = sink;
     }
 
     /// The registry this listener routes joins with.
@@ -248,7 +249,7 @@ async fn accept_one(mut stream: TcpStream, ctx: &AcceptCtx) -> io::Result<Option
                 let shared = Shared::registered(proto, ctx.registry.clone());
                 {
                     let mut inner = shared.lock();
-                    if let Some(sink) = ctx.trace.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+                    if let Some(sink) = ctx.trace.lock_unpoisoned().clone() {
                         inner.set_trace(sink);
                     }
                     // Before the events: the client's first records may ask to change socket

@@ -51,6 +51,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tcpls_proto::sync::LockExt;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tracing::{debug, info};
@@ -232,7 +233,7 @@ impl PathManager {
 
     /// The wanted paths and their state.
     pub fn paths(&self) -> Vec<PathReport> {
-        let paths = self.shared.paths.lock().unwrap_or_else(|p| p.into_inner());
+        let paths = self.shared.paths.lock_unpoisoned();
         paths
             .values()
             .map(|((remote, endpoint), st)| PathReport {
@@ -251,7 +252,7 @@ impl PathManager {
     pub fn interface_down(&self, device: Option<&str>, address: Option<std::net::IpAddr>) {
         let mut dropped = Vec::new();
         {
-            let mut paths = self.shared.paths.lock().unwrap_or_else(|p| p.into_inner());
+            let mut paths = self.shared.paths.lock_unpoisoned();
             let conns = self.session.connections();
             for ((_, endpoint), st) in paths.values_mut() {
                 let Some(conn) = st.conn else { continue };
@@ -286,11 +287,11 @@ impl PathManager {
     /// afresh: it may be stuck on the network as it was (e.g. an unanswered neighbour
     /// resolution takes 3 s to fail), and it holds no token yet.
     pub fn interface_up(&self) {
-        let mut paths = self.shared.paths.lock().unwrap_or_else(|p| p.into_inner());
+        let mut paths = self.shared.paths.lock_unpoisoned();
         let now = Instant::now();
         // Changes come in bursts (link, addresses, routes, neighbours): attempts start once
         // it has settled, and those started before are restarted then (start_due_attempts).
-        *self.shared.network_changed.lock().unwrap_or_else(|p| p.into_inner()) = Some(now);
+        *self.shared.network_changed.lock_unpoisoned() = Some(now);
         for (_, st) in paths.values_mut() {
             if st.conn.is_none() {
                 st.next_attempt = st.next_attempt.min(now + SETTLE);
@@ -391,7 +392,7 @@ impl PathManager {
             }
         }
         let live = self.session.usable_connections();
-        let mut paths = self.shared.paths.lock().unwrap_or_else(|p| p.into_inner());
+        let mut paths = self.shared.paths.lock_unpoisoned();
         paths.retain(|k, _| wanted.iter().any(|w| path_name(w) == *k));
         for w in wanted {
             paths.entry(path_name(&w)).or_insert_with(|| {
@@ -429,9 +430,9 @@ impl PathManager {
 
     fn start_due_attempts(&self, config: &PathManagerConfig) {
         let now = Instant::now();
-        let changed = *self.shared.network_changed.lock().unwrap_or_else(|p| p.into_inner());
+        let changed = *self.shared.network_changed.lock_unpoisoned();
         let settled = changed.filter(|at| now.saturating_duration_since(*at) >= SETTLE);
-        let mut paths = self.shared.paths.lock().unwrap_or_else(|p| p.into_inner());
+        let mut paths = self.shared.paths.lock_unpoisoned();
         for (name, ((remote, endpoint), st)) in paths.iter_mut() {
             if let (Some(at), Some((since, task))) = (settled, &st.connecting) {
                 if *since < at {
@@ -454,8 +455,7 @@ impl PathManager {
                 let result = match endpoint.path.connect(remote).await {
                     Ok(stream) => {
                         // From here on a token is at stake: no restart.
-                        if let Some((_, st)) = me.shared.paths.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&name)
-                        {
+                        if let Some((_, st)) = me.shared.paths.lock_unpoisoned().get_mut(&name) {
                             st.connecting = None;
                         }
                         me.session.join_connected(remote, stream, endpoint.path.timeout_or_default()).await
@@ -483,7 +483,7 @@ impl PathManager {
                     tracing::warn!("path manager: {why}");
                     me.session.end_orphaned(why);
                 }
-                let mut paths = me.shared.paths.lock().unwrap_or_else(|p| p.into_inner());
+                let mut paths = me.shared.paths.lock_unpoisoned();
                 let Some((_, st)) = paths.get_mut(&name) else { return };
                 st.attempting = false;
                 st.connecting = None;

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, Weak};
 
+use tcpls_proto::sync::LockExt;
 use tcpls_proto::JoiningConnection;
 use tokio::net::TcpStream;
 
@@ -66,7 +67,7 @@ impl JoinRegistry {
     }
 
     fn map(&self) -> std::sync::MutexGuard<'_, TokenMap> {
-        self.tokens.lock().unwrap_or_else(|e| e.into_inner())
+        self.tokens.lock_unpoisoned()
     }
 
     fn insert(&self, token: [u8; 32], session: Weak<dyn JoinTarget>) {
@@ -83,7 +84,7 @@ impl JoinRegistry {
     }
 
     fn refs(&self) -> std::sync::MutexGuard<'_, RefMap> {
-        self.session_refs.lock().unwrap_or_else(|e| e.into_inner())
+        self.session_refs.lock_unpoisoned()
     }
 
     fn insert_session_ref(&self, session_ref: SessionRef, session: Weak<dyn JoinTarget>) {

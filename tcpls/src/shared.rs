@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Waker};
 use std::time::Instant;
 
+use tcpls_proto::sync::LockExt;
 use tcpls_proto::{ConnId, Event, JoiningConnection, StreamId};
 use tokio::net::TcpStream;
 
@@ -354,7 +355,7 @@ fn read_tcp_info(fds: &HashMap<ConnId, RawFd>, conn: ConnId) -> Option<tcp_info:
 /// A panic while holding the lock leaves the core in an unknown state; we keep going with it
 /// rather than poisoning every handle (the core itself never panics on input).
 fn lock(inner: &Mutex<SessionState>) -> MutexGuard<'_, SessionState> {
-    inner.lock().unwrap_or_else(|e| e.into_inner())
+    inner.lock_unpoisoned()
 }
 
 /// What the join registry holds of a server session (weakly): a joining connection that names

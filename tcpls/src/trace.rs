@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{json, Value};
+use tcpls_proto::sync::LockExt;
 use tcpls_proto::{ConnId, ConnStats, Event, MemoryUse, Side, StreamId, StreamProgress};
 
 use crate::events::SocketOptionApplied;
@@ -341,7 +342,7 @@ impl JsonLinesTrace {
     }
 
     pub fn flush(&self) -> std::io::Result<()> {
-        self.out.lock().unwrap_or_else(|e| e.into_inner()).flush()
+        self.out.lock_unpoisoned().flush()
     }
 }
 
@@ -358,7 +359,7 @@ impl TraceSink for JsonLinesTrace {
         });
         let mut text = line.to_string();
         text.push('\n');
-        let mut out = self.out.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = self.out.lock_unpoisoned();
         // One write per line: the file only ever holds whole lines when the buffer goes out (a
         // reader of a live server's trace never sees half a line). A full disk must not take the
         // session down: the trace just stops growing.

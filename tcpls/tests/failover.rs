@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{pattern, Pki};
+use common::{payload, Pki};
 use tcpls::{server_name_for, RoundRobin, TcplsConnector};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -73,7 +73,7 @@ async fn a_connection_reset_mid_transfer_loses_nothing() {
     let second = session.join(addrs[1]).await.unwrap();
     session.set_scheduler(Box::new(RoundRobin::default()));
     let (mut send, mut recv) = session.open_stream().unwrap();
-    let data = pattern(96 << 20, 5);
+    let data = payload(96 << 20, 5);
     let expect = data.clone();
     let writer = tokio::spawn(async move {
         for chunk in data.chunks(256 << 10) {
@@ -142,7 +142,7 @@ async fn the_only_connection_reset_twice_is_survived_by_rejoining() {
     });
     let session = TcplsConnector::new(pki.client()).connect(addr, server_name_for("localhost").unwrap()).await.unwrap();
     let (mut send, mut recv) = session.open_stream().unwrap();
-    let data = pattern(96 << 20, 6);
+    let data = payload(96 << 20, 6);
     let expect = data.clone();
     let writer = tokio::spawn(async move {
         for chunk in data.chunks(256 << 10) {

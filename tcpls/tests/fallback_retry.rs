@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{pattern, Pki};
+use common::{payload, Pki};
 use tcpls::{
     server_name_for, ConnectOutcome, Event, JoinRegistry, Session, SessionConfig, TcplsConnector, TcplsListener,
 };
@@ -64,7 +64,7 @@ async fn echo(session: Session) {
 /// Client side: sends a pattern and checks the echo byte for byte.
 async fn round_trip(session: &Session, len: usize, seed: u64) {
     let (mut send, mut recv) = session.open_stream().unwrap();
-    let data = pattern(len, seed);
+    let data = payload(len, seed);
     send.write_all(&(len as u64).to_be_bytes()).await.unwrap();
     send.write_all(&data).await.unwrap();
     let mut back = vec![0u8; len];

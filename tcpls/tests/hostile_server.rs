@@ -11,7 +11,7 @@ mod counting_alloc;
 
 use std::time::Duration;
 
-use common::{pattern, Pki};
+use common::{payload, Pki};
 use tcpls::proto::frame::Frame;
 use tcpls::{server_name_for, TcplsConnector, TcplsListener};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -63,7 +63,7 @@ async fn an_attacking_session_neither_grows_the_server_nor_stalls_another() {
 
     // The well-behaved session's transfer: once alone (its baseline goodput), then while the
     // attack runs.
-    let data = std::sync::Arc::new(pattern(32 << 20, 7));
+    let data = std::sync::Arc::new(payload(32 << 20, 7));
     let expected = fnv1a(&data).to_be_bytes().to_vec();
     let run_transfer = |healthy: std::sync::Arc<tcpls::Session>, data: std::sync::Arc<Vec<u8>>| async move {
         let started = std::time::Instant::now();

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{pattern, Pki};
+use common::{payload, Pki};
 use tcpls::{server_name_for, SessionConfig, TcplsConnector, TcplsListener};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -37,7 +37,7 @@ async fn echo_many_streams_verified() {
     let mut tasks = vec![];
     for i in 0..64u64 {
         let (mut send, mut recv) = session.open_stream().unwrap();
-        let data = pattern(10_000 + (i as usize) * 7919, i);
+        let data = payload(10_000 + (i as usize) * 7919, i);
         tasks.push(tokio::spawn(async move {
             let expect = data.clone();
             let writer = tokio::spawn(async move {
@@ -62,7 +62,7 @@ async fn bulk_transfer_both_ways() {
     let addr = echo_server(&pki).await;
     let session = TcplsConnector::new(pki.client()).connect(addr, server_name_for("localhost").unwrap()).await.unwrap();
     let (mut send, mut recv) = session.open_stream().unwrap();
-    let data = pattern(64 << 20, 42);
+    let data = payload(64 << 20, 42);
     let expect = data.clone();
     let writer = tokio::spawn(async move {
         for chunk in data.chunks(1 << 20) {
@@ -108,7 +108,7 @@ async fn one_bad_client_does_not_disturb_another_session() {
     // A peer that sends garbage instead of a ClientHello, and one that stalls mid-record.
     let mut garbage = tokio::net::TcpStream::connect(addr).await.unwrap();
     garbage.write_all(&[0x16, 0x03, 0x01, 0xff, 0xff, 1, 2, 3]).await.unwrap();
-    garbage.write_all(&pattern(70_000, 3)).await.unwrap();
+    garbage.write_all(&payload(70_000, 3)).await.unwrap();
     let _stall = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (mut send, mut recv) = good.open_stream().unwrap();
     send.write_all(b"still fine").await.unwrap();
@@ -134,7 +134,7 @@ async fn small_records_still_verified() {
         .await
         .unwrap();
     let (mut send, mut recv) = session.open_stream().unwrap();
-    let data = pattern(3 << 20, 7);
+    let data = payload(3 << 20, 7);
     let expect = data.clone();
     tokio::spawn(async move {
         send.write_all(&data).await.unwrap();

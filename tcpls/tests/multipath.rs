@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{pattern, Pki};
+use common::{payload, Pki};
 use tcpls::{server_name_for, HappyEyeballs, JoinRegistry, RoundRobin, SessionConfig, TcplsConnector, TcplsListener};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -82,7 +82,7 @@ async fn aggregation_over_two_paths_shares_fairly() {
     assert_eq!(session.usable_connections(), vec![0, second]);
     session.set_scheduler(Box::new(RoundRobin::default()));
     let (mut send, mut recv) = session.open_stream().unwrap();
-    let data = pattern(64 << 20, 1);
+    let data = payload(64 << 20, 1);
     assert!(round_trip(&mut send, &mut recv, &data).await == data, "content verified");
     let per = bytes_per_conn(&session);
     let total: u64 = per.iter().map(|(_, b)| b).sum();
@@ -102,7 +102,7 @@ async fn aggregation_with_the_default_scheduler_uses_both_paths() {
         TcplsConnector::new(pki.client()).connect(addrs[0], server_name_for("localhost").unwrap()).await.unwrap();
     session.join(addrs[1]).await.unwrap();
     let (mut send, mut recv) = session.open_stream().unwrap();
-    let data = pattern(64 << 20, 11);
+    let data = payload(64 << 20, 11);
     assert!(round_trip(&mut send, &mut recv, &data).await == data, "content verified");
     let per = bytes_per_conn(&session);
     assert!(per.iter().all(|(_, b)| *b > 8 << 20), "every path carried a real share: {per:?}");
@@ -123,7 +123,7 @@ async fn eight_streams_steered_over_two_connections_including_ipv6() {
     for i in 0..8u64 {
         let (mut send, mut recv) = session.open_stream().unwrap();
         send.steer(Some(if i % 2 == 0 { 0 } else { second })).unwrap();
-        let data = pattern(1 << 20, i);
+        let data = payload(1 << 20, i);
         tasks.push(tokio::spawn(async move { round_trip(&mut send, &mut recv, &data).await == data }));
     }
     for t in tasks {
@@ -143,7 +143,7 @@ async fn migration_mid_transfer_uses_both_connections() {
     let second = session.join(addrs[1]).await.unwrap();
     let (mut send, mut recv) = session.open_stream().unwrap();
     send.steer(Some(0)).unwrap();
-    let data = pattern(64 << 20, 2);
+    let data = payload(64 << 20, 2);
     let expect = data.clone();
     let s = session.clone();
     let writer = tokio::spawn(async move {
@@ -194,7 +194,7 @@ async fn happy_eyeballs_skips_an_address_that_drops_syns() {
     assert_eq!(session.connections()[0].remote, Some(good));
     assert!(took < Duration::from_secs(2), "the working address won after the stagger: {took:?}");
     let (mut send, mut recv) = session.open_stream().unwrap();
-    let data = pattern(100_000, 9);
+    let data = payload(100_000, 9);
     assert!(round_trip(&mut send, &mut recv, &data).await == data);
     drop((dead, fillers));
 }

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{pattern, Pki};
+use common::{payload, Pki};
 use tcpls::{server_name_for, JoinRegistry, SessionConfig, TcplsConnector, TcplsListener};
 use tcpls_netem::{skip_unless_supported, PathSpec, Side, Topology};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -50,7 +50,7 @@ fn recovery_after_a_blackhole_with_a_250_ms_user_timeout() {
                 ready_tx.send(()).unwrap();
                 let (session, _) = listeners[0].accept().await.unwrap();
                 let (send, mut recv) = session.accept_stream().await.unwrap();
-                let expect = pattern(BYTES, 8);
+                let expect = payload(BYTES, 8);
                 let mut got = Vec::with_capacity(BYTES);
                 let mut reads = Vec::new();
                 let mut buf = vec![0u8; 64 << 10];
@@ -87,7 +87,7 @@ fn recovery_after_a_blackhole_with_a_250_ms_user_timeout() {
                 }
                 let (mut send, _recv) = session.open_stream().unwrap();
                 send.steer(Some(0)).unwrap();
-                let data = pattern(BYTES, 8);
+                let data = payload(BYTES, 8);
                 let mut signalled = false;
                 for chunk in data.chunks(64 << 10) {
                     send.write_all(chunk).await.unwrap();

@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{pattern, Pki};
+use common::{payload, Pki};
 use tcpls::{
     server_name_for, Endpoint, PathManager, PathManagerConfig, PathOptions, PathPolicy, TcplsConnector, TcplsListener,
 };
@@ -61,7 +61,7 @@ fn wifi_down_mid_transfer_continues_on_lte_and_wifi_rejoins() {
                 ready_tx.send(()).unwrap();
                 let (session, _) = listener.accept().await.unwrap();
                 let (send, mut recv) = session.accept_stream().await.unwrap();
-                let expect = pattern(BYTES, 15);
+                let expect = payload(BYTES, 15);
                 let mut got = Vec::with_capacity(BYTES);
                 let mut reads = Vec::new();
                 let mut buf = vec![0u8; 64 << 10];
@@ -109,7 +109,7 @@ fn wifi_down_mid_transfer_continues_on_lte_and_wifi_rejoins() {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
                 let (mut send, _recv) = session.open_stream().unwrap();
-                let data = pattern(BYTES, 15);
+                let data = payload(BYTES, 15);
                 let mut signalled = false;
                 for chunk in data.chunks(256 << 10) {
                     send.write_all(chunk).await.unwrap();

@@ -10,7 +10,7 @@ mod common;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use common::{pattern, Pki};
+use common::{payload, Pki};
 use tcpls::{server_name_for, HappyEyeballs, JoinRegistry, PathOptions, SessionConfig, TcplsConnector, TcplsListener};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -79,7 +79,7 @@ async fn connections_leave_from_the_local_side_asked_for() {
     assert_eq!(locals, [Some(ip("127.0.0.2")), Some(ip("127.0.0.3"))]);
     // Both paths carry verified data to the one server address.
     for (conn, seed) in [(0, 1), (second, 2)] {
-        let data = pattern(2 << 20, seed);
+        let data = payload(2 << 20, seed);
         assert!(echo_on(&session, conn, &data).await == data, "connection {conn}: content differs");
     }
     let per: Vec<u64> = session.connections().iter().map(|c| c.bytes_sent).collect();
@@ -135,7 +135,7 @@ async fn joins_that_cannot_connect_cost_no_token() {
     }
     assert_eq!(session.token_count(), tokens, "failed TCP connects burnt tokens");
     let joined = session.join(server).await.unwrap();
-    let data = pattern(1 << 20, 5);
+    let data = payload(1 << 20, 5);
     assert!(echo_on(&session, joined, &data).await == data);
 }
 
@@ -179,7 +179,7 @@ async fn a_backup_path_stays_idle_while_the_primary_is_up() {
     let before = session.connections().iter().find(|c| c.id == backup).map(|c| c.bytes_sent).unwrap();
     // An unsteered echo: round robin would split it over both paths, the backup gets nothing.
     let (mut send, mut recv) = session.open_stream().unwrap();
-    let data = pattern(8 << 20, 9);
+    let data = payload(8 << 20, 9);
     let (_, got) = tokio::join!(
         async {
             send.write_all(&data).await.unwrap();
@@ -237,7 +237,7 @@ async fn the_path_manager_keeps_a_fullmesh_up_and_replaces_lost_paths() {
     // A transfer runs while the Wi-Fi path is lost twice; the manager replaces it each time and
     // every byte arrives.
     let (mut send, mut recv) = session.open_stream().unwrap();
-    let data = pattern(32 << 20, 21);
+    let data = payload(32 << 20, 21);
     let writer = {
         let data = data.clone();
         tokio::spawn(async move {

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{pattern, Pki};
+use common::{payload, Pki};
 use tcpls::{server_name_for, JoinRegistry, SessionConfig, TcplsConnector, TcplsListener};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -55,7 +55,7 @@ async fn a_client_without_tokens_rejoins_after_losing_every_connection() {
     assert_eq!(session.token_count(), 0, "at the budget, the server sends no new token");
     eventually("the session reference in the registry", || registry.session_refs() == 1).await;
 
-    let data = pattern(4 << 20, 31);
+    let data = payload(4 << 20, 31);
     let (mut send, mut recv) = session.open_stream().unwrap();
     let half = data.len() / 2;
     send.write_all(&data[..half]).await.unwrap();

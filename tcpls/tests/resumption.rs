@@ -7,7 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{pattern, Pki};
+use common::{payload, Pki};
 use rustls::{ClientConfig, ServerConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -75,7 +75,7 @@ async fn second_session_resumes_and_its_early_data_is_accepted() {
         let connector = tcpls::TcplsConnector::new(client);
 
         // First session: full handshake, no ticket yet, so the request goes after Finished.
-        let first_request = pattern(1000, 1);
+        let first_request = payload(1000, 1);
         let (first, response) = request_early(&connector, addr, &first_request).await;
         assert_eq!(response, reply(&first_request));
         let info = first.handshake_info().unwrap();
@@ -84,7 +84,7 @@ async fn second_session_resumes_and_its_early_data_is_accepted() {
         first.close().await;
 
         // Second session: resumed, request in early data, delivered before the handshake ended.
-        let request = pattern(5000, 2);
+        let request = payload(5000, 2);
         let (second, response) = request_early(&connector, addr, &request).await;
         assert_eq!(response, reply(&request), "response content");
         let info = second.handshake_info().unwrap();
@@ -119,7 +119,7 @@ async fn early_data_rejected_by_a_server_with_a_fresh_ticket_store_is_resent() {
         let l2 = listener(fresh).await;
         let addr2 = l2.local_addr();
         tokio::spawn(serve(l2, tx));
-        let request = pattern(3000, 3);
+        let request = payload(3000, 3);
         let (session, response) = request_early(&connector, addr2, &request).await;
         assert_eq!(response, reply(&request), "response content");
         let info = session.handshake_info().unwrap();

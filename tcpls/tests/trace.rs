@@ -10,7 +10,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{pattern, Pki};
+use common::{payload, Pki};
 use serde_json::Value;
 use tcpls::{server_name_for, JsonLinesTrace, TcplsConnector};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -105,7 +105,7 @@ async fn both_sides_trace_the_join_the_stream_and_the_end_of_a_connection() {
         .unwrap();
     assert_eq!(session.join(addrs[1]).await.unwrap(), 1);
     let (mut send, mut recv) = session.open_stream().unwrap();
-    echo(&mut send, &mut recv, &pattern(1 << 20, 3)).await;
+    echo(&mut send, &mut recv, &payload(1 << 20, 3)).await;
     let reset = is_root() && kill_sockets_to(addrs[1].port());
     if !reset {
         session.close_connection(1).unwrap();
@@ -116,7 +116,7 @@ async fn both_sides_trace_the_join_the_stream_and_the_end_of_a_connection() {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    echo(&mut send, &mut recv, &pattern(1 << 20, 4)).await;
+    echo(&mut send, &mut recv, &payload(1 << 20, 4)).await;
     // Samples come every 5 ms and a stream that ends between two of them is reported with its
     // last sampled progress: give the samples time to see the second echo (with the batching
     // scheduler it can complete, and the stream end, within one interval).

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{pattern, Pki};
+use common::{payload, Pki};
 use tcpls::{server_name_for, JoinRegistry, RoundRobin, SessionConfig, TcplsConnector, TcplsListener};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use wireshark_support::{decode, missing_prerequisite, Capture, KeyLogToFile, Record, StreamFrame as StreamFrameRef};
@@ -104,7 +104,7 @@ async fn run_session(pki: &Pki, dir: &std::path::Path) -> (Sent, Capture) {
     for (i, &len) in STREAM_BYTES.iter().enumerate() {
         let (mut send, mut recv) = session.open_stream().unwrap();
         stream_ids.push(send.id());
-        let data = pattern(len, 40 + i as u64);
+        let data = payload(len, 40 + i as u64);
         let expect = data.clone();
         let writer = tokio::spawn(async move {
             // Paced, so that the failover below happens while every stream is in flight.
@@ -279,7 +279,7 @@ async fn tshark_decodes_early_data() {
     let connector = TcplsConnector::new(Arc::new(client));
     let mut early = Vec::new();
     for (i, len) in [(1u64, 1000usize), (2, 5000)] {
-        let request = pattern(len, i);
+        let request = payload(len, i);
         let name = server_name_for("localhost").unwrap();
         let (session, mut send, mut recv) = connector.connect_with_early_data(addr, name, &request).await.unwrap();
         send.shutdown().await.unwrap();

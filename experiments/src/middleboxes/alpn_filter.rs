@@ -46,9 +46,9 @@ fn body(quick: bool, action: &[&str]) -> Result<Ran, Trouble> {
     bed::iptables(&topo, Side::Router(0), &rule)
         .map_err(|e| Trouble::Skip(format!("no iptables string match: {e}")))?;
 
-    let pki = Pki::new()?;
-    let echo = EchoServer::start(&topo, &[server, clean], pki.server()?)?;
-    let connector = TcplsConnector::new(pki.client()?).with_fallback_retry(RETRY_AFTER);
+    let pki = Pki::try_new()?;
+    let echo = EchoServer::start(&topo, &[server, clean], pki.server())?;
+    let connector = TcplsConnector::new(pki.client()).with_fallback_retry(RETRY_AFTER);
     let len = if quick { 1 << 20 } else { 4 << 20 };
     let runs = bed::in_client(&topo, async move {
         let name = server_name_for("localhost").map_err(|e| e.to_string())?;

@@ -9,8 +9,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use rustls::ServerConfig;
+use tcpls::proto::sync::LockExt;
 use tcpls::{JoinRegistry, Session, SessionConfig, TcplsListener};
 use tcpls_netem::{Side, Topology};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -22,53 +22,9 @@ pub const PROXY_PORT: u16 = 8443;
 /// Generous: the machine is shared with builds.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A self-signed certificate for "localhost", as rustls configs and as PEM files (for proxies).
-pub struct Pki {
-    cert: CertificateDer<'static>,
-    key: Vec<u8>,
-    pub cert_pem: String,
-    pub key_pem: String,
-}
-
-impl Pki {
-    pub fn new() -> Result<Self, String> {
-        let ck = rcgen::generate_simple_self_signed(vec!["localhost".into()]).map_err(|e| e.to_string())?;
-        Ok(Pki {
-            cert: ck.cert.der().clone(),
-            key: ck.key_pair.serialize_der(),
-            cert_pem: ck.cert.pem(),
-            key_pem: ck.key_pair.serialize_pem(),
-        })
-    }
-
-    pub fn client(&self) -> Result<Arc<ClientConfig>, String> {
-        let mut roots = RootCertStore::empty();
-        roots.add(self.cert.clone()).map_err(|e| e.to_string())?;
-        Ok(Arc::new(ClientConfig::builder().with_root_certificates(roots).with_no_client_auth()))
-    }
-
-    pub fn server(&self) -> Result<Arc<ServerConfig>, String> {
-        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key.clone()));
-        let config = ServerConfig::builder()
-            .with_no_client_auth()
-            .with_single_cert(vec![self.cert.clone()], key)
-            .map_err(|e| e.to_string())?;
-        Ok(Arc::new(config))
-    }
-}
-
-/// Deterministic test data (xorshift), the same on both ends.
-pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+/// The workspace's throw-away certificate for localhost (rustls configs, and PEM files for the
+/// proxies) and test payload, from the test kit.
+pub use tcpls_test::{payload, Pki};
 
 /// What the server saw of one accepted session.
 #[derive(Debug, Clone)]
@@ -111,7 +67,7 @@ impl EchoServer {
                         tokio::spawn(async move {
                             while let Some((session, peer)) = listener.accept().await {
                                 let fallback = session.is_fallback();
-                                log.lock().unwrap_or_else(|e| e.into_inner()).push(Accepted { peer, fallback });
+                                log.lock_unpoisoned().push(Accepted { peer, fallback });
                                 tokio::spawn(echo(session));
                             }
                         });
@@ -127,7 +83,7 @@ impl EchoServer {
 
     /// Sessions accepted so far (joins are not sessions).
     pub fn accepted(&self) -> Vec<Accepted> {
-        self.accepted.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.accepted.lock_unpoisoned().clone()
     }
 }
 
@@ -167,7 +123,7 @@ pub async fn round_trip(session: &Session, len: usize, seed: u64, conn: Option<t
     if conn.is_some() {
         send.steer(conn).map_err(|e| format!("steer to connection {conn:?}: {e}"))?;
     }
-    let data = pattern(len, seed);
+    let data = payload(len, seed);
     let exchange = async {
         send.write_all(&(len as u64).to_be_bytes()).await?;
         send.write_all(&data).await?;

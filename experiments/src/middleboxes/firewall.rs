@@ -122,9 +122,9 @@ fn body(quick: bool, firewall: &dyn Firewall) -> Result<Ran, Trouble> {
     bed::sysctl(&topo, router, "net.netfilter.nf_conntrack_tcp_loose", "0")?;
     bed::sysctl(&topo, router, "net.netfilter.nf_conntrack_tcp_be_liberal", "0")?;
 
-    let pki = Pki::new()?;
-    let _server = EchoServer::start(&topo, &[server], pki.server()?)?;
-    let connector = TcplsConnector::new(pki.client()?);
+    let pki = Pki::try_new()?;
+    let _server = EchoServer::start(&topo, &[server], pki.server())?;
+    let connector = TcplsConnector::new(pki.client());
     let len = if quick { 1 << 20 } else { 8 << 20 };
     let (outcome, bytes) = bed::in_client(&topo, async move {
         let name = server_name_for("localhost").map_err(|e| e.to_string())?;

@@ -76,9 +76,9 @@ fn body(quick: bool) -> Result<Ran, Trouble> {
     bed::sysctl(&topo, router, "net.netfilter.nf_conntrack_tcp_loose", "0")?;
     bed::sysctl(&topo, router, "net.netfilter.nf_conntrack_tcp_timeout_established", &IDLE_TIMEOUT_S.to_string())?;
 
-    let pki = Pki::new()?;
-    let _echo = EchoServer::start(&topo, &[server], pki.server()?)?;
-    let connector = TcplsConnector::new(pki.client()?);
+    let pki = Pki::try_new()?;
+    let _echo = EchoServer::start(&topo, &[server], pki.server())?;
+    let connector = TcplsConnector::new(pki.client());
     let len = if quick { 256 << 10 } else { 2 << 20 };
     let (outcome, bytes, failovers, recovery, conns) = bed::in_client(&topo, async move {
         let name = server_name_for("localhost").map_err(|e| e.to_string())?;

@@ -37,9 +37,9 @@ fn body(quick: bool) -> Result<Ran, Trouble> {
     bed::iptables_all(&topo, Side::Router(1), &bed::TRACK_ONE_PASS).map_err(Trouble::Skip)?;
     bed::iptables_all(&topo, Side::Router(1), &masquerade).map_err(Trouble::Skip)?;
 
-    let pki = Pki::new()?;
-    let server = EchoServer::start(&topo, &[plain, natted], pki.server()?)?;
-    let connector = TcplsConnector::new(pki.client()?);
+    let pki = Pki::try_new()?;
+    let server = EchoServer::start(&topo, &[plain, natted], pki.server())?;
+    let connector = TcplsConnector::new(pki.client());
     let len = if quick { 1 << 20 } else { 4 << 20 };
     let (details, bytes) = bed::in_client(&topo, async move {
         let name = server_name_for("localhost").map_err(|e| e.to_string())?;

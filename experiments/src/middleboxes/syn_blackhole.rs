@@ -32,9 +32,9 @@ fn body(quick: bool) -> Result<Ran, Trouble> {
     let rule: [&[&str]; 1] = [&["-A", "FORWARD", "-i", "toc", "-p", "tcp", "--syn", "--dport", "4443", "-j", "DROP"]];
     bed::iptables_all(&topo, Side::Router(0), &rule).map_err(Trouble::Skip)?;
 
-    let pki = Pki::new()?;
-    let _echo = EchoServer::start(&topo, &[holed, open], pki.server()?)?;
-    let connector = TcplsConnector::new(pki.client()?);
+    let pki = Pki::try_new()?;
+    let _echo = EchoServer::start(&topo, &[holed, open], pki.server())?;
+    let connector = TcplsConnector::new(pki.client());
     let len = if quick { 1 << 20 } else { 4 << 20 };
     let (remote, took, join_error, join_took, bytes) = bed::in_client(&topo, async move {
         let name = server_name_for("localhost").map_err(|e| e.to_string())?;

@@ -60,10 +60,10 @@ fn body(quick: bool, start_proxy: StartProxy) -> Result<Ran, Trouble> {
     let backend_side = router_addr(info.server_v4).map(|a| a.to_string()).unwrap_or_default();
     let proxy = SocketAddr::new(listen_ip.into(), PROXY_PORT);
 
-    let pki = Pki::new()?;
-    let echo = EchoServer::start(&topo, &[server], pki.server()?)?;
+    let pki = Pki::try_new()?;
+    let echo = EchoServer::start(&topo, &[server], pki.server())?;
     let daemon = start_proxy(&topo, &dir, proxy, server)?;
-    let connector = TcplsConnector::new(pki.client()?);
+    let connector = TcplsConnector::new(pki.client());
     let len = if quick { 1 << 20 } else { 8 << 20 };
     let (outcome, bytes) = bed::in_client(&topo, async move {
         let name = server_name_for("localhost").map_err(|e| e.to_string())?;

@@ -102,11 +102,11 @@ fn body(quick: bool, start_proxy: StartProxy) -> Result<Ran, Trouble> {
     let listen_ip = router_addr(info.client_v4).ok_or_else(|| Trouble::Skip("the path has no IPv4".into()))?;
     let proxy = SocketAddr::new(listen_ip.into(), PROXY_PORT);
 
-    let pki = Pki::new()?;
-    let echo = EchoServer::start(&topo, &[server], pki.server()?)?;
+    let pki = Pki::try_new()?;
+    let echo = EchoServer::start(&topo, &[server], pki.server())?;
     let daemon = start_proxy(&topo, &dir, &pki, proxy, server)?;
     // The proxy presents the same "localhost" certificate: the client verifies it normally.
-    let connector = TcplsConnector::new(pki.client()?);
+    let connector = TcplsConnector::new(pki.client());
     let len = if quick { 1 << 20 } else { 8 << 20 };
     let (outcome, alpn, bytes) = bed::in_client(&topo, async move {
         let name = server_name_for("localhost").map_err(|e| e.to_string())?;

@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use tcpls::Session;
+use tcpls_proto::sync::LockExt;
 
 /// Counters summed over sessions.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -111,7 +112,7 @@ pub struct SessionTable(Mutex<Table>);
 
 impl SessionTable {
     fn table(&self) -> std::sync::MutexGuard<'_, Table> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.0.lock_unpoisoned()
     }
 
     pub fn start(&self, session: Session) -> u64 {

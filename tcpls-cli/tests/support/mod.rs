@@ -435,19 +435,10 @@ impl Server {
     }
 }
 
-/// Deterministic pseudo-random bytes (xorshift64*).
-pub fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        out.extend_from_slice(&x.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes());
-    }
-    out.truncate(len);
-    out
-}
+/// Deterministic pseudo-random test data: the workspace's one generator (`tcpls-test`, on
+/// `tcpls-pattern`).
+#[allow(unused_imports)]
+pub use tcpls_test::payload;
 
 /// Spawns `make(port)` on a fresh port until its stderr shows `ready`; retries with another port
 /// when someone else took it between `free_port` and the bind ("cannot listen").

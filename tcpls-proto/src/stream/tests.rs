@@ -3,6 +3,8 @@
 
 use super::ranges::Bitmap;
 use super::*;
+// Test data whose bytes depend on their offset, so misplaced bytes are caught.
+use tcpls_pattern::to_vec;
 
 /// xorshift64*: small, deterministic, good enough to shuffle test inputs.
 struct Rng(u64);
@@ -29,12 +31,6 @@ impl Rng {
             v.swap(i, self.below(i as u64 + 1) as usize);
         }
     }
-}
-
-/// Bytes whose value depends on their offset, so misplaced bytes are caught.
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut rng = Rng::new(seed);
-    (0..len).map(|_| rng.next() as u8).collect()
 }
 
 fn read_all(r: &mut RecvBuf) -> Vec<u8> {
@@ -177,7 +173,7 @@ mod recv {
 
     #[test]
     fn in_order() {
-        let data = pattern(50_000, 1);
+        let data = to_vec(1, 0, 50_000);
         let mut r = RecvBuf::new(MIB);
         for (i, piece) in data.chunks(1000).enumerate() {
             assert_eq!(r.insert(i as u64 * 1000, piece, false), Ok(()));
@@ -203,7 +199,7 @@ mod recv {
             let len = 1 + rng.below(400_000) as usize;
             // At least the longest segment, or some could never fit in the credit.
             let window = 30_000 + rng.below(200_000);
-            let data = pattern(len, seed + 1000);
+            let data = to_vec(seed + 1000, 0, len);
             let mut segs = Vec::new();
             let mut at = 0;
             while at < len {
@@ -256,7 +252,7 @@ mod recv {
 
     #[test]
     fn duplicates_never_delivered_twice() {
-        let data = pattern(10_000, 2);
+        let data = to_vec(2, 0, 10_000);
         let mut r = RecvBuf::new(MIB);
         assert_eq!(r.insert(5000, &data[5000..], false), Ok(()));
         assert_eq!(r.insert(5000, &data[5000..], false), Ok(()));
@@ -654,7 +650,7 @@ mod recv {
     #[test]
     fn direct_bulk_stays_bounded() {
         let window = 256 * 1024;
-        let data = pattern(4 << 20, 3);
+        let data = to_vec(3, 0, 4 << 20);
         let mut r = RecvBuf::new(window);
         let (mut at, mut out) = (0, Vec::new());
         let mut rng = Rng::new(3);
@@ -694,7 +690,7 @@ mod send {
 
     #[test]
     fn write_and_send_in_order() {
-        let data = pattern(10_000, 4);
+        let data = to_vec(4, 0, 10_000);
         let mut s = SendBuf::new(8000);
         assert_eq!(s.write(&data), 8000);
         assert_eq!((s.writable(), s.buffered(), s.write_offset()), (0, 8000, 8000));
@@ -721,7 +717,7 @@ mod send {
     #[test]
     fn out_of_order_acks_release_from_the_head() {
         let mut s = SendBuf::new(1 << 20);
-        s.write(&pattern(9000, 5));
+        s.write(&to_vec(5, 0, 9000));
         drain(&mut s, 3000);
         s.ack(6000, 3000, false);
         s.ack(3000, 3000, false);
@@ -741,7 +737,7 @@ mod send {
     #[test]
     fn flow_control_blocks_new_data_only() {
         let mut s = SendBuf::new(1 << 20);
-        let data = pattern(100_000, 6);
+        let data = to_vec(6, 0, 100_000);
         s.write(&data);
         s.finish();
         assert_eq!(s.sendable(), INITIAL_MAX_STREAM_DATA as usize);
@@ -770,7 +766,7 @@ mod send {
     #[test]
     fn retransmit_skips_acked_parts() {
         let mut s = SendBuf::new(1 << 20);
-        let data = pattern(9000, 7);
+        let data = to_vec(7, 0, 9000);
         s.write(&data);
         s.finish();
         let sent = drain(&mut s, 3000);
@@ -841,14 +837,14 @@ mod send {
     #[test]
     fn reset_final_size_is_what_was_sent_not_what_was_written() {
         let mut s = SendBuf::new(1 << 20);
-        assert_eq!(s.write(&pattern(200_000, 9)), 200_000);
+        assert_eq!(s.write(&to_vec(9, 0, 200_000)), 200_000);
         let sent: usize = drain(&mut s, 16_384).iter().map(|c| c.1.len()).sum();
         assert_eq!(sent as u64, INITIAL_MAX_STREAM_DATA, "flow control stops the sender");
         assert!(s.is_blocked());
         assert_eq!(s.reset(), INITIAL_MAX_STREAM_DATA);
         // Lost and retransmitted ranges are below what was sent: the final size covers them.
         let mut s = SendBuf::new(1 << 20);
-        s.write(&pattern(100_000, 3));
+        s.write(&to_vec(3, 0, 100_000));
         drain(&mut s, 10_000);
         s.retransmit(0, 30_000, false);
         s.set_max_data(80_000);
@@ -881,7 +877,7 @@ mod send {
     fn end_to_end_with_failover() {
         for seed in 0..30 {
             let mut rng = Rng::new(seed + 77);
-            let data = pattern(1 + rng.below(600_000) as usize, seed);
+            let data = to_vec(seed, 0, 1 + rng.below(600_000) as usize);
             let mut s = SendBuf::new(1 + rng.below(200_000) as usize);
             let mut r = RecvBuf::new(16_384 + rng.below(300_000));
             let mut flight: Vec<(u64, Vec<u8>, bool)> = Vec::new();

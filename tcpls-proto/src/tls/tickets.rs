@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 
 use rustls::server::StoresServerSessions;
 
+use crate::sync::LockExt;
+
 /// Counters of a [`TicketStore`].
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct TicketStats {
@@ -74,7 +76,7 @@ impl TicketStore {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         // The state stays consistent across a panic elsewhere (each method is one short update).
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.lock_unpoisoned()
     }
 
     fn fresh(&self, at: Instant) -> bool {

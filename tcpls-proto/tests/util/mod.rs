@@ -5,59 +5,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
-use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, ServerConfig};
 use tcpls_proto::{tcpls_client_config, tcpls_server_config, Event, Session, SessionConfig};
 
-pub struct Pki {
-    pub cert: CertificateDer<'static>,
-    pub key: Vec<u8>,
-}
-
-impl Pki {
-    pub fn new() -> Self {
-        let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
-        Pki { cert: ck.cert.der().clone(), key: ck.key_pair.serialize_der() }
-    }
-
-    pub fn client_config(&self, alpn: &[&[u8]]) -> ClientConfig {
-        let mut roots = RootCertStore::empty();
-        roots.add(self.cert.clone()).unwrap();
-        let mut c = ClientConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        c.alpn_protocols = alpn.iter().map(|a| a.to_vec()).collect();
-        c
-    }
-
-    pub fn client_config_with_suites(&self, suites: &[rustls::SupportedCipherSuite]) -> ClientConfig {
-        let mut roots = RootCertStore::empty();
-        roots.add(self.cert.clone()).unwrap();
-        let provider = rustls::crypto::CryptoProvider {
-            cipher_suites: suites.to_vec(),
-            ..rustls::crypto::aws_lc_rs::default_provider()
-        };
-        ClientConfig::builder_with_provider(Arc::new(provider))
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth()
-    }
-
-    pub fn server_config(&self, alpn: &[&[u8]]) -> ServerConfig {
-        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key.clone()));
-        let mut s = ServerConfig::builder_with_provider(Arc::new(rustls::crypto::aws_lc_rs::default_provider()))
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(vec![self.cert.clone()], key)
-            .unwrap();
-        s.alpn_protocols = alpn.iter().map(|a| a.to_vec()).collect();
-        s
-    }
-}
+#[allow(unused_imports)]
+pub use tcpls_test::Pki;
 
 /// Deterministic "randomness" (distinct values on every call) so token values are reproducible.
 pub fn test_config() -> SessionConfig {
@@ -201,16 +154,8 @@ pub fn advance_to_next_timer(now: &mut Instant, sessions: [&Session; 2], timers:
     }
 }
 
-/// Deterministic test payload.
-pub fn pattern(len: usize, seed: u32) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(2_654_435_761).max(1);
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x as u8
-        })
-        .collect()
-}
+/// Deterministic test payload (the workspace's one generator, `tcpls-pattern`).
+#[allow(unused_imports)] // not every test file uses both
+pub use tcpls_test::payload;
+
 pub mod multi;

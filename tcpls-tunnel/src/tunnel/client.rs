@@ -26,31 +26,9 @@ use super::udp::{Flows, Opener, Wrap};
 use super::{Stats, Target, TunnelConfig};
 use crate::frontend::{
     command, original_dst, reply, socks5_address, socks5_reply, socks5_reply_bound, socks5_request_for,
-    socks5_udp_header,
+    socks5_udp_header, Frontend,
 };
 use crate::http_proxy;
-
-/// How the client learns where an accepted connection goes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Frontend {
-    /// SOCKS5 CONNECT to IPv4, IPv6 or a domain name (resolved by the concentrator). The reply
-    /// is sent once the concentrator answered: success, 0x05 when the destination refused or
-    /// could not be reached, 0x02 when the concentrator's policy refuses the destination, 0x01
-    /// for any other failure.
-    Socks,
-    /// Every connection goes to this target. Pipelined: the application's bytes follow the
-    /// request without waiting for the answer; an Error answer resets the connection.
-    Forward(Target),
-    /// Connections redirected by iptables REDIRECT: the destination from SO_ORIGINAL_DST.
-    /// Pipelined like `Forward`.
-    Transparent,
-    /// HTTP proxy ([`crate::http_proxy`]): CONNECT to any port, and absolute-form `http://`
-    /// requests (one per connection). Answered once the concentrator answered: 200 (CONNECT) or
-    /// the server's response; 502 when the destination could not be reached, 403 when the
-    /// concentrator's policy refuses it, 400/431 for a bad request, 408 when the head does not
-    /// arrive within the handshake timeout. No proxy authentication (never 407).
-    Http,
-}
 
 /// Opening a tunneled connection failed.
 #[derive(Debug)]

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
+use tcpls_proto::sync::RwLockExt;
 use tokio::net::{TcpStream, UdpSocket};
 use tokio::sync::Semaphore;
 
@@ -57,12 +58,12 @@ impl Dialer {
 
     /// The policy in force.
     pub fn policy(&self) -> Arc<DestPolicy> {
-        self.policy.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.policy.read_unpoisoned().clone()
     }
 
     /// Replaces the policy for the dials that start from now on.
     pub fn set_policy(&self, policy: DestPolicy) {
-        *self.policy.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(policy);
+        *self.policy.write_unpoisoned() = Arc::new(policy);
     }
 
     /// Name lookups in progress (permits taken).

@@ -41,9 +41,10 @@ pub mod udp;
 use std::time::Duration;
 
 pub use crate::clients::{ClientPolicy, ClientRule};
+pub use crate::frontend::Frontend;
 pub use crate::frontend::Target;
 pub use crate::policy::DestPolicy;
-pub use client::{Frontend, OpenError, TunnelClient};
+pub use client::{OpenError, TunnelClient};
 pub use reconnect::Backoff;
 pub use server::{ClientStats, Concentrator, ConcentratorControl, SessionHook, SessionSummary};
 pub use stats::{Stats, StatsSnapshot};

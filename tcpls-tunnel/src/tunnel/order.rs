@@ -13,6 +13,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tcpls_proto::sync::LockExt;
 use tokio::sync::watch;
 
 /// How long a stream waits for earlier streams to start their connections.
@@ -40,14 +41,14 @@ impl ConnectOrder {
 
     /// The next stream's place, in the order of this call.
     pub(crate) fn ticket(self: &Arc<Self>) -> Turn {
-        let mut t = self.next_ticket.lock().unwrap_or_else(|p| p.into_inner());
+        let mut t = self.next_ticket.lock_unpoisoned();
         let ticket = t.next;
         t.next += 1;
         Turn { order: self.clone(), ticket }
     }
 
     fn release(&self, ticket: u64) {
-        let mut t = self.next_ticket.lock().unwrap_or_else(|p| p.into_inner());
+        let mut t = self.next_ticket.lock_unpoisoned();
         let mut lowest = *self.lowest_waiting.borrow();
         if ticket != lowest {
             t.released_early.insert(ticket);

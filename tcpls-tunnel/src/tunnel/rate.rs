@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use tcpls_proto::sync::LockExt;
 use tokio::time::Instant;
 
 /// Smallest burst: one relay read of the smallest buffer goes through without waiting.
@@ -54,7 +55,7 @@ impl RateLimiter {
         if rate <= 0.0 {
             return Some(Duration::ZERO);
         }
-        let mut b = self.bucket.lock().unwrap_or_else(|p| p.into_inner());
+        let mut b = self.bucket.lock_unpoisoned();
         let now = Instant::now();
         let refill = now.saturating_duration_since(b.last).as_secs_f64() * rate;
         b.tokens = (b.tokens + refill).min(Self::burst(rate));

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use rustls::ServerConfig;
 use tcpls::{JoinRegistry, RecvStream, SendStream, Session, TcplsListener};
+use tcpls_proto::sync::{LockExt, RwLockExt};
 use tokio::io::AsyncWriteExt;
 use tracing::{debug, info, warn};
 
@@ -85,11 +86,11 @@ impl Clients {
     }
 
     fn policy(&self) -> Arc<ClientPolicy> {
-        self.policy.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.policy.read_unpoisoned().clone()
     }
 
     fn entries(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<ClientEntry>>> {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+        self.entries.lock_unpoisoned()
     }
 
     /// The entry of `label`, created on first use with the rate in force.
@@ -115,7 +116,7 @@ impl Clients {
         let names: Vec<String> = policy.clients.keys().cloned().collect();
         let rates: Vec<(String, u64)> = policy.clients.iter().map(|(n, r)| (n.clone(), r.rate.unwrap_or(0))).collect();
         let off = policy.is_off();
-        *self.policy.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(policy);
+        *self.policy.write_unpoisoned() = Arc::new(policy);
         if !off {
             self.entry(OTHER);
         }

@@ -1,4 +1,5 @@
-//! Counters of a tunnel end (all sessions, or one session of the concentrator).
+//! Counters of a tunnel end (all sessions, or one session of the concentrator), and of a TM3
+//! proxy session (the same type: only the counters TM3 has move).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -19,12 +20,13 @@ pub struct Stats {
     peer_resets: AtomicU64,
     bytes_up: AtomicU64,
     bytes_down: AtomicU64,
+    pipes_dropped: AtomicU64,
 }
 
 /// The counters at one instant.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StatsSnapshot {
-    /// Tunneled connections attempted (streams opened or accepted).
+    /// Tunneled connections attempted (streams opened or accepted; TM3: connections opened).
     pub streams: u64,
     /// Being relayed now.
     pub active: u64,
@@ -32,9 +34,10 @@ pub struct StatsSnapshot {
     pub connected: u64,
     /// Destination connection failed (Error 0x2).
     pub connect_failed: u64,
-    /// Bad TLVs, handshake timeouts, refused SOCKS requests.
+    /// Bad TLVs, handshake timeouts, refused SOCKS requests (TM3: connection protocol errors).
     pub rejected: u64,
-    /// Refused by the concentrator's destination policy (Error 0x3): nothing was connected.
+    /// Refused by the concentrator's destination policy (Error 0x3; TM3: the remote proxy's,
+    /// reset with FIN 0x99): nothing was connected.
     pub refused_dest: u64,
     /// Concentrator totals only: sessions closed right after their handshake because
     /// `max_sessions` were being served, or refused by the per-client policy (unknown client,
@@ -50,6 +53,8 @@ pub struct StatsSnapshot {
     pub bytes_up: u64,
     /// Bytes from destinations towards the client side.
     pub bytes_down: u64,
+    /// TM3 only: pipes lost (their connections are reset); always 0 for the TCPLS tunnel.
+    pub pipes_dropped: u64,
 }
 
 /// For log lines: `3 connections (2 connected, 1 failed, 0 rejected), 1.2 MB up, 5.0 MB down`.
@@ -88,6 +93,7 @@ impl Stats {
             peer_resets: self.peer_resets.load(Relaxed),
             bytes_up: self.bytes_up.load(Relaxed),
             bytes_down: self.bytes_down.load(Relaxed),
+            pipes_dropped: self.pipes_dropped.load(Relaxed),
         }
     }
 
@@ -109,6 +115,10 @@ impl Stats {
 
     pub(crate) fn session_refused(&self) {
         self.sessions_refused.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn pipe_dropped(&self) {
+        self.pipes_dropped.fetch_add(1, Relaxed);
     }
 
     pub(crate) fn connected(&self) {

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tcpls::{RecvStream, SendStream};
+use tcpls_proto::sync::LockExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, watch};
@@ -185,7 +186,7 @@ impl Flows {
     /// Sends `payload` from `src` towards `target` on its flow, opening the flow if needed.
     pub fn dispatch(self: &Arc<Self>, src: SocketAddr, target: Target, payload: &[u8]) {
         let key = (src, target);
-        let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        let mut table = self.table.lock_unpoisoned();
         if let Some(tx) = table.get(&key) {
             match tx.try_send(payload.to_vec()) {
                 Ok(()) => return,
@@ -205,7 +206,7 @@ impl Flows {
         let me = self.clone();
         tokio::spawn(async move {
             me.run_flow(&key, rx).await;
-            let mut table = me.table.lock().unwrap_or_else(|p| p.into_inner());
+            let mut table = me.table.lock_unpoisoned();
             if table.get(&key).is_some_and(|t| t.same_channel(&tx)) {
                 table.remove(&key);
             }

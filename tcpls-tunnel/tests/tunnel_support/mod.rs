@@ -8,8 +8,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use tcpls_tunnel::tunnel::{Concentrator, DestPolicy, Frontend, Stats, Target, TunnelClient, TunnelConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -17,28 +15,9 @@ use tokio::net::TcpStream;
 /// Deadline of any single wait.
 pub const T: Duration = Duration::from_secs(30);
 
-pub struct Pki {
-    cert: CertificateDer<'static>,
-    key: Vec<u8>,
-}
-
-impl Pki {
-    pub fn new() -> Self {
-        let ck = rcgen::generate_simple_self_signed(vec!["localhost".into(), "127.0.0.1".into()]).unwrap();
-        Pki { cert: ck.cert.der().clone(), key: ck.key_pair.serialize_der() }
-    }
-
-    pub fn client(&self) -> Arc<ClientConfig> {
-        let mut roots = RootCertStore::empty();
-        roots.add(self.cert.clone()).unwrap();
-        Arc::new(ClientConfig::builder().with_root_certificates(roots).with_no_client_auth())
-    }
-
-    pub fn server(&self) -> Arc<ServerConfig> {
-        let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key.clone()));
-        Arc::new(ServerConfig::builder().with_no_client_auth().with_single_cert(vec![self.cert.clone()], key).unwrap())
-    }
-}
+/// The workspace's test certificate, payload and loopback helpers (the `tcpls-test` kit).
+pub use tcpls_test::net::closed_port as try_closed_port;
+pub use tcpls_test::{payload, Pki};
 
 /// The default configuration, except that the concentrator may connect to loopback (the
 /// tests' destinations), which its default destination policy refuses.
@@ -100,39 +79,12 @@ impl Tunnel {
 
 /// A TCP echo server on `addr` (port 0: any); returns its address.
 pub async fn echo_server(addr: &str) -> SocketAddr {
-    let l = tcpls_tunnel::frontend::listen(addr.parse().unwrap()).unwrap();
-    let a = l.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut s, _)) = l.accept().await {
-            tokio::spawn(async move {
-                let (mut r, mut w) = s.split();
-                let _ = tokio::io::copy(&mut r, &mut w).await;
-                let _ = w.shutdown().await;
-            });
-        }
-    });
-    a
+    tcpls_test::net::tcp_echo_server(addr.parse().unwrap()).await.unwrap()
 }
 
 /// A port with nothing listening (bound, then released).
 pub fn closed_port() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let a = l.local_addr().unwrap();
-    drop(l);
-    a
-}
-
-/// Deterministic pseudo-random bytes.
-pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    try_closed_port().unwrap()
 }
 
 /// Sends `data`, half-closes, reads everything back; the echo must equal `data`.
@@ -266,7 +218,7 @@ where
     let _ = w.shutdown().await;
 }
 
-/// A destination that answers a request `size(u64) seed(u64)` with `pattern(size, seed)`
+/// A destination that answers a request `size(u64) seed(u64)` with `payload(size, seed)`
 /// (`size` u64::MAX: zeros until the client goes away).
 pub async fn pattern_server() -> SocketAddr {
     let l = tcpls_tunnel::frontend::listen("127.0.0.1:0".parse().unwrap()).unwrap();
@@ -284,7 +236,7 @@ pub async fn pattern_server() -> SocketAddr {
                         s.write_all(&zeros).await?;
                     }
                 }
-                s.write_all(&pattern(size as usize, seed)).await?;
+                s.write_all(&payload(size as usize, seed)).await?;
                 s.shutdown().await
             });
         }
@@ -304,7 +256,7 @@ pub async fn fetch(via: SocketAddr, size: usize, seed: u64) -> Result<usize, Str
         .await
         .map_err(|_| format!("fetch {seed} stalled at {} bytes", got.len()))?
         .map_err(|e| format!("fetch {seed}: {e}"))?;
-    if got != pattern(size, seed) {
+    if got != payload(size, seed) {
         return Err(format!("fetch {seed}: {} bytes of {size}, content differs", got.len()));
     }
     Ok(got.len())

@@ -1,0 +1,45 @@
+//! The workspace's shared test kit: what the tests, examples, benchmarks and experiments of
+//! TCPLS-rs need around the code under test, written once instead of copied into each crate.
+//!
+//! * [`Pki`]: a throw-away self-signed server certificate for `localhost` / `127.0.0.1`, as
+//!   DER and PEM, and rustls configs that trust it; [`TestCa`] and [`Identity`] for tests of
+//!   client certificates (mutual TLS, per-client policies).
+//! * [`payload`]: content-checked test data, from the `tcpls-pattern` crate (the payload of
+//!   `tcpls perf`), so every receiver can verify each byte and its position.
+//! * [`AcceptAnyServerCertificate`]: the (dangerous) verifier that accepts any server
+//!   certificate, re-exported from `tcpls_proto::insecure`.
+//! * [`net`]: loopback helpers (a TCP echo server, a port with nothing listening).
+//!
+//! The network-namespace helpers (creating namespaces, veth pairs, routes, detecting whether
+//! the test may: root and `ip netns`, printing `SKIPPED: <reason>` otherwise) are in the
+//! `tcpls-netem` crate (`Topology`, `check_support`, `skip_unless_supported!`), which the
+//! namespace tests already share.
+//!
+//! A dev-dependency of the crates' tests (`tcpls-test.workspace = true`). Not for the product:
+//! nothing here checks anything a real deployment needs checked.
+//!
+//! # Example
+//!
+//! ```
+//! use tcpls_test::{payload, Pki};
+//!
+//! let pki = Pki::new();
+//! let server = pki.server(); // Arc<rustls::ServerConfig> with the certificate
+//! let client = pki.client(); // Arc<rustls::ClientConfig> trusting it
+//! # let _ = (server, client);
+//! let data = payload(100_000, 7); // what the sender writes (length, seed)
+//! // ... what the receiver got, checked against the same seed:
+//! assert!(tcpls_test::pattern::verify(7, 0, &data));
+//! assert_eq!(data, payload(100_000, 7));
+//! ```
+
+pub mod net;
+mod payload;
+pub mod pki;
+
+pub use payload::{payload, payload_at};
+pub use pki::{Identity, Pki, TestCa};
+/// The payload generator and checker itself ([`pattern::chunk`], [`pattern::verify`],
+/// [`pattern::Verifier`]).
+pub use tcpls_pattern as pattern;
+pub use tcpls_proto::insecure::AcceptAnyServerCertificate;
