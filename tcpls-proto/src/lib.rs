@@ -13,6 +13,7 @@ pub mod record;
 pub mod session;
 pub mod stream;
 pub mod tls;
+mod wire_enum;
 
 pub use config::{system_random, RandomSource, SessionConfig};
 pub use error::{AlertCode, Error, StreamError, TransportError};
