@@ -49,7 +49,8 @@ impl ExtResults {
         self.addr.remove(&conn);
     }
 
-    /// Entries held over all maps.
+    /// Entries held over all maps (for `Session::danger_probe_answer_entries`).
+    #[cfg(feature = "danger")]
     pub(crate) fn entries(&self) -> usize {
         self.rtt.len() + self.tcp_info.len() + self.addr.len()
     }
@@ -76,7 +77,7 @@ pub(crate) fn observe(inner: &mut Inner, event: &Event) {
         }
         Event::PeerTcpInfo { conn, info } if inner.fds.contains_key(conn) => {
             inner.ext.seq += 1;
-            inner.ext.tcp_info.insert(*conn, (inner.ext.seq, *info));
+            inner.ext.tcp_info.insert(*conn, (inner.ext.seq, TcpInfo::from(*info)));
         }
         Event::AddressEchoed { conn, addr } if inner.fds.contains_key(conn) => {
             inner.ext.seq += 1;

@@ -53,6 +53,7 @@
 
 mod admission;
 mod connector;
+#[cfg(feature = "danger")]
 mod danger;
 mod driver;
 mod ext;

@@ -17,7 +17,7 @@ type TokenMap = HashMap<[u8; 32], Weak<Mutex<Inner>>>;
 
 /// Session reference → its session, for rejoins without a token (PROTOCOL.md §3): one entry per
 /// live TCPLS session, inserted when its initial connection is established, removed when it ends.
-type RefMap = HashMap<[u8; tcpls_proto::frame::SESSION_REF_LEN], Weak<Mutex<Inner>>>;
+type RefMap = HashMap<[u8; tcpls_proto::SESSION_REF_LEN], Weak<Mutex<Inner>>>;
 
 #[derive(Clone, Default)]
 pub struct JoinRegistry {

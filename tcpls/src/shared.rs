@@ -147,7 +147,7 @@ impl Inner {
                 // The peer asks how we see one of our connections: answer from TCP_INFO.
                 Event::TcpInfoRequested { conn } => {
                     if let Some(info) = self.fds.get(&conn).and_then(|fd| crate::tcp_info::read(*fd).ok()) {
-                        self.proto.send_tcp_info(conn, info);
+                        self.proto.send_tcp_info(conn, info.into());
                     }
                 }
                 Event::ConnectionEstablished { .. } | Event::ConnectionClosed { .. } | Event::TokensReceived { .. } => {
