@@ -3,6 +3,14 @@
 //!
 //! Nothing here touches a socket or a clock: the `tcpls` crate drives a [`Session`] with real
 //! TCP sockets on tokio, tests drive it with in-memory buffers.
+//!
+//! # Cargo features
+//!
+//! - `danger` (off by default): opens the wire-level modules `frame` (frame codec) and `record`
+//!   (record layer: sealing, opening, deframing) and the `Session::danger_*` hooks that let a
+//!   session act as a hostile peer (seal any record with its real keys, forge joins and
+//!   rejoins) or report its internal queue sizes. For fuzz targets, benches and hostile-peer
+//!   tests only; never enable it in a product build.
 
 // The public API is what this file re-exports below; the modules are implementation detail.
 // The `danger` feature (off by default; for fuzzing, benches and hostile-peer tests) also opens
