@@ -34,7 +34,7 @@ mod stream;
 mod tls;
 mod wire_enum;
 
-pub use config::{system_random, RandomSource, SessionConfig};
+pub use config::{system_random, RandomSource, SessionConfig, SEND_FLOOR};
 pub use error::{AlertCode, Error, StreamError, TransportError};
 pub use event::{ConnId, Event, StreamId};
 pub use frame::{PeerTcpInfo, SESSION_REF_LEN};
