@@ -409,6 +409,7 @@ impl SendBuf {
         final_size
     }
 
+    #[cfg(test)]
     pub fn is_reset(&self) -> bool {
         self.reset
     }
@@ -428,6 +429,7 @@ impl SendBuf {
         (self.write_offset - self.head) as usize
     }
 
+    #[cfg(test)]
     /// Bytes of memory allocated for the data.
     pub fn allocated(&self) -> usize {
         self.buf.capacity()
