@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 
 use std::time::Instant;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 use crate::admission::Admission;
 use crate::driver::Driver;
@@ -287,13 +287,18 @@ async fn accept_one(mut stream: TcpStream, ctx: &AcceptCtx) -> io::Result<Option
             stream.write_all(&out).await?;
             proto.transmit_advance(0, out.len());
         }
+        // Wait for bytes before taking a read buffer: the core frees it after a short read, so
+        // a connection waiting for its peer holds none.
+        stream.readable().await?;
         let buf = proto.read_buffer(0);
         if buf.is_empty() {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "connection closed during the handshake"));
         }
-        match stream.read(buf).await? {
-            0 => proto.handle_eof(0, Instant::now()),
-            n => proto.handle_read(0, n, Instant::now()),
+        match stream.try_read(buf) {
+            Ok(0) => proto.handle_eof(0, Instant::now()),
+            Ok(n) => proto.handle_read(0, n, Instant::now()),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
         }
     }
 }

@@ -94,7 +94,9 @@ pub(crate) struct Core {
     /// Frame consequences that need the connection table, run after each batch of records
     /// (`receive.rs`).
     pub(crate) actions: Vec<frames::ConnAction>,
-    /// Reused buffer for the trailing frames of the record being built (`packetize.rs`).
+    /// Reused buffer for the trailing frames of the record being built (`packetize.rs`):
+    /// empty until the first record, grown to what records need (usually a few dozen bytes,
+    /// a record's worth where a send ring wraps), freed by `release_idle_memory`.
     pub(crate) scratch: Vec<u8>,
 }
 
@@ -202,7 +204,7 @@ impl Session {
                 early: Default::default(),
                 stats: SessionStats::default(),
                 actions: Vec::new(),
-                scratch: Vec::with_capacity(crate::record::MAX_PLAINTEXT + 64),
+                scratch: Vec::new(),
             },
         }
     }
