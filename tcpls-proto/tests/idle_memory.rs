@@ -84,7 +84,7 @@ fn an_idle_session_holds_no_empty_buffers() {
     let pairs: Vec<[Session; 2]> = (0..PAIRS).map(|_| echoed_pair(&client_config, &server_config)).collect();
     let per_session = counting_alloc::live().saturating_sub(before) / (2 * PAIRS);
     // Before #17's fixes: 55 044 bytes (16 KiB scratch, 16 KiB read buffer, 8 KiB transmit buffer,
-    // 4 KiB stream send buffer and the rest); after: 10 088 (the sessions' own state).
+    // 4 KiB stream send buffer and the rest); after: 7 493 (the sessions' own state).
     assert!(per_session <= 16 * 1024, "an idle session holds {per_session} bytes");
     eprintln!("an idle session holds {per_session} bytes (core only, no IO layer)");
     drop(pairs);
