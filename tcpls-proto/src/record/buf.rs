@@ -127,9 +127,9 @@ impl TxBuf {
             self.buf = Vec::new();
         }
     }
-    /// Frees the storage once everything was written if it is small (at most 16 KiB): what handshake flights and occasional small records leave. A bulk
-    /// sender's buffer is larger and kept ([`TxBuf::shrink`] frees it when the connection is
-    /// quiet).
+    /// Frees the storage once everything was written if it is small (at most 16 KiB): what
+    /// handshake flights and occasional small records leave. A bulk sender's buffer is larger
+    /// and kept ([`TxBuf::shrink`] frees it when the connection is quiet).
     pub fn release_if_small(&mut self) {
         if self.is_empty() && self.buf.len() <= TX_SMALL {
             self.buf = Vec::new();

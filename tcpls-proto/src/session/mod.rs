@@ -57,7 +57,8 @@ pub enum Side {
 /// syscalls). Reads start at [`MIN_READ_CHUNK`] and grow while they fill the buffer.
 pub const READ_CHUNK: usize = 256 * 1024;
 
-/// Smallest read size, and the one an idle connection returns to: what it keeps allocated.
+/// Smallest read size, the one an idle connection returns to. An idle connection keeps no
+/// read buffer: the core frees an empty one after a read at this size that drained the socket.
 pub const MIN_READ_CHUNK: usize = 16 * 1024;
 
 /// Read size before a connection's handshake completes (a handshake flight fits easily).
