@@ -300,7 +300,8 @@ fn tunnel_client_metrics_mirror_the_concentrators() {
     assert_eq!(c["tcpls_connections_active"], 1.0);
     assert!(c["tcpls_stream_bytes_sent_total"] >= 1_000_000.0, "{c:?}");
     assert!(!c.keys().any(|k| k.starts_with("tcpls_handshakes")), "no listener families on the client");
-    let budget = tcpls::SessionConfig::default().receive_budget as f64;
+    // The tunnel sizes its sessions' budget for its stream limit (TUNNEL.md).
+    let budget = tcpls_tunnel::tunnel::RECEIVE_BUDGET as f64;
     for m in [&c, &s] {
         assert_eq!(m["tcpls_receive_budget_bytes"], budget, "one live session's budget");
         let credit = m["tcpls_receive_credit_bytes"];
