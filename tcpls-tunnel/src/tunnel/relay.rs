@@ -150,6 +150,9 @@ async fn relay_with(
                     _ => return Down::NoAnswer,
                 }
             }
+            if limiter.is_none() {
+                return down_in_place(&mut recv, &mut wr, &mut received).await;
+            }
             let mut buf = vec![0u8; MIN_BUF];
             loop {
                 let n = match recv.read(&mut buf).await {
@@ -212,6 +215,46 @@ async fn relay_with(
             drop(recv);
             reset_tcp(tcp);
             Report { sent, received, outcome, answered }
+        }
+    }
+}
+
+/// Stream → TCP without a copy buffer: each chunk of the stream's receive buffer is written
+/// to the socket from where it lies (`read_chunk_with` + a non-blocking write), at most
+/// `MAX_BUF` bytes per call. Returns like the copying loop.
+async fn down_in_place(recv: &mut RecvStream, wr: &mut tokio::net::tcp::WriteHalf<'_>, received: &mut u64) -> Down {
+    loop {
+        if wr.writable().await.is_err() {
+            return Down::TcpReset;
+        }
+        // `read_chunk_with` answers 0 without calling us at the end of the stream.
+        let mut called = false;
+        let mut failed = None;
+        let r = recv
+            .read_chunk_with(|chunk| {
+                called = true;
+                let chunk = &chunk[..chunk.len().min(MAX_BUF)];
+                match wr.try_write(chunk) {
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
+                    Err(e) => {
+                        failed = Some(e);
+                        0
+                    }
+                }
+            })
+            .await;
+        let n = match r {
+            Ok(n) => n,
+            Err(_) => return Down::StreamReset,
+        };
+        *received += n as u64;
+        if failed.is_some_and(|e| is_tcp_reset(&e)) {
+            return Down::TcpReset;
+        }
+        if n == 0 && !called {
+            // Our FIN to the application; a failure means its socket is gone.
+            return if wr.shutdown().await.is_ok() { Down::Fin } else { Down::TcpReset };
         }
     }
 }
