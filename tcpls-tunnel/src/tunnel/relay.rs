@@ -13,9 +13,11 @@ use tokio::net::TcpStream;
 use super::rate::RateLimiter;
 use super::tlv::{self, RESET_CODE};
 
-/// Per-direction copy buffer: it starts small (a concentrator holds two per tunneled
-/// connection, and thousands of them) and doubles while reads fill it, up to `MAX_BUF`, so a
-/// bulk transfer moves large chunks (fewer system calls and session lock rounds).
+/// Copy buffer of the TCP → stream direction (and of stream → TCP under a rate limit; without
+/// one that direction writes from the stream's receive buffer, see `down_in_place`): it starts
+/// small (a concentrator holds one per tunneled connection, and thousands of them) and doubles
+/// while reads fill it, up to `MAX_BUF`, so a bulk transfer moves large chunks (fewer system
+/// calls and session lock rounds).
 const MIN_BUF: usize = 16 << 10;
 const MAX_BUF: usize = 256 << 10;
 
@@ -221,7 +223,9 @@ async fn relay_with(
 
 /// Stream → TCP without a copy buffer: each chunk of the stream's receive buffer is written
 /// to the socket from where it lies (`read_chunk_with` + a non-blocking write), at most
-/// `MAX_BUF` bytes per call. Returns like the copying loop.
+/// `MAX_BUF` bytes per call. The write runs under the session's lock, as the driver's own
+/// socket writes do, and never blocks (the socket is non-blocking; a full socket writes 0 and
+/// we wait until it is writable). Returns like the copying loop.
 async fn down_in_place(recv: &mut RecvStream, wr: &mut tokio::net::tcp::WriteHalf<'_>, received: &mut u64) -> Down {
     loop {
         if wr.writable().await.is_err() {
