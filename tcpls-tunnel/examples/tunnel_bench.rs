@@ -402,6 +402,15 @@ async fn main() {
             ));
             out.insert("tunnel_vs_tcpls".into(), ratio.into());
         }
+        // The same connections with and without TLS: the tunnel against the plain relay chain,
+        // next to direct TCPLS against plain TCP.
+        let best = |k: &str| goodput.get(k).and_then(|v| v.as_f64());
+        if let (Some(t), Some(r), Some(d), Some(p)) = (best("tunnel"), best("tcp_2relays"), best("tcpls"), best("tcp"))
+        {
+            log(format!("with TLS / without (best/best): tunnel / tcp_2relays {:.2}, tcpls / tcp {:.2}", t / r, d / p));
+            out.insert("tunnel_vs_tcp_2relays".into(), (t / r).into());
+            out.insert("tcpls_vs_tcp".into(), (d / p).into());
+        }
         // On a CPU-bound loopback run goodput follows 1 / CPU per GiB: the CPU ratio is what the
         // goodput ratio tends to, and the two TCP connections the tunnel adds (what
         // `tcp_2relays` costs beyond `tcp`) bound it even with a free relay.
