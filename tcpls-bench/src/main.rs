@@ -4,6 +4,7 @@
 
 mod child;
 mod compare;
+mod heap;
 mod join;
 mod pki;
 mod proto;
@@ -17,6 +18,10 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 use crate::proto::Proto;
+
+/// Counts live heap bytes for `scale` (off, one relaxed load per allocation, elsewhere).
+#[global_allocator]
+static GLOBAL: heap::Counting = heap::Counting;
 
 pub type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
@@ -158,8 +163,12 @@ fn main() -> ExitCode {
         Command::Join(opts) => join::run(opts),
         Command::RecvCpu(opts) => recv_cpu::run(opts),
         Command::Scale(opts) => scale::run(opts),
-        Command::ScaleServer { worker_threads } => run_on_runtime(worker_threads, scale::server()),
+        Command::ScaleServer { worker_threads } => {
+            heap::enable();
+            run_on_runtime(worker_threads, scale::server())
+        }
         Command::ScaleClient { proto, port, sessions, handshakes, worker_threads } => {
+            heap::enable();
             run_on_runtime(worker_threads, scale::client(proto, port, sessions, handshakes))
         }
         Command::JoinServer { joins, worker_threads } => {

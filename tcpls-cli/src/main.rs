@@ -408,7 +408,7 @@ async fn serve_cmd(a: ServeArgs) -> Result<Ended, String> {
     // 0-RTT only where a replayed request does no harm: a perf request only asks for test
     // data (RESUMPTION.md); echo and the other modes refuse early data.
     if a.mode == serve::Mode::Perf {
-        tls.max_early_data_size = tcpls::proto::tls::MAX_EARLY_DATA as u32;
+        tls.max_early_data_size = tcpls::proto::MAX_EARLY_DATA as u32;
     }
     let mut listen = Vec::new();
     for l in &a.listen {

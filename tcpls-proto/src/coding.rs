@@ -44,11 +44,13 @@ impl<'a> TailReader<'a> {
         self.unread.len()
     }
 
+    #[cfg(test)]
     /// True once every byte has been read.
     pub fn is_empty(&self) -> bool {
         self.unread.is_empty()
     }
 
+    #[cfg(test)]
     /// The unread front part of the input.
     pub fn unread(&self) -> &'a [u8] {
         self.unread

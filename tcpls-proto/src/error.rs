@@ -5,38 +5,22 @@
 
 use std::fmt;
 
-/// TLS alert descriptions (RFC 8446 §6) that TCPLS uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum AlertCode {
-    CloseNotify = 0,
-    UnexpectedMessage = 10,
-    BadRecordMac = 20,
-    RecordOverflow = 22,
-    HandshakeFailure = 40,
-    IllegalParameter = 47,
-    AccessDenied = 49,
-    DecodeError = 50,
-    InternalError = 80,
-    NoApplicationProtocol = 120,
-}
+use crate::wire_enum::wire_enum;
 
-impl AlertCode {
-    /// Maps a received description byte; unknown ones are kept as raw values by the caller.
-    pub fn from_u8(b: u8) -> Option<Self> {
-        Some(match b {
-            0 => Self::CloseNotify,
-            10 => Self::UnexpectedMessage,
-            20 => Self::BadRecordMac,
-            22 => Self::RecordOverflow,
-            40 => Self::HandshakeFailure,
-            47 => Self::IllegalParameter,
-            49 => Self::AccessDenied,
-            50 => Self::DecodeError,
-            80 => Self::InternalError,
-            120 => Self::NoApplicationProtocol,
-            _ => return None,
-        })
+wire_enum! {
+    /// TLS alert descriptions (RFC 8446 §6) that TCPLS uses. A received description outside this
+    /// list ([`AlertCode::from_u8`] is `None`) is kept as its raw value by the caller.
+    pub enum AlertCode {
+        CloseNotify = 0,
+        UnexpectedMessage = 10,
+        BadRecordMac = 20,
+        RecordOverflow = 22,
+        HandshakeFailure = 40,
+        IllegalParameter = 47,
+        AccessDenied = 49,
+        DecodeError = 50,
+        InternalError = 80,
+        NoApplicationProtocol = 120,
     }
 }
 

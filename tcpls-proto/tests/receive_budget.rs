@@ -101,3 +101,70 @@ fn an_unread_stream_holding_the_budget_does_not_stall_another() {
     }
     assert!(got == data, "the read stream got {} of {} bytes", got.len(), data.len());
 }
+
+/// A budget that holds every stream the concurrency limit allows (at its initial window, with
+/// room to spare) keeps room for all of them: busy streams whose windows grew never make the
+/// session refuse a stream below the limit.
+#[test]
+fn a_budget_sized_for_the_stream_limit_admits_every_stream_up_to_it_despite_grown_windows() {
+    const LIMIT: usize = 40;
+    // 2.5 times what LIMIT new streams are charged (64 KiB window + 2 KiB state each).
+    let budget = (LIMIT as u64 * (66 << 10)) * 5 / 2;
+    let pki = Pki::new();
+    let server = SessionConfig {
+        stream_receive_window: 8 << 20,
+        receive_budget: budget,
+        max_concurrent_streams: LIMIT,
+        ..test_config()
+    };
+    let mut p = Pair::with_settings(pki.client_config(&[]), pki.server_config(&[]), test_config(), server);
+    p.drive();
+    // Four busy streams, read as fast as they come: their windows grow as far as they may.
+    let busy: Vec<u32> = (0..4).map(|_| p.client.open_stream().unwrap()).collect();
+    let data = payload(256 << 10, 2);
+    let mut buf = vec![0u8; 64 << 10];
+    let mut received = 0usize;
+    for _ in 0..1000 {
+        for id in &busy {
+            let _ = p.client.write(*id, &data);
+        }
+        p.drive();
+        while p.server.accept_stream().is_some() {}
+        for id in &busy {
+            while let Ok(Some(n)) = p.server.read(*id, &mut buf) {
+                if n == 0 {
+                    break;
+                }
+                received += n;
+            }
+        }
+    }
+    let grown = p.server.memory_use().receive_credit;
+    assert!(grown > 2 << 20, "the busy streams' windows grew to {grown} bytes of credit (test can fail)");
+    // Then the rest of the limit, each with a little data, all at once.
+    let late: Vec<u32> = (0..LIMIT - 4).map(|_| p.client.open_stream().unwrap()).collect();
+    for (i, id) in late.iter().enumerate() {
+        p.client.write(*id, &payload(1000, i as u64)).unwrap();
+        p.client.finish(*id).unwrap();
+    }
+    p.drive();
+    let mut accepted = 0;
+    while p.server.accept_stream().is_some() {
+        accepted += 1;
+    }
+    for (i, id) in late.iter().enumerate() {
+        let mut got = Vec::new();
+        loop {
+            match p.server.read(*id, &mut buf) {
+                Ok(Some(0)) => break,
+                Ok(Some(n)) => got.extend_from_slice(&buf[..n]),
+                other => panic!("stream {id}: {other:?} after {} bytes", got.len()),
+            }
+        }
+        assert_eq!(got, payload(1000, i as u64), "stream {id}");
+    }
+    assert_eq!(p.server.stats().streams_refused, 0, "no stream below the limit refused");
+    assert!(accepted >= LIMIT - 4, "accepted {accepted}");
+    assert!(p.server.memory_use().receive_credit <= budget, "within the budget");
+    eprintln!("busy streams moved {received} bytes with {grown} bytes of credit; {accepted} late streams admitted");
+}

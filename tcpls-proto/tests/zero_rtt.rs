@@ -237,7 +237,7 @@ fn replayed_early_data_is_not_accepted_twice() {
     assert_eq!(replay.accept_stream(), None);
 }
 
-fn with_store(pki: &Pki, store: Arc<tcpls_proto::tls::TicketStore>) -> Arc<ServerConfig> {
+fn with_store(pki: &Pki, store: Arc<tcpls_proto::TicketStore>) -> Arc<ServerConfig> {
     let mut server = pki.server_config(&[]);
     server.max_early_data_size = 16384;
     server.session_storage = store;
@@ -247,7 +247,7 @@ fn with_store(pki: &Pki, store: Arc<tcpls_proto::tls::TicketStore>) -> Arc<Serve
 /// TicketStore: tickets work once, expire after their lifetime, and rotation forgets them.
 #[test]
 fn ticket_store_lifetime_rotation_and_single_use() {
-    use tcpls_proto::tls::TicketStore;
+    use tcpls_proto::TicketStore;
     let pki = Pki::new();
     let (client_cfg, _) = configs(&pki);
     let store = Arc::new(TicketStore::new(64, std::time::Duration::from_secs(3600)));

@@ -92,8 +92,13 @@ impl Future for Driver {
             let mut progress = false;
             for sock in &mut this.sockets {
                 let Some(stream) = sock.stream.as_mut() else { continue };
-                // Read what the socket has.
+                // Read what the socket has. Readiness first: a socket with nothing to read does
+                // not make the core allocate a read buffer (an idle connection holds none; a
+                // short read clears tokio's readiness, so this costs no syscall).
                 loop {
+                    if stream.poll_read_ready(cx).is_pending() {
+                        break;
+                    }
                     let buf = inner.proto.read_buffer(sock.id);
                     if buf.is_empty() {
                         break;

@@ -11,6 +11,10 @@
 //!
 //! See `examples/echo.rs` for a complete client and server.
 //!
+//! Cargo feature `danger` (off by default, for hostile-peer tests only): the
+//! `Session::danger_*` hooks, and `tcpls-proto`'s own `danger` feature (its wire-level modules,
+//! reachable as `tcpls::proto::frame` and `tcpls::proto::record`).
+//!
 //! # Example
 //!
 //! A client for `tcpls serve --mode echo`, trusting the certificate of `tcpls cert` (the same
@@ -53,6 +57,7 @@
 
 mod admission;
 mod connector;
+#[cfg(feature = "danger")]
 mod danger;
 mod driver;
 mod events;

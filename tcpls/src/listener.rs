@@ -1,8 +1,11 @@
 //! Server side: accept TCP connections, run handshakes concurrently, yield sessions.
 
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use rustls::ServerConfig;
@@ -192,52 +195,94 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, tx: mpsc::Sender<(Se
             }
         };
         let (ctx, tx, pending) = (ctx.clone(), tx.clone(), pending.clone());
-        tokio::spawn(async move {
-            let Ok(slot) = ctx.admission.admit(&stream, peer.ip()).await else {
-                // Silent (no ClientHello in time) or pushed out by newer connections.
-                ctx.errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                ctx.registry.counters().count(Outcome::TimedOut);
-                return;
-            };
-            let outcome = tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
-                let _permit = pending.acquire_owned().await.map_err(io::Error::other)?;
-                accept_one(stream, &ctx).await
-            })
-            .await;
-            drop(slot);
-            let counters = ctx.registry.counters();
-            match outcome {
-                Ok(Ok(Some(session))) => {
-                    // Like a full listen backlog: an application that does not accept does not
-                    // make established sessions pile up.
-                    if let Err(mpsc::error::TrySendError::Full((session, _))) = tx.try_send((session, peer)) {
-                        session.abort();
-                        ctx.errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        counters.count(Outcome::QueueFull);
-                    } else {
-                        counters.count(Outcome::Session);
-                    }
-                }
-                Ok(Ok(None)) => {} // a join, counted by `join`
-                Ok(Err(e)) => {
-                    ctx.errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    // Refused joins were counted by `join` with their reason.
-                    if e.kind() != io::ErrorKind::PermissionDenied {
-                        counters.count(Outcome::Failed);
-                    }
-                }
-                Err(_) => {
-                    ctx.errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    counters.count(Outcome::TimedOut);
-                }
-            }
-        });
+        tokio::spawn(AcceptThenDrive::Handshake(Box::pin(handshake(stream, peer, ctx, tx, pending))));
     }
 }
 
+/// A connection's one task, as a TLS server has one per connection: its handshake, boxed so
+/// that its state (the core session inline, the admission, the listener's context) is freed
+/// once done, then for a new session its driver. No second task to spawn and wake per
+/// session, and what stays for the session's life is only the driver.
+enum AcceptThenDrive {
+    Handshake(Pin<Box<dyn Future<Output = Option<Driver>> + Send>>),
+    Drive(Driver),
+    Done,
+}
+
+impl Future for AcceptThenDrive {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        loop {
+            match &mut *self {
+                Self::Handshake(h) => match h.as_mut().poll(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Some(driver)) => *self = Self::Drive(driver),
+                    Poll::Ready(None) => *self = Self::Done,
+                },
+                Self::Drive(driver) => return Pin::new(driver).poll(cx),
+                Self::Done => return Poll::Ready(()),
+            }
+        }
+    }
+}
+
+/// Admission, then the handshake of one accepted connection; a new session is handed to the
+/// application and its driver returned.
+async fn handshake(
+    stream: TcpStream,
+    peer: SocketAddr,
+    ctx: AcceptCtx,
+    tx: mpsc::Sender<(Session, SocketAddr)>,
+    pending: Arc<tokio::sync::Semaphore>,
+) -> Option<Driver> {
+    let Ok(slot) = ctx.admission.admit(&stream, peer.ip()).await else {
+        // Silent (no ClientHello in time) or pushed out by newer connections.
+        ctx.errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        ctx.registry.counters().count(Outcome::TimedOut);
+        return None;
+    };
+    let outcome = tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
+        let _permit = pending.acquire_owned().await.map_err(io::Error::other)?;
+        accept_one(stream, &ctx).await
+    })
+    .await;
+    drop(slot);
+    let counters = ctx.registry.counters();
+    let mut run = None;
+    match outcome {
+        Ok(Ok(Some((session, driver)))) => {
+            // Like a full listen backlog: an application that does not accept does not
+            // make established sessions pile up.
+            if let Err(mpsc::error::TrySendError::Full((session, _))) = tx.try_send((session, peer)) {
+                session.abort();
+                ctx.errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                counters.count(Outcome::QueueFull);
+            } else {
+                counters.count(Outcome::Session);
+            }
+            run = Some(driver);
+        }
+        Ok(Ok(None)) => {} // a join, counted by `join`
+        Ok(Err(e)) => {
+            ctx.errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            // Refused joins were counted by `join` with their reason.
+            if e.kind() != io::ErrorKind::PermissionDenied {
+                counters.count(Outcome::Failed);
+            }
+        }
+        Err(_) => {
+            ctx.errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            counters.count(Outcome::TimedOut);
+        }
+    }
+    run
+}
+
 /// Runs a new connection's handshake until its first record says what it is: a new session
-/// (returned), or a join, which is handed to the session its token names (None).
-async fn accept_one(mut stream: TcpStream, ctx: &AcceptCtx) -> io::Result<Option<Session>> {
+/// (returned with the driver that must run it), or a join, which is handed to the session its
+/// token names (None).
+async fn accept_one(mut stream: TcpStream, ctx: &AcceptCtx) -> io::Result<Option<(Session, Driver)>> {
     configure(&stream)?;
     let mut proto = tcpls_proto::Session::server(ctx.config.clone(), ctx.settings.clone()).map_err(handshake_error)?;
     let (local, remote) = (stream.local_addr().ok(), stream.peer_addr().ok());
@@ -258,7 +303,7 @@ async fn accept_one(mut stream: TcpStream, ctx: &AcceptCtx) -> io::Result<Option
                     inner.dispatch_events();
                     inner.publish_tokens();
                 }
-                tokio::spawn(Driver::new(shared.clone(), 0, stream));
+                let driver = Driver::new(shared.clone(), 0, stream);
                 let session = Session::new(shared);
                 if !session.is_established() {
                     // Handed out on its early data, before the client's Finished: the handshake
@@ -271,7 +316,7 @@ async fn accept_one(mut stream: TcpStream, ctx: &AcceptCtx) -> io::Result<Option
                         }
                     });
                 }
-                return Ok(Some(session));
+                return Ok(Some((session, driver)));
             }
             Accepted::Join => return join(proto, stream, ctx, local, remote).await.map(|()| None),
             Accepted::Failed => {
@@ -288,10 +333,15 @@ async fn accept_one(mut stream: TcpStream, ctx: &AcceptCtx) -> io::Result<Option
             stream.write_all(&out).await?;
             proto.transmit_advance(0, out.len());
         }
+        // Wait for bytes before taking a read buffer: the core frees it after a short read, so
+        // a connection waiting for its peer holds none.
+        stream.readable().await?;
         let buf = proto.read_buffer(0);
         if buf.is_empty() {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "connection closed during the handshake"));
         }
+        // `read`, not `try_read`: a short read clears tokio's readiness, so the next
+        // `readable` waits instead of costing a read that finds nothing.
         match stream.read(buf).await? {
             0 => proto.handle_eof(0, Instant::now()),
             n => proto.handle_read(0, n, Instant::now()),

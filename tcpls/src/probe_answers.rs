@@ -36,7 +36,7 @@ impl ProbeAnswers {
             }
             Event::PeerTcpInfo { conn, info } if has_socket(*conn) => {
                 self.seq += 1;
-                self.tcp_info.insert(*conn, (self.seq, *info));
+                self.tcp_info.insert(*conn, (self.seq, TcpInfo::from(*info)));
                 true
             }
             Event::AddressEchoed { conn, addr } if has_socket(*conn) => {
@@ -74,7 +74,8 @@ impl ProbeAnswers {
         self.addr.get(&conn).copied()
     }
 
-    /// Entries held over all maps.
+    /// Entries held over all maps (`Session::danger_probe_answer_entries`).
+    #[cfg(feature = "danger")]
     pub(crate) fn entries(&self) -> usize {
         self.rtt_us.len() + self.tcp_info.len() + self.addr.len()
     }

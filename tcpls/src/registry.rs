@@ -17,7 +17,7 @@ use tokio::net::TcpStream;
 use crate::listener_stats::{ListenerCounters, ListenerStats};
 
 /// A session reference (PROTOCOL.md §3): names a session in a Rejoin.
-type SessionRef = [u8; tcpls_proto::frame::SESSION_REF_LEN];
+type SessionRef = [u8; tcpls_proto::SESSION_REF_LEN];
 
 /// All the registry needs of a session: a handle that takes a joining connection to it. The
 /// registry stores it weakly and never sees the session's state; the session's side

@@ -249,7 +249,7 @@ impl SessionState {
                 // The peer asks how we see one of our connections: answer from TCP_INFO.
                 Event::TcpInfoRequested { conn } => {
                     if let Some(info) = self.tcp_info(conn) {
-                        self.proto.send_tcp_info(conn, info);
+                        self.proto.send_tcp_info(conn, info.into());
                     }
                 }
                 Event::ConnectionEstablished { .. } | Event::ConnectionClosed { .. } | Event::TokensReceived { .. } => {

@@ -8,7 +8,57 @@
 use std::io;
 use std::os::fd::RawFd;
 
-pub use tcpls_proto::frame::PeerTcpInfo as TcpInfo;
+use tcpls_proto::PeerTcpInfo;
+
+/// The kernel's `TCP_INFO` of one TCP connection, the fields TCPLS uses: ours from
+/// [`crate::Session::local_tcp_info`], or the peer's as its TCP Info frame reported them
+/// ([`crate::Session::peer_tcp_info`]).
+///
+/// The wire form is a different type ([`tcpls_proto::PeerTcpInfo`], the TCP Info frame's
+/// content); the two convert into each other explicitly, field by field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TcpInfo {
+    /// Smoothed round-trip time, in microseconds (`tcpi_rtt`).
+    pub rtt_us: u32,
+    /// Round-trip time variation, in microseconds (`tcpi_rttvar`).
+    pub rttvar_us: u32,
+    /// Congestion window, in segments (`tcpi_snd_cwnd`).
+    pub cwnd: u32,
+    /// Retransmitted segments since the connection started (`tcpi_total_retrans`).
+    pub total_retrans: u32,
+    /// Delivery rate estimate, in bytes per second (`tcpi_delivery_rate`).
+    pub delivery_rate: u64,
+    /// Bytes acknowledged by TCP (`tcpi_bytes_acked`).
+    pub bytes_acked: u64,
+}
+
+/// What we tell the peer in a TCP Info frame about our view of a connection.
+impl From<TcpInfo> for PeerTcpInfo {
+    fn from(i: TcpInfo) -> Self {
+        PeerTcpInfo {
+            rtt_us: i.rtt_us,
+            rttvar_us: i.rttvar_us,
+            cwnd: i.cwnd,
+            total_retrans: i.total_retrans,
+            delivery_rate: i.delivery_rate,
+            bytes_acked: i.bytes_acked,
+        }
+    }
+}
+
+/// The peer's view of a connection, as its TCP Info frame reported it.
+impl From<PeerTcpInfo> for TcpInfo {
+    fn from(i: PeerTcpInfo) -> Self {
+        TcpInfo {
+            rtt_us: i.rtt_us,
+            rttvar_us: i.rttvar_us,
+            cwnd: i.cwnd,
+            total_retrans: i.total_retrans,
+            delivery_rate: i.delivery_rate,
+            bytes_acked: i.bytes_acked,
+        }
+    }
+}
 
 /// Reads `TCP_INFO` of a connected TCP socket.
 #[cfg(target_os = "linux")]
@@ -54,5 +104,6 @@ mod tests {
         assert!(info.cwnd >= 1, "{info:?}");
         assert!(info.rtt_us < 1_000_000, "loopback RTT well under a second: {info:?}");
         assert!(read(-1).is_err());
+        assert_eq!(TcpInfo::from(PeerTcpInfo::from(info)), info, "the wire form carries every field");
     }
 }

@@ -300,14 +300,24 @@ async fn the_path_manager_retries_a_refused_path_until_it_works_without_burning_
     let pki = Pki::new();
     // One server, two listening addresses sharing a registry; the second is not listening yet.
     let registry = JoinRegistry::new();
-    let first = TcplsListener::bind_with_registry(
-        "127.0.0.1:0".parse().unwrap(),
-        pki.server(),
-        SessionConfig::default(),
-        registry.clone(),
-    )
-    .await
-    .unwrap();
+    // The second address uses the first one's port, which something else (another test's
+    // connection from 127.0.0.4) may hold: reserve it with a bound socket that does not listen
+    // (connects to it are refused, as to a closed port), and take another port if it is taken.
+    let (first, reservation) = loop {
+        let first = TcplsListener::bind_with_registry(
+            "127.0.0.1:0".parse().unwrap(),
+            pki.server(),
+            SessionConfig::default(),
+            registry.clone(),
+        )
+        .await
+        .unwrap();
+        let later: SocketAddr = format!("127.0.0.4:{}", first.local_addr().port()).parse().unwrap();
+        let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        if socket.bind(&later.into()).is_ok() {
+            break (first, socket);
+        }
+    };
     let origin = first.local_addr();
     let later_addr: SocketAddr = format!("127.0.0.4:{}", origin.port()).parse().unwrap();
     tokio::spawn(async move { while first.accept().await.is_some() {} });
@@ -329,6 +339,7 @@ async fn the_path_manager_retries_a_refused_path_until_it_works_without_burning_
     assert!(later().unwrap().conn.is_none());
     assert_eq!(manager.paths().iter().find(|p| p.remote == origin).unwrap().conn, Some(0));
     // The address comes up: the manager joins over it within its backoff.
+    drop(reservation);
     let second =
         TcplsListener::bind_with_registry(later_addr, pki.server(), SessionConfig::default(), registry).await.unwrap();
     tokio::spawn(async move { while second.accept().await.is_some() {} });

@@ -132,6 +132,9 @@ pub async fn client(proto: ScaleProto, port: u16, sessions: u32, handshakes: u32
         cpu_ns: 0,
         rss_before: 0,
         rss_after: 0,
+        heap_before: 0,
+        heap_after: 0,
+        allocs: 0,
         ttfb_us: Vec::new(),
         alive: 0,
     };
@@ -149,7 +152,7 @@ pub async fn client(proto: ScaleProto, port: u16, sessions: u32, handshakes: u32
     // Phase 1: sequential handshakes.
     wait_go().await?;
     let mut hs = phase("handshakes");
-    let (t0, cpu0) = (Instant::now(), Cpu::now());
+    let (t0, cpu0, allocs0) = (Instant::now(), Cpu::now(), crate::heap::snapshot().1);
     for i in 0..handshakes {
         let start = Instant::now();
         let mut open = dialer.open(source(i)).await?;
@@ -160,6 +163,7 @@ pub async fn client(proto: ScaleProto, port: u16, sessions: u32, handshakes: u32
     }
     let cpu = Cpu::now().since(cpu0);
     hs.cpu_ns = cpu.user_ns + cpu.sys_ns;
+    hs.allocs = crate::heap::snapshot().1 - allocs0;
     hs.seconds = t0.elapsed().as_secs_f64();
     report(&hs)?;
 
@@ -167,6 +171,7 @@ pub async fn client(proto: ScaleProto, port: u16, sessions: u32, handshakes: u32
     wait_go().await?;
     let mut open_phase = phase("open");
     open_phase.rss_before = rss_bytes();
+    open_phase.heap_before = crate::heap::snapshot().0;
     let t0 = Instant::now();
     let permits = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT));
     let mut tasks = tokio::task::JoinSet::new();
@@ -189,6 +194,7 @@ pub async fn client(proto: ScaleProto, port: u16, sessions: u32, handshakes: u32
     open_phase.count = all.len() as u32;
     tokio::time::sleep(IDLE).await;
     open_phase.rss_after = rss_bytes();
+    open_phase.heap_after = crate::heap::snapshot().0;
     report(&open_phase)?;
 
     // Phase 3: every session still answers, then all close.

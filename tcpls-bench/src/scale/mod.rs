@@ -12,7 +12,8 @@
 //! 2. **Concurrent sessions**: `--sessions` connections opened (at most 64 handshakes in
 //!    flight) from several source addresses 127.0.0.2.., each echoing one byte once, then all
 //!    kept open and idle for 2 s. **Memory per idle session** = (RSS with all open − RSS
-//!    before) / sessions, per process. Then every session echoes one more byte (all still
+//!    before) / sessions, per process, and the same from the live heap bytes a counting global
+//!    allocator sees (`heap.rs`: what the program asked for, without allocator slack). Then every session echoes one more byte (all still
 //!    work), and all close.
 
 mod client;
@@ -84,6 +85,9 @@ pub struct ServerReady {
 pub struct ServerStats {
     cpu_ns: u64,
     rss_bytes: u64,
+    /// Live heap bytes (counting allocator, `heap.rs`) and allocations so far.
+    heap_bytes: i64,
+    allocs: u64,
     open: u64,
     accepted: u64,
 }
@@ -98,6 +102,11 @@ pub struct ClientPhase {
     cpu_ns: u64,
     rss_before: u64,
     rss_after: u64,
+    /// Live heap bytes before opening the sessions and with all open and idle.
+    heap_before: i64,
+    heap_after: i64,
+    /// Allocations during the phase (handshake phase).
+    allocs: u64,
     /// Time to first byte per connection (handshake phase), microseconds.
     ttfb_us: Vec<f64>,
     /// Sessions that answered the final echo (concurrent phase).
@@ -122,6 +131,12 @@ struct ProtoResult {
     open_seconds: f64,
     server_rss_bytes_per_idle_session: f64,
     client_rss_bytes_per_idle_session: f64,
+    /// Live heap bytes with all sessions open and idle minus before, / sessions.
+    server_heap_bytes_per_idle_session: f64,
+    client_heap_bytes_per_idle_session: f64,
+    /// Heap allocations (and reallocations) per handshake phase connection.
+    server_allocs_per_handshake: f64,
+    client_allocs_per_handshake: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -145,6 +160,8 @@ struct Ratios {
     ttfb_median: f64,
     server_memory_per_idle_session: f64,
     client_memory_per_idle_session: f64,
+    server_heap_per_idle_session: f64,
+    client_heap_per_idle_session: f64,
 }
 
 type Piped = (std::process::Child, ChildStdin, BufReader<ChildStdout>);
@@ -193,6 +210,8 @@ pub fn run(opts: Options) -> Res<()> {
         ttfb_median: t.ttfb_median_us / l.ttfb_median_us,
         server_memory_per_idle_session: t.server_rss_bytes_per_idle_session / l.server_rss_bytes_per_idle_session,
         client_memory_per_idle_session: t.client_rss_bytes_per_idle_session / l.client_rss_bytes_per_idle_session,
+        server_heap_per_idle_session: t.server_heap_bytes_per_idle_session / l.server_heap_bytes_per_idle_session,
+        client_heap_per_idle_session: t.client_heap_bytes_per_idle_session / l.client_heap_bytes_per_idle_session,
     });
     let report = Report {
         date_utc: utc_now(),
@@ -201,8 +220,8 @@ pub fn run(opts: Options) -> Res<()> {
                  protocol and repetition, each a multi-thread tokio runtime; handshakes: sequential full \
                  handshakes (resumption off) + 1-byte echo + close, server CPU (getrusage) per handshake, ttfb = \
                  TCP connect start to echoed byte; sessions: all opened (64 handshakes in flight, sources \
-                 127.0.0.2-17), 1-byte echo each, idle 2 s, RSS delta / sessions (VmRSS), then every session \
-                 echoes again",
+                 127.0.0.2-17), 1-byte echo each, idle 2 s, RSS delta / sessions (VmRSS) and live heap delta / sessions \
+                 (counting global allocator), then every session echoes again",
         reps: opts.reps,
         results,
         tcpls_to_tls,
@@ -235,6 +254,10 @@ fn summarize(runs: &[ProtoResult]) -> Option<ProtoResult> {
         open_seconds: med(|r| r.open_seconds),
         server_rss_bytes_per_idle_session: med(|r| r.server_rss_bytes_per_idle_session),
         client_rss_bytes_per_idle_session: med(|r| r.client_rss_bytes_per_idle_session),
+        server_heap_bytes_per_idle_session: med(|r| r.server_heap_bytes_per_idle_session),
+        client_heap_bytes_per_idle_session: med(|r| r.client_heap_bytes_per_idle_session),
+        server_allocs_per_handshake: med(|r| r.server_allocs_per_handshake),
+        client_allocs_per_handshake: med(|r| r.client_allocs_per_handshake),
     })
 }
 
@@ -288,12 +311,15 @@ fn run_proto(pki: &Pki, proto: ScaleProto, opts: &Options) -> Res<ProtoResult> {
     let open: ClientPhase = crate::compare::read_json(&mut client_out, "scale client")?;
     let s3 = ask(&mut server_in, &mut server_out)?;
     eprintln!(
-        "{proto:?}: {} sessions open in {:.2} s, server holds {}, server RSS +{:.1} MiB, client RSS +{:.1} MiB",
+        "{proto:?}: {} sessions open in {:.2} s, server holds {}, server RSS +{:.1} MiB (heap +{:.1}), client RSS \
+         +{:.1} MiB (heap +{:.1})",
         open.count,
         open.seconds,
         s3.open,
         (s3.rss_bytes as f64 - s2.rss_bytes as f64) / f64::from(1 << 20),
+        (s3.heap_bytes - s2.heap_bytes) as f64 / f64::from(1 << 20),
         (open.rss_after as f64 - open.rss_before as f64) / f64::from(1 << 20),
+        (open.heap_after - open.heap_before) as f64 / f64::from(1 << 20),
     );
     go(&mut client_in)?;
     let alive: ClientPhase = crate::compare::read_json(&mut client_out, "scale client")?;
@@ -322,6 +348,10 @@ fn run_proto(pki: &Pki, proto: ScaleProto, opts: &Options) -> Res<ProtoResult> {
         open_seconds: open.seconds,
         server_rss_bytes_per_idle_session: (s3.rss_bytes as f64 - s2.rss_bytes as f64) / sessions,
         client_rss_bytes_per_idle_session: (open.rss_after as f64 - open.rss_before as f64) / sessions,
+        server_heap_bytes_per_idle_session: (s3.heap_bytes - s2.heap_bytes) as f64 / sessions,
+        client_heap_bytes_per_idle_session: (open.heap_after - open.heap_before) as f64 / sessions,
+        server_allocs_per_handshake: (s1.allocs - s0.allocs) as f64 / n,
+        client_allocs_per_handshake: hs.allocs as f64 / n,
     })
 }
 
@@ -332,7 +362,7 @@ fn print_table(r: &Report) {
     println!("medians over {} repetition(s)", r.reps);
     println!();
     println!(
-        "{:<6} {:>10} {:>12} {:>10} {:>10} {:>9} {:>9}   {:>9} {:>7} {:>7} {:>8} {:>11} {:>11}",
+        "{:<6} {:>10} {:>12} {:>10} {:>10} {:>9} {:>9}   {:>9} {:>7} {:>7} {:>8} {:>11} {:>11} {:>11} {:>11} {:>12}",
         "proto",
         "handshakes",
         "srv CPU µs/hs",
@@ -345,11 +375,14 @@ fn print_table(r: &Report) {
         "alive",
         "open s",
         "srv B/sess",
-        "cli B/sess"
+        "cli B/sess",
+        "srv heap B",
+        "cli heap B",
+        "srv alloc/hs"
     );
     for p in &r.results {
         println!(
-            "{:<6} {:>10} {:>12.1} {:>10.0} {:>10.1} {:>9.1} {:>9.1}   {:>9} {:>7} {:>7} {:>8.2} {:>11.0} {:>11.0}",
+            "{:<6} {:>10} {:>12.1} {:>10.0} {:>10.1} {:>9.1} {:>9.1}   {:>9} {:>7} {:>7} {:>8.2} {:>11.0} {:>11.0} {:>11.0} {:>11.0} {:>12.1}",
             format!("{:?}", p.protocol).to_lowercase(),
             p.handshakes,
             p.server_cpu_us_per_handshake,
@@ -363,17 +396,22 @@ fn print_table(r: &Report) {
             p.open_seconds,
             p.server_rss_bytes_per_idle_session,
             p.client_rss_bytes_per_idle_session,
+            p.server_heap_bytes_per_idle_session,
+            p.client_heap_bytes_per_idle_session,
+            p.server_allocs_per_handshake,
         );
     }
     if let Some(x) = &r.tcpls_to_tls {
         println!(
             "tcpls/tls: server CPU per handshake {:.2}, client CPU per handshake {:.2}, ttfb {:.2}, \
-             memory per idle session: server {:.1}, client {:.1}",
+             memory per idle session (RSS): server {:.1}, client {:.1}, heap: server {:.1}, client {:.1}",
             x.server_cpu_per_handshake,
             x.client_cpu_per_handshake,
             x.ttfb_median,
             x.server_memory_per_idle_session,
-            x.client_memory_per_idle_session
+            x.client_memory_per_idle_session,
+            x.server_heap_per_idle_session,
+            x.client_heap_per_idle_session
         );
     }
 }

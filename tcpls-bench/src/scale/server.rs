@@ -103,6 +103,8 @@ pub async fn server() -> Res<()> {
         let stats = ServerStats {
             cpu_ns: cpu.user_ns + cpu.sys_ns,
             rss_bytes: rss_bytes(),
+            heap_bytes: crate::heap::snapshot().0,
+            allocs: crate::heap::snapshot().1,
             open: counters.open.load(Ordering::Relaxed),
             accepted: counters.accepted.load(Ordering::Relaxed),
         };

@@ -127,7 +127,18 @@ impl TxBuf {
             self.buf = Vec::new();
         }
     }
+    /// Frees the storage once everything was written if it is small (at most 16 KiB): what
+    /// handshake flights and occasional small records leave. A bulk sender's buffer is larger
+    /// and kept ([`TxBuf::shrink`] frees it when the connection is quiet).
+    pub fn release_if_small(&mut self) {
+        if self.is_empty() && self.buf.len() <= TX_SMALL {
+            self.buf = Vec::new();
+        }
+    }
 }
+
+/// See [`TxBuf::release_if_small`].
+const TX_SMALL: usize = 16 * 1024;
 
 #[cfg(test)]
 mod tests {

@@ -306,9 +306,13 @@ impl Connection {
         }
     }
 
-    /// Frees a receive buffer much larger than reads need now, once it holds nothing.
-    pub(crate) fn release_idle_rx(&mut self) {
-        if self.rx.is_empty() && self.rx.capacity() > 2 * self.read_chunk {
+    /// Frees a receive buffer that holds nothing after a read of `n` bytes when it is much
+    /// larger than reads need now, or when the connection is quiet (reads at their smallest)
+    /// and this read drained the socket (it returned less than asked): an idle connection
+    /// holds no buffer, and the next read allocates one (a busy one keeps its buffer).
+    pub(crate) fn release_idle_rx(&mut self, n: usize) {
+        let drained = n < self.last_spare && self.read_chunk == MIN_READ_CHUNK;
+        if self.rx.is_empty() && (self.rx.capacity() > 2 * self.read_chunk || drained) {
             self.rx.shrink();
         }
     }

@@ -30,11 +30,22 @@ impl Core {
         }
     }
 
-    /// Part of the receive budget that window growth leaves free for new streams (a quarter:
-    /// 16 MiB, 256 initial windows, by default), so that a few busy streams holding large
-    /// windows do not make the session refuse the next ones.
+    /// Part of the receive budget that window growth leaves free for new streams, so that a
+    /// few busy streams holding large windows do not make the session refuse the next ones.
+    /// When the budget can hold every stream the concurrency limit allows at its initial window
+    /// with room to spare (at most half of it), the reserve is exactly what the streams the peer
+    /// may still open need: then the limit, never the budget, refuses a stream (the tunnel's
+    /// sessions are sized so). Otherwise the budget bounds concurrency anyway, and a quarter of it
+    /// (16 MiB, 256 initial windows, by default) is kept.
     fn admission_reserve(&self) -> u64 {
-        self.config.receive_budget / 4
+        let budget = self.config.receive_budget;
+        let limit = self.config.max_concurrent_streams as u64;
+        if limit.saturating_mul(NEW_STREAM_CHARGE) <= budget / 2 {
+            let may_open = limit.saturating_sub(self.streams.peer_open() as u64);
+            may_open.saturating_mul(NEW_STREAM_CHARGE)
+        } else {
+            budget / 4
+        }
     }
 
     /// Whether a new peer stream fits in the receive budget, `charged` being in use: its

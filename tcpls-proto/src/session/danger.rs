@@ -1,3 +1,4 @@
+#![cfg(feature = "danger")]
 //! Dangerous hooks for tests and fuzzing: they let a session behave like a hostile peer.
 //!
 //! Nothing here is needed to run TCPLS, and nothing here is safe to use in a real application:

@@ -69,7 +69,8 @@ impl Events {
         self.queue.len() > MAX_QUEUED_EVENTS
     }
 
-    /// Events of both queues waiting to be polled.
+    /// Events of both queues waiting to be polled (`Session::danger_queued_events`).
+    #[cfg(feature = "danger")]
     pub(crate) fn len(&self) -> usize {
         self.queue.len() + self.answers.len()
     }

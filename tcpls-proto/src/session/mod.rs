@@ -57,7 +57,8 @@ pub enum Side {
 /// syscalls). Reads start at [`MIN_READ_CHUNK`] and grow while they fill the buffer.
 pub const READ_CHUNK: usize = 256 * 1024;
 
-/// Smallest read size, and the one an idle connection returns to: what it keeps allocated.
+/// Smallest read size, the one an idle connection returns to. An idle connection keeps no
+/// read buffer: the core frees an empty one after a read at this size that drained the socket.
 pub const MIN_READ_CHUNK: usize = 16 * 1024;
 
 /// Read size before a connection's handshake completes (a handshake flight fits easily).
@@ -94,7 +95,9 @@ pub(crate) struct Core {
     /// Frame consequences that need the connection table, run after each batch of records
     /// (`receive.rs`).
     pub(crate) actions: Vec<frames::ConnAction>,
-    /// Reused buffer for the trailing frames of the record being built (`packetize.rs`).
+    /// Reused buffer for the trailing frames of the record being built (`packetize.rs`):
+    /// empty until the first record, grown to what records need (usually a few dozen bytes,
+    /// a record's worth where a send ring wraps), freed by `release_idle_memory`.
     pub(crate) scratch: Vec<u8>,
 }
 
@@ -202,7 +205,7 @@ impl Session {
                 early: Default::default(),
                 stats: SessionStats::default(),
                 actions: Vec::new(),
-                scratch: Vec::with_capacity(crate::record::MAX_PLAINTEXT + 64),
+                scratch: Vec::new(),
             },
         }
     }

@@ -497,6 +497,10 @@ impl Session {
             if c.tx.is_empty() && c.is_finished() {
                 c.tx.shrink();
                 c.rx.shrink();
+            } else {
+                // A small buffer written out (handshake flights, small records) is freed: an
+                // idle connection holds none; a bulk sender's large one is kept.
+                c.tx.release_if_small();
             }
         }
     }

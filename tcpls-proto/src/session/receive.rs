@@ -59,7 +59,7 @@ impl Session {
         }
         self.process(conn, now);
         if let Some(c) = self.conns.get_mut(conn) {
-            c.release_idle_rx();
+            c.release_idle_rx(n);
         }
     }
 

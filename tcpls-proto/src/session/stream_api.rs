@@ -206,6 +206,7 @@ impl Session {
             c.rx.shrink();
             c.tx.shrink();
         }
+        self.core.scratch = Vec::new();
     }
 
     /// The final size of the peer's direction of a stream, once its FIN or Stream Reset arrived:

@@ -13,7 +13,7 @@ mod recv;
 mod send;
 mod sparse;
 
-pub use ranges::{Gaps, RangeSet};
+pub use ranges::RangeSet;
 pub use recv::{RecvBuf, RecvError};
 pub use send::{SendAccount, SendBuf};
 

@@ -106,6 +106,7 @@ impl RangeSet {
         self.map.range(..=offset).next_back().is_some_and(|(_, &e)| e > offset)
     }
 
+    #[cfg(test)]
     /// Whether any offset of `range` is in the set.
     pub fn overlaps(&self, range: Range<u64>) -> bool {
         !range.is_empty() && self.gaps(range.clone()).next() != Some(range)
@@ -116,6 +117,7 @@ impl RangeSet {
         self.map.first_key_value().map(|(&s, &e)| s..e)
     }
 
+    #[cfg(test)]
     /// The highest range.
     pub fn last(&self) -> Option<Range<u64>> {
         self.map.last_key_value().map(|(&s, &e)| s..e)
@@ -132,6 +134,7 @@ impl RangeSet {
         self.covered = 0;
     }
 
+    #[cfg(test)]
     /// The ranges in increasing order.
     pub fn iter(&self) -> impl Iterator<Item = Range<u64>> + '_ {
         self.map.iter().map(|(&s, &e)| s..e)

@@ -241,6 +241,7 @@ impl RecvBuf {
         false
     }
 
+    #[cfg(test)]
     /// Copies readable bytes into `out`, consumes them, and returns how many.
     pub fn read(&mut self, out: &mut [u8]) -> usize {
         let chunk = self.chunk();
@@ -285,10 +286,12 @@ impl RecvBuf {
         Ok(())
     }
 
+    #[cfg(test)]
     pub fn is_reset(&self) -> bool {
         self.reset
     }
 
+    #[cfg(test)]
     /// Returns a new limit (`read_offset + window`) to advertise in Max Stream Data when the
     /// application has consumed at least half of the last advertised window, and records it.
     /// Half a window keeps the peer from stalling while costing one frame per half window.

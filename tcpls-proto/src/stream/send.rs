@@ -409,6 +409,7 @@ impl SendBuf {
         final_size
     }
 
+    #[cfg(test)]
     pub fn is_reset(&self) -> bool {
         self.reset
     }
@@ -428,6 +429,7 @@ impl SendBuf {
         (self.write_offset - self.head) as usize
     }
 
+    #[cfg(test)]
     /// Bytes of memory allocated for the data.
     pub fn allocated(&self) -> usize {
         self.buf.capacity()
@@ -455,7 +457,12 @@ impl SendBuf {
         let before = self.buffered();
         let n = ((new_head - self.head) as usize).min(self.buf.len());
         // Keep the allocation: a bulk writer refills it at once. `release_if_idle` frees it.
+        // A small one (small writes) is freed once everything is acknowledged, so that a
+        // quiet stream holds none.
         self.buf.drain(..n);
+        if self.buf.is_empty() && self.buf.capacity() <= MIN_ALLOC {
+            self.buf = VecDeque::new();
+        }
         self.head = new_head;
         self.account_update(before);
         // ... unless the stream's share of the send budget has shrunk far below it (a stream

@@ -130,19 +130,9 @@ impl Handshake {
         Ok(Handshake { side: Side::Server(Box::new(conn)), early: Early::default() })
     }
 
-    /// Client: the offered early data went out with the ClientHello.
-    pub fn early_data_sent(&self) -> bool {
-        self.early.sent
-    }
-
     /// Server: early-data plaintexts (TCPLS frames) that arrived since the last call.
     pub fn take_early_data(&mut self) -> Vec<Vec<u8>> {
         std::mem::take(&mut self.early.received)
-    }
-
-    /// Server: early data was accepted, so the session may answer at half-RTT.
-    pub fn early_data_accepted(&self) -> bool {
-        self.early.accepted
     }
 
     /// Server: early data was accepted and rustls can seal half-RTT data now.

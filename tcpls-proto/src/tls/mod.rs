@@ -9,7 +9,7 @@ mod fallback;
 mod handshake;
 mod tickets;
 
-pub use fallback::{FallbackRead, FallbackTls};
+pub use fallback::FallbackTls;
 pub use handshake::{Handshake, HandshakeInfo, HandshakeOutcome, Progress, MAX_EARLY_DATA};
 pub use tickets::{TicketStats, TicketStore};
 

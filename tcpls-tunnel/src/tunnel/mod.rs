@@ -54,7 +54,7 @@ pub use stats::{Stats, StatsSnapshot};
 pub struct TunnelConfig {
     /// Settings of the TCPLS session. The default is late multiplexing: `transmit_high_water`
     /// 64 KiB and TCP_NOTSENT_LOWAT (`notsent_lowat`) 64 KiB on every connection; and a
-    /// per-stream receive window of 2 MiB, within the session's `receive_budget`.
+    /// per-stream receive window of 2 MiB, within the session's `receive_budget` ([`RECEIVE_BUDGET`]).
     pub session: tcpls::SessionConfig,
     /// Concentrator: timeout of the connection to a destination (name resolution included).
     pub connect_timeout: Duration,
@@ -70,8 +70,10 @@ pub struct TunnelConfig {
     pub max_sessions: usize,
     /// Concentrator: tunneled connections (peer-opened streams) per session at once; the
     /// session refuses more with Stream Reset 0x1 (`SessionConfig::max_concurrent_streams`).
-    /// The session's `receive_budget` also caps it: each stream is charged its 64 KiB initial
-    /// window, so the default 64 MiB admits about 990 (fewer while streams hold large windows).
+    /// The session's `receive_budget` keeps room for them all as long as it is at least twice
+    /// what they are charged at their initial window (66 KiB each: [`RECEIVE_BUDGET`] for the
+    /// default 1024); with a smaller budget it caps them too (64 MiB admits about 990, fewer
+    /// while streams hold large windows).
     pub max_streams_per_session: usize,
     /// Concentrator: name lookups in progress at once over all sessions (each holds a thread
     /// of the blocking pool until the resolver answers); more wait, within `connect_timeout`.
@@ -114,6 +116,13 @@ pub const TRANSMIT_HIGH_WATER: usize = 64 << 10;
 pub const STREAM_RECEIVE_WINDOW: u64 = 2 << 20;
 /// Default TCP_NOTSENT_LOWAT of the tunnel's TCP connections.
 pub const NOTSENT_LOWAT: u32 = 64 << 10;
+/// Receive budget of the tunnel's sessions (`SessionConfig::receive_budget`): sized so that
+/// [`MAX_STREAMS_PER_SESSION`] tunneled connections at their initial 64 KiB window (plus 2 KiB
+/// of state) take at most half of it. The session then always keeps room for the connections
+/// still to come, so a concentrator refuses a connection only beyond the limit, however large
+/// the busy connections' windows grew (the library default of 64 MiB holds ~990 idle streams).
+/// The most a client's session can make the concentrator buffer.
+pub const RECEIVE_BUDGET: u64 = 160 << 20;
 
 impl Default for TunnelConfig {
     fn default() -> Self {
@@ -121,6 +130,7 @@ impl Default for TunnelConfig {
             session: tcpls::SessionConfig {
                 transmit_high_water: TRANSMIT_HIGH_WATER,
                 stream_receive_window: STREAM_RECEIVE_WINDOW,
+                receive_budget: RECEIVE_BUDGET,
                 notsent_lowat: Some(NOTSENT_LOWAT),
                 ..Default::default()
             },
