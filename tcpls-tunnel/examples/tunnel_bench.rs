@@ -160,6 +160,36 @@ fn gbps(bytes: u64, d: Duration) -> f64 {
     bytes as f64 * 8.0 / d.as_secs_f64() / 1e9
 }
 
+/// CPU time of this whole process so far (user, system), from /proc/self/stat (clock ticks of
+/// 10 ms); None where that file is missing. Everything of a measurement (source, proxies,
+/// concentrator, sink) runs in this process, so the difference over a transfer is its CPU cost.
+fn cpu_now() -> Option<(f64, f64)> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which is in parentheses and may hold spaces).
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split(' ').collect();
+    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the name.
+    let tick = 100.0; // USER_HZ, 100 on Linux
+    Some((f.get(11)?.parse::<f64>().ok()? / tick, f.get(12)?.parse::<f64>().ok()? / tick))
+}
+
+/// A plain TCP relay on loopback to `to` (no encryption, 256 KiB copy buffers like the
+/// tunnel's relay): two in a row carry the bytes over as many TCP connections as the tunnel.
+async fn tcp_relay(to: SocketAddr) -> SocketAddr {
+    let l = tcpls_tunnel::frontend::listen("127.0.0.1:0".parse().unwrap()).unwrap();
+    let a = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut d = TcpStream::connect(to).await?;
+                let _ = (s.set_nodelay(true), d.set_nodelay(true));
+                tokio::io::copy_bidirectional_with_sizes(&mut s, &mut d, 256 << 10, 256 << 10).await
+            });
+        }
+    });
+    a
+}
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -311,26 +341,97 @@ async fn main() {
 
     if part("goodput") {
         let fwd_legacy = tunnel(&pki, legacy(), src, None).await;
+        let relayed = tcp_relay(tcp_relay(src).await).await;
         let mut goodput = serde_json::Map::new();
+        let mut reps = serde_json::Map::new();
+        let mut cpu = serde_json::Map::new();
+        // `tcp_2relays`: the tunnel's three TCP connections without TLS (source -> relay ->
+        // relay -> sink), what the tunnel's extra connections cost by themselves.
         let vias = [
             ("tcp", Via::Tcp(src)),
+            ("tcp_2relays", Via::Tcp(relayed)),
             ("tcpls", Via::Tcpls(&session)),
             ("tunnel", Via::Tcp(fwd)),
             ("tunnel_no_lowat", Via::Tcp(fwd_legacy)),
         ];
-        for (name, via) in vias {
-            let mut best = 0.0f64;
-            for _ in 0..runs {
+        // `--vias tcpls,tunnel` measures only these (e.g. to profile one of them).
+        let only = arg("--vias");
+        let wanted = |name: &str| only.as_deref().is_none_or(|o| o.split(',').any(|v| v == name));
+        // Repetitions interleave the ways (rep 1 of each, then rep 2...), so that a change of the
+        // machine's load hits all of them alike and the ratios of one repetition compare.
+        // Per way: goodput of each repetition, and (user, system) CPU seconds per GiB summed.
+        type Row<'a> = (&'a str, Vec<f64>, (f64, f64));
+        let mut all: Vec<Row> = vias.iter().filter(|(n, _)| wanted(n)).map(|(n, _)| (*n, vec![], (0.0, 0.0))).collect();
+        for _ in 0..runs {
+            for (name, via) in vias.iter().filter(|(n, _)| wanted(n)) {
+                let before = cpu_now();
                 let (n, _, t) = via.request(bytes).await;
-                best = best.max(gbps(n, t));
+                let row = all.iter_mut().find(|(k, _, _)| k == name).unwrap();
+                row.1.push(gbps(n, t));
+                if let (Some(b), Some(a)) = (before, cpu_now()) {
+                    let gib = n as f64 / (1u64 << 30) as f64;
+                    row.2 .0 += (a.0 - b.0) / gib / runs as f64;
+                    row.2 .1 += (a.1 - b.1) / gib / runs as f64;
+                }
             }
-            log(format!("goodput {name:>16}: {best:6.2} Gbit/s ({} MiB, best of {runs})", bytes >> 20));
-            goodput.insert(name.into(), best.into());
         }
-        let ratio = goodput["tunnel"].as_f64().unwrap() / goodput["tcpls"].as_f64().unwrap();
-        log(format!("tunnel / direct TCPLS goodput: {:.0}%", ratio * 100.0));
+        for (name, v, (user, sys)) in &all {
+            let best = v.iter().cloned().fold(0.0f64, f64::max);
+            let list: Vec<String> = v.iter().map(|g| format!("{g:.2}")).collect();
+            log(format!(
+                "goodput {name:>16}: {best:6.2} Gbit/s ({} MiB, best of {runs}; each: {}); \
+                 CPU {:.3} s/GiB (user {user:.3}, sys {sys:.3}; mean)",
+                bytes >> 20,
+                list.join(" "),
+                user + sys,
+            ));
+            goodput.insert((*name).into(), best.into());
+            reps.insert((*name).into(), v.clone().into());
+            cpu.insert((*name).into(), serde_json::json!({ "user_s_per_gib": user, "sys_s_per_gib": sys }));
+        }
+        out.insert("cpu".into(), cpu.into());
+        if let (Some(t), Some(d)) = (goodput.get("tunnel"), goodput.get("tcpls")) {
+            let ratio = t.as_f64().unwrap() / d.as_f64().unwrap();
+            let get = |k: &str| all.iter().find(|(n, _, _)| *n == k).map(|(_, v, _)| v.clone()).unwrap();
+            let per: Vec<String> =
+                get("tunnel").iter().zip(get("tcpls")).map(|(t, d)| format!("{:.2}", t / d)).collect();
+            log(format!(
+                "tunnel / direct TCPLS goodput: {:.0}% (best/best; per repetition: {})",
+                ratio * 100.0,
+                per.join(" ")
+            ));
+            out.insert("tunnel_vs_tcpls".into(), ratio.into());
+        }
+        // The same connections with and without TLS: the tunnel against the plain relay chain,
+        // next to direct TCPLS against plain TCP.
+        let best = |k: &str| goodput.get(k).and_then(|v| v.as_f64());
+        if let (Some(t), Some(r), Some(d), Some(p)) = (best("tunnel"), best("tcp_2relays"), best("tcpls"), best("tcp"))
+        {
+            log(format!("with TLS / without (best/best): tunnel / tcp_2relays {:.2}, tcpls / tcp {:.2}", t / r, d / p));
+            out.insert("tunnel_vs_tcp_2relays".into(), (t / r).into());
+            out.insert("tcpls_vs_tcp".into(), (d / p).into());
+        }
+        // On a CPU-bound loopback run goodput follows 1 / CPU per GiB: the CPU ratio is what the
+        // goodput ratio tends to, and the two TCP connections the tunnel adds (what
+        // `tcp_2relays` costs beyond `tcp`) bound it even with a free relay.
+        let cpu_of = |k: &str| all.iter().find(|(n, _, _)| *n == k).map(|(_, _, (u, s))| u + s);
+        if let (Some(t), Some(d)) = (cpu_of("tunnel"), cpu_of("tcpls")) {
+            log(format!(
+                "tunnel / direct TCPLS CPU per GiB: {:.2}x (goodput ratio on a CPU-bound run: {:.2})",
+                t / d,
+                d / t
+            ));
+            out.insert("tunnel_vs_tcpls_cpu".into(), (t / d).into());
+            if let (Some(r), Some(p)) = (cpu_of("tcp_2relays"), cpu_of("tcp")) {
+                let bound = d / (d + (r - p));
+                log(format!(
+                    "bound from the two extra TCP connections alone (tcpls / (tcpls + tcp_2relays - tcp) CPU): {bound:.2}"
+                ));
+                out.insert("bound_extra_connections".into(), bound.into());
+            }
+        }
         out.insert("goodput_gbps".into(), goodput.into());
-        out.insert("tunnel_vs_tcpls".into(), ratio.into());
+        out.insert("goodput_reps_gbps".into(), reps.into());
     }
 
     if part("goodput_link") {

@@ -13,9 +13,11 @@ use tokio::net::TcpStream;
 use super::rate::RateLimiter;
 use super::tlv::{self, RESET_CODE};
 
-/// Per-direction copy buffer: it starts small (a concentrator holds two per tunneled
-/// connection, and thousands of them) and doubles while reads fill it, up to `MAX_BUF`, so a
-/// bulk transfer moves large chunks (fewer system calls and session lock rounds).
+/// Copy buffer of the TCP → stream direction (and of stream → TCP under a rate limit; without
+/// one that direction writes from the stream's receive buffer, see `down_in_place`): it starts
+/// small (a concentrator holds one per tunneled connection, and thousands of them) and doubles
+/// while reads fill it, up to `MAX_BUF`, so a bulk transfer moves large chunks (fewer system
+/// calls and session lock rounds).
 const MIN_BUF: usize = 16 << 10;
 const MAX_BUF: usize = 256 << 10;
 
@@ -150,6 +152,9 @@ async fn relay_with(
                     _ => return Down::NoAnswer,
                 }
             }
+            if limiter.is_none() {
+                return down_in_place(&mut recv, &mut wr, &mut received).await;
+            }
             let mut buf = vec![0u8; MIN_BUF];
             loop {
                 let n = match recv.read(&mut buf).await {
@@ -212,6 +217,48 @@ async fn relay_with(
             drop(recv);
             reset_tcp(tcp);
             Report { sent, received, outcome, answered }
+        }
+    }
+}
+
+/// Stream → TCP without a copy buffer: each chunk of the stream's receive buffer is written
+/// to the socket from where it lies (`read_chunk_with` + a non-blocking write), at most
+/// `MAX_BUF` bytes per call. The write runs under the session's lock, as the driver's own
+/// socket writes do, and never blocks (the socket is non-blocking; a full socket writes 0 and
+/// we wait until it is writable). Returns like the copying loop.
+async fn down_in_place(recv: &mut RecvStream, wr: &mut tokio::net::tcp::WriteHalf<'_>, received: &mut u64) -> Down {
+    loop {
+        if wr.writable().await.is_err() {
+            return Down::TcpReset;
+        }
+        // `read_chunk_with` answers 0 without calling us at the end of the stream.
+        let mut called = false;
+        let mut failed = None;
+        let r = recv
+            .read_chunk_with(|chunk| {
+                called = true;
+                let chunk = &chunk[..chunk.len().min(MAX_BUF)];
+                match wr.try_write(chunk) {
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => 0,
+                    Err(e) => {
+                        failed = Some(e);
+                        0
+                    }
+                }
+            })
+            .await;
+        let n = match r {
+            Ok(n) => n,
+            Err(_) => return Down::StreamReset,
+        };
+        *received += n as u64;
+        if failed.is_some_and(|e| is_tcp_reset(&e)) {
+            return Down::TcpReset;
+        }
+        if n == 0 && !called {
+            // Our FIN to the application; a failure means its socket is gone.
+            return if wr.shutdown().await.is_ok() { Down::Fin } else { Down::TcpReset };
         }
     }
 }
