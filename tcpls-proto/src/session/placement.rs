@@ -64,12 +64,10 @@ impl Scan {
 /// frame borrows bytes of the record (a second Stream frame, Congestion Control: our sender
 /// puts neither behind stream data), since those bytes live in the stream's buffer.
 pub(crate) fn read_direct(content: &[u8], rest: &mut Vec<Frame<'static>>) -> Option<Scan> {
-    // A record of 16 KiB of one-byte frames must not leave a large list behind (memory a peer
-    // could make every connection hold).
-    const KEEP_CAPACITY: usize = 64;
-    if rest.capacity() > KEEP_CAPACITY {
-        *rest = Vec::new();
-    }
+    // A record may hold thousands of one-byte frames; the list kept per connection must stay
+    // small (memory a peer could make every connection hold), so such a record takes the
+    // copying path, which reads its frames one by one without keeping them.
+    const MAX_TRAILING_FRAMES: usize = 64;
     rest.clear();
     let mut scan = Scan::default();
     let mut reader = FrameReader::new(content);
@@ -82,6 +80,7 @@ pub(crate) fn read_direct(content: &[u8], rest: &mut Vec<Frame<'static>>) -> Opt
         match frame {
             // Padding does nothing on receipt: not kept.
             Frame::Padding => {}
+            _ if rest.len() == MAX_TRAILING_FRAMES => return None,
             other => rest.push(owned(other)?),
         }
     }
@@ -188,6 +187,12 @@ mod tests {
         assert_eq!(read_direct(&r, &mut Vec::new()), None);
         // Garbage: nothing found, no panic.
         assert_eq!(read_direct(&[0xff, 0x01], &mut Vec::new()), None);
+        // Too many trailing frames to keep: the copying path, and the list stays small.
+        let pings = vec![Frame::Ping; 65];
+        let mut rest = Vec::new();
+        assert_eq!(read_direct(&record(2, 0, b"abc", false, &pings), &mut rest), None);
+        assert!(rest.capacity() <= 64, "{}", rest.capacity());
+        assert!(read_direct(&record(2, 0, b"abc", false, &pings[..64]), &mut rest).is_some());
         // A frame that borrows bytes behind the stream data: the copying path.
         let cc = Frame::CongestionControl { connection_id: 0, name: b"bbr" };
         assert_eq!(read_direct(&record(2, 0, b"abc", false, &[cc]), &mut Vec::new()), None);
