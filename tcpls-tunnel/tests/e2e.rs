@@ -108,7 +108,10 @@ async fn setup(n: usize) -> Setup {
 
 impl Setup {
     async fn forward(&self, target: SocketAddr) -> SocketAddr {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        // The product's listener (a 4096-connection accept queue): tokio's `bind` queues 1024,
+        // and a burst of 300 connects on a busy loopback lost SYNs there (1 s each) or got a
+        // connection reset.
+        let l = tcpls_tunnel::frontend::listen("127.0.0.1:0".parse().unwrap()).unwrap();
         let a = l.local_addr().unwrap();
         let lp = self.lp.clone();
         tokio::spawn(async move { lp.serve(l, Frontend::Forward(Target::Addr(target))).await });
