@@ -166,6 +166,16 @@ pub fn raise_fd_limit() {
     }
 }
 
+/// This process' open-file limit (RLIMIT_NOFILE, soft), 1024 if it cannot be read.
+pub fn fd_limit() -> u64 {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `lim` is a valid, writable rlimit; getrlimit only writes to it.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return 1024;
+    }
+    lim.rlim_cur
+}
+
 /// Resident set size of this process in bytes (VmRSS, from /proc/self/statm), 0 if unknown.
 pub fn rss_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();

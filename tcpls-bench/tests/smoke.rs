@@ -64,6 +64,7 @@ fn compare_runs_quic_and_every_tcpls_variant() {
 #[test]
 fn scale_holds_every_session() {
     let report = bench(&["scale", "--sessions", "300", "--handshakes", "20", "--json"]);
+    assert_eq!(report["sessions_limited_by_fd"].as_bool(), Some(false), "{report:#}");
     let results = report["results"].as_array().unwrap();
     assert_eq!(results.len(), 2);
     for r in results {
@@ -74,6 +75,26 @@ fn scale_holds_every_session() {
         assert!(r["server_cpu_us_per_handshake"].as_f64().unwrap() > 0.0, "{r:#}");
         assert!(r["ttfb_median_us"].as_f64().unwrap() > 0.0, "{r:#}");
         assert!(r["ttfb_p90_us"].as_f64().unwrap() >= r["ttfb_median_us"].as_f64().unwrap(), "{r:#}");
+    }
+}
+
+#[test]
+fn scale_sessions_follow_the_open_file_limit() {
+    // A hard limit of 700 open files (bash's `ulimit -n` sets both limits; nobody may raise the
+    // hard one again): --sessions 5000 is lowered to 700 - 256 kept for the rest, and every one
+    // of those sessions is held and answers.
+    let bin = env!("CARGO_BIN_EXE_tcpls-bench");
+    let script = format!("ulimit -n 700 && exec '{bin}' scale --sessions 5000 --handshakes 5 --protos tcpls --json");
+    let out = Command::new("bash").args(["-c", &script]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("--sessions 5000 lowered to 444"), "{stderr}");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(u64_at(&report, "sessions_fd_limit"), 700, "{report:#}");
+    assert_eq!(report["sessions_limited_by_fd"].as_bool(), Some(true), "{report:#}");
+    let r = &report["results"][0];
+    for key in ["sessions", "sessions_open_at_server", "sessions_alive"] {
+        assert_eq!(u64_at(r, key), 444, "{key}: {r:#}");
     }
 }
 

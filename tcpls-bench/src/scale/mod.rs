@@ -34,9 +34,11 @@ pub use server::server;
 
 #[derive(clap::Args)]
 pub struct Options {
-    /// Concurrent sessions held open at once (per protocol).
-    #[arg(long, default_value_t = 10_000)]
-    sessions: u32,
+    /// Concurrent sessions held open at once (per protocol). Default: as many as the
+    /// open-file limit allows (each end holds one socket per session; see `sessions_fd_limit` in
+    /// the report); a larger number is lowered to that, with a note on stderr.
+    #[arg(long)]
+    sessions: Option<u32>,
     /// Sequential handshakes measured (per protocol).
     #[arg(long, default_value_t = 500)]
     handshakes: u32,
@@ -70,6 +72,11 @@ pub(crate) const SOURCES: u8 = 16;
 pub(crate) const IN_FLIGHT: usize = 64;
 /// Unmeasured handshakes before the measured ones.
 pub(crate) const WARM_UP: u32 = 20;
+/// Descriptors kept free for everything but the sessions' sockets (the runtime's epoll and
+/// eventfd, listeners, standard streams, /proc reads, the handshake phase's last sockets in
+/// TIME_WAIT close).
+pub(crate) const FD_RESERVE: u64 = 256;
+
 /// How long the open sessions stay idle before memory is measured.
 pub(crate) const IDLE: Duration = Duration::from_secs(2);
 
@@ -147,6 +154,10 @@ struct Report {
     reps: u32,
     /// Per protocol, the median of every field over the repetitions (counts: the smallest).
     results: Vec<ProtoResult>,
+    /// RLIMIT_NOFILE of each process (after raising it as far as allowed) and whether it
+    /// lowered `--sessions` (or chose it, when not given).
+    sessions_fd_limit: u64,
+    sessions_limited_by_fd: bool,
     /// TCPLS divided by TLS, from the medians (when both ran).
     #[serde(skip_serializing_if = "Option::is_none")]
     tcpls_to_tls: Option<Ratios>,
@@ -180,8 +191,33 @@ fn spawn(pki: &Pki, args: &[String]) -> Res<Piped> {
     Ok((child, stdin, BufReader::new(stdout)))
 }
 
-pub fn run(opts: Options) -> Res<()> {
-    if opts.protos.is_empty() || opts.sessions == 0 || opts.handshakes == 0 || opts.reps == 0 {
+pub fn run(mut opts: Options) -> Res<()> {
+    // The children raise their limit the same way; the parent's is theirs (same user, same
+    // hard limit).
+    crate::sys::raise_fd_limit();
+    let fd_limit = crate::sys::fd_limit();
+    let fd_sessions = u32::try_from(fd_limit.saturating_sub(FD_RESERVE)).unwrap_or(u32::MAX);
+    let sessions = match opts.sessions {
+        None => {
+            eprintln!(
+                "scale: {fd_sessions} sessions: as many as the open-file limit allows ({fd_limit} per process, \
+                 {FD_RESERVE} kept for the rest; --sessions N for fewer)"
+            );
+            fd_sessions
+        }
+        Some(n) if n > fd_sessions => {
+            eprintln!(
+                "scale: --sessions {n} lowered to {fd_sessions}: each process may open {fd_limit} files \
+                 (RLIMIT_NOFILE, hard limit; {FD_RESERVE} kept for the rest). Raise the hard limit \
+                 (ulimit -Hn, limits.conf, or run as root where allowed) for more"
+            );
+            fd_sessions
+        }
+        Some(n) => n,
+    };
+    let limited_by_fd = sessions == fd_sessions;
+    opts.sessions = Some(sessions);
+    if opts.protos.is_empty() || sessions == 0 || opts.handshakes == 0 || opts.reps == 0 {
         return Err("nothing to run: give a protocol, sessions, handshakes and repetitions".into());
     }
     let pki = Pki::generate()?;
@@ -224,6 +260,8 @@ pub fn run(opts: Options) -> Res<()> {
                  (counting global allocator), then every session echoes again",
         reps: opts.reps,
         results,
+        sessions_fd_limit: fd_limit,
+        sessions_limited_by_fd: limited_by_fd,
         tcpls_to_tls,
         runs,
     };
@@ -280,7 +318,7 @@ fn run_proto(pki: &Pki, proto: ScaleProto, opts: &Options) -> Res<ProtoResult> {
         "--port".into(),
         port.to_string(),
         "--sessions".into(),
-        opts.sessions.to_string(),
+        opts.sessions.unwrap_or(0).to_string(),
         "--handshakes".into(),
         opts.handshakes.to_string(),
         "--worker-threads".into(),
@@ -323,7 +361,7 @@ fn run_proto(pki: &Pki, proto: ScaleProto, opts: &Options) -> Res<ProtoResult> {
     );
     go(&mut client_in)?;
     let alive: ClientPhase = crate::compare::read_json(&mut client_out, "scale client")?;
-    eprintln!("{proto:?}: {} of {} sessions answered the final echo", alive.alive, opts.sessions);
+    eprintln!("{proto:?}: {} of {} sessions answered the final echo", alive.alive, open.count);
     drop(client_in);
     drop(server_in); // EOF: the server exits.
     children.wait_all()?;
@@ -360,6 +398,11 @@ fn print_table(r: &Report) {
     println!("machine: {} CPUs, {}, Linux {}", r.machine.nproc, r.machine.cpu_model, r.machine.kernel);
     println!("{}", r.method);
     println!("medians over {} repetition(s)", r.reps);
+    println!(
+        "open-file limit: {} per process{}",
+        r.sessions_fd_limit,
+        if r.sessions_limited_by_fd { " (it set the number of sessions)" } else { "" }
+    );
     println!();
     println!(
         "{:<6} {:>10} {:>12} {:>10} {:>10} {:>9} {:>9}   {:>9} {:>7} {:>7} {:>8} {:>11} {:>11} {:>11} {:>11} {:>12}",
