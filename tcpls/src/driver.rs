@@ -53,6 +53,9 @@ fn update_path_info(inner: &mut SessionState) {
 
 /// How often a quiet session returns the memory of drained buffers.
 const TRIM_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+/// Least memory worth a wake-up of a quiet session to release it (a few bytes of scratch after
+/// a keepalive are not).
+const TRIM_WORTH: usize = 4096;
 
 /// Rounds of read/transmit per poll before yielding to other tasks (fairness between sessions).
 const ROUNDS_PER_POLL: usize = 16;
@@ -191,7 +194,14 @@ impl Future for Driver {
             this.rejoining = false;
         }
         inner.set_driver_waker(cx.waker());
-        if let Some(at) = inner.proto.poll_timeout() {
+        // A session that went quiet holding large buffers (after a bulk transfer) is polled once
+        // more when the trim is due, instead of keeping them until its next activity.
+        let trim_at = (inner.proto.releasable_memory() >= TRIM_WORTH).then(|| this.last_trim + TRIM_INTERVAL);
+        let wake_at = match (inner.proto.poll_timeout(), trim_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if let Some(at) = wake_at {
             let deadline = tokio::time::Instant::from_std(at);
             match this.timer.as_mut() {
                 Some(t) if t.deadline() == deadline => {}

@@ -168,3 +168,32 @@ async fn connections_report_tcp_info_and_the_peer_answers_tcp_info_requests() {
     let peer = peer.expect("the server answered with its view of connection 0");
     assert!(peer.cwnd >= 1 && peer.rtt_us < 1_000_000, "{peer:?}");
 }
+
+/// A session that goes quiet after a bulk transfer gives its large buffers back within about a
+/// second (its driver arms a trim timer), instead of keeping them until its next activity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quiet_session_releases_bulk_buffers() {
+    let pki = Pki::new();
+    let addr = echo_server(&pki).await;
+    let session = TcplsConnector::new(pki.client()).connect(addr, server_name_for("localhost").unwrap()).await.unwrap();
+    let (mut send, mut recv) = session.open_stream().unwrap();
+    let data = payload(16 << 20, 7);
+    let expect = data.clone();
+    let writer = tokio::spawn(async move {
+        send.write_all(&data).await.unwrap();
+        send
+    });
+    let mut got = vec![0u8; expect.len()];
+    recv.read_exact(&mut got).await.unwrap();
+    assert!(got == expect, "16 MiB echo corrupted");
+    // The stream stays open both ways: only idleness may free the buffers.
+    let _send = writer.await.unwrap();
+    let busy = session.memory_use().releasable;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let quiet = session.memory_use();
+    assert!(
+        quiet.releasable < 4096,
+        "after 2.5 s quiet the session still holds {quiet:?} (just after the transfer: {busy} releasable)"
+    );
+    assert_eq!(quiet.send_buffered, 0, "{quiet:?}");
+}

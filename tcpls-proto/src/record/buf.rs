@@ -64,8 +64,16 @@ impl RxBuf {
     }
     /// Releases memory of an idle connection.
     pub fn shrink(&mut self) {
-        if self.is_empty() {
+        if self.releasable() > 0 {
             self.buf = Vec::new();
+        }
+    }
+    /// Bytes [`RxBuf::shrink`] would free now.
+    pub fn releasable(&self) -> usize {
+        if self.is_empty() {
+            self.buf.len()
+        } else {
+            0
         }
     }
 }
@@ -123,8 +131,16 @@ impl TxBuf {
     }
     /// Releases memory of an idle connection.
     pub fn shrink(&mut self) {
-        if self.is_empty() && self.buf.len() > 64 * 1024 {
+        if self.releasable() > 0 {
             self.buf = Vec::new();
+        }
+    }
+    /// Bytes [`TxBuf::shrink`] would free now.
+    pub fn releasable(&self) -> usize {
+        if self.is_empty() && self.buf.len() > 64 * 1024 {
+            self.buf.len()
+        } else {
+            0
         }
     }
     /// Frees the storage once everything was written if it is small (at most 16 KiB): what

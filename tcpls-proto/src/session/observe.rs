@@ -21,6 +21,9 @@ pub struct MemoryUse {
     pub unacked_records: u64,
     /// Bytes of control frames held in those records.
     pub unacked_control_bytes: u64,
+    /// Buffer memory a quiet session can give back ([`Session::releasable_memory`]); the tokio
+    /// layer releases it within about a second once the session is quiet.
+    pub releasable: u64,
 }
 
 /// How far one stream got, in both directions.
@@ -48,7 +51,11 @@ pub struct StreamProgress {
 impl Session {
     /// Memory use against the budget; O(streams + connections).
     pub fn memory_use(&self) -> MemoryUse {
-        let mut m = MemoryUse { receive_budget: self.core.config.receive_budget, ..Default::default() };
+        let mut m = MemoryUse {
+            receive_budget: self.core.config.receive_budget,
+            releasable: self.releasable_memory() as u64,
+            ..Default::default()
+        };
         for s in self.core.streams.values() {
             m.receive_credit += s.recv.outstanding();
             m.receive_allocated += s.recv.allocated() as u64;

@@ -195,6 +195,16 @@ impl Session {
         self.core.maybe_remove(id);
     }
 
+    /// Bytes [`Session::release_idle_memory`] would free now (buffers that are empty and larger
+    /// than what an idle session keeps). The IO layer calls `release_idle_memory` when this is
+    /// not zero and the session went quiet, so that a session idle after a bulk transfer does not
+    /// keep its large buffers until its next activity.
+    pub fn releasable_memory(&self) -> usize {
+        let streams: usize = self.core.streams.values().map(|s| s.recv.releasable() + s.send.releasable()).sum();
+        let conns: usize = self.conns.iter().map(|c| c.rx.releasable() + c.tx.releasable()).sum();
+        streams + conns + self.core.scratch.capacity()
+    }
+
     /// Returns the memory of drained stream buffers and idle connection buffers. Cheap enough
     /// to call about once a second; the tokio layer does so when the session is quiet.
     pub fn release_idle_memory(&mut self) {

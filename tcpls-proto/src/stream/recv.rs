@@ -232,13 +232,22 @@ impl RecvBuf {
     /// Frees the storage of a drained buffer larger than the initial window (the session calls
     /// this for idle streams, so thousands of quiet streams do not keep their last burst's memory).
     pub fn release_if_drained(&mut self) -> bool {
-        if self.read_offset == self.max_end && self.buf.len() > RETAIN {
+        if self.releasable() > 0 {
             self.buf = Vec::new();
             self.ooo.release();
             self.start = 0;
             return true;
         }
         false
+    }
+
+    /// Bytes [`RecvBuf::release_if_drained`] would free now.
+    pub fn releasable(&self) -> usize {
+        if self.read_offset == self.max_end && self.buf.len() > RETAIN {
+            self.buf.len()
+        } else {
+            0
+        }
     }
 
     #[cfg(test)]

@@ -478,10 +478,19 @@ impl SendBuf {
 
     /// Frees the storage when nothing is buffered and it is larger than the initial window.
     pub fn release_if_idle(&mut self) -> bool {
-        if self.buf.is_empty() && self.buf.capacity() > RETAIN {
+        if self.releasable() > 0 {
             self.buf = VecDeque::new();
             return true;
         }
         false
+    }
+
+    /// Bytes [`SendBuf::release_if_idle`] would free now.
+    pub fn releasable(&self) -> usize {
+        if self.buf.is_empty() && self.buf.capacity() > RETAIN {
+            self.buf.capacity()
+        } else {
+            0
+        }
     }
 }
