@@ -44,6 +44,13 @@ else
     BIG=2G SMALL=1G SESSIONS=() HANDSHAKES=500 TUNNEL_BYTES=1G
 fi
 
+load=$(cut -d' ' -f1 /proc/loadavg)
+if python3 -c "import sys; sys.exit(0 if float('$load') > 0.5 else 1)"; then
+    echo "issue17.sh: the load average is $load: other programs are running. Ratios within a run stay" >&2
+    echo "  comparable, but on loopback the kernel's receive work runs partly in whatever context is" >&2
+    echo "  on the CPU (softirq), so CPU per GiB of a process reads low under load, raw TCP's most." >&2
+fi
+
 for run in $(seq 1 "$RUNS"); do
     echo "issue17.sh: run $run of $RUNS -> $OUT" >&2
     uptime > "$OUT/run$run.uptime"
