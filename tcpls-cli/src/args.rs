@@ -7,6 +7,16 @@ pub const DEFAULT_PORT: u16 = 4443;
 
 /// A byte count: `1500`, `64K`, `256M`, `1.5G`, `2T`. Binary multiples, as iperf3's `-n`
 /// (K = 1024); a trailing `B` or `iB` changes nothing (`1GB` = `1GiB` = `1G` = 2^30 bytes).
+/// A session's send budget (`--send-budget`): a size of at least two records.
+pub fn parse_send_budget(s: &str) -> Result<usize, String> {
+    let n = parse_size(s)?;
+    let floor = tcpls::proto::SEND_FLOOR;
+    match usize::try_from(n) {
+        Ok(n) if n >= floor => Ok(n),
+        _ => Err(format!("{s} is too small: the send budget must hold at least two records ({}K)", floor >> 10)),
+    }
+}
+
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let t = t.strip_suffix("iB").or_else(|| t.strip_suffix('B')).unwrap_or(t);

@@ -34,7 +34,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use tcpls::SessionConfig;
 
-use crate::args::{host_of, parse_size, resolve};
+use crate::args::{host_of, parse_send_budget, parse_size, resolve};
 use crate::perf_proto::Direction;
 
 #[derive(Parser)]
@@ -235,6 +235,12 @@ struct ServeArgs {
     /// client may have open at once: the default admits about 990 (e.g. 256M for 1000+).
     #[arg(long, value_parser = parse_size, default_value = "64M", value_name = "SIZE")]
     receive_budget: u64,
+    /// Memory one session may hold in stream data queued for sending (written by the server,
+    /// not yet acknowledged), shared fairly by its streams; each stream may always queue 32 KiB.
+    /// What a download costs the server: 64 streams or 1000 stay within about 64 MiB of RSS
+    /// with the default.
+    #[arg(long, value_parser = parse_send_budget, default_value = "16M", value_name = "SIZE")]
+    send_budget: usize,
 }
 
 /// Exit status after Ctrl-C (128 + SIGINT, as shells report it), for every subcommand.
@@ -432,6 +438,7 @@ async fn serve_cmd(a: ServeArgs) -> Result<Ended, String> {
         idle_timeout,
         rejoin_timeout,
         receive_budget: a.receive_budget,
+        send_budget: a.send_budget,
         ..SessionConfig::default()
     };
     let settings = probe::serve_settings(settings, &a.allow_cc);

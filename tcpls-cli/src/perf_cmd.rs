@@ -83,6 +83,11 @@ pub struct PerfArgs {
     /// close the first.
     #[arg(long, value_parser = parse_duration, value_name = "SECONDS")]
     migrate_at: Option<Duration>,
+    /// Memory the session may hold in stream data queued for sending, over all its streams
+    /// (default 16M; each stream may always queue 32 KiB). Matters with --streams and --upload
+    /// or --bidir: the server's own is `tcpls serve --send-budget`.
+    #[arg(long, value_parser = crate::args::parse_send_budget, value_name = "SIZE")]
+    send_budget: Option<usize>,
     /// Largest record plaintext (default 16384; ~1400 smooths multipath reordering).
     #[arg(long, value_parser = parse_size)]
     record_size: Option<u64>,
@@ -177,6 +182,9 @@ pub async fn run(a: PerfArgs) -> Result<Ended, String> {
     }
     let mut settings =
         SessionConfig { failover: !a.no_failover, zero_copy: !a.no_zero_copy, ..SessionConfig::default() };
+    if let Some(b) = a.send_budget {
+        settings.send_budget = b;
+    }
     if let Some(r) = a.record_size {
         if !(256..=16384).contains(&r) {
             return Err(format!("--record-size {r} is out of range (256..=16384)"));

@@ -185,6 +185,38 @@ fn perf_64_streams_256m_download_acceptance() {
     server.expect_exit();
 }
 
+/// A small send budget on both ends (the server's for the download, the client's for the
+/// upload) still moves every byte of 64 streams, verified; a budget below two records is refused
+/// with a message that says the minimum.
+#[test]
+fn perf_64_streams_with_a_small_send_budget() {
+    let dir = TempDir::new("send-budget");
+    let (cert, key) = make_cert(dir.path(), "c");
+    let mut server = serve(
+        LOCALHOST_V4,
+        &[
+            "--cert",
+            cert.to_str().unwrap(),
+            "--key",
+            key.to_str().unwrap(),
+            "--mode",
+            "perf",
+            "--sessions",
+            "2",
+            "--send-budget",
+            "64K",
+        ],
+    );
+    let odd = 16 * MIB + 63;
+    let v = perf_json(&server, &cert, &["--streams", "64", "--bytes", &odd.to_string(), "--download"]);
+    check_report(&v, true, 64, odd, server.addr);
+    let v = perf_json(&server, &cert, &["--streams", "64", "--bytes", &odd.to_string(), "--send-budget", "64K"]);
+    check_report(&v, false, 64, odd, server.addr);
+    server.expect_exit();
+    let refused = run(tcpls().args(["perf", "127.0.0.1:1", "--send-budget", "16K"]), None, TIMEOUT);
+    assert!(!refused.status.success() && refused.stderr.contains("at least two records (32K)"), "{}", refused.stderr);
+}
+
 #[test]
 fn perf_time_runs_about_one_second() {
     let dir = TempDir::new("time");
