@@ -109,6 +109,10 @@ pub(crate) struct Stream {
     pub(crate) peer_initiated: bool,
     /// The connection this stream's records go on (stream steering); None: any.
     pub(crate) steer: Option<crate::event::ConnId>,
+    /// This stream's [`Stream::receive_charge`] as counted in [`Streams`]' running total.
+    charge_counted: u64,
+    /// Handed out mutably since it was counted: [`Streams::receive_charged`] counts it again.
+    charge_dirty: bool,
 }
 
 impl Stream {
@@ -143,6 +147,8 @@ impl Stream {
             more_coming: false,
             peer_initiated,
             steer: None,
+            charge_counted: 0,
+            charge_dirty: false,
         }
     }
 
@@ -208,6 +214,13 @@ pub(crate) struct Streams {
     refused: RangeSet,
     /// Bytes of plain TLS application data received (the offset of fallback stream 0).
     fallback_received: u64,
+    /// The receive budget in use ([`Streams::receive_charged`]), as of the last count of each
+    /// stream: streams handed out mutably since (`charge_dirty`, listed in `dirty`, or all of
+    /// them after `values_mut`) are counted again at the next call, so that the sum costs
+    /// what changed rather than every stream on every read (1000 streams: 11% of a receiver).
+    charged: u64,
+    dirty: Vec<StreamId>,
+    all_dirty: bool,
 }
 
 impl Streams {
@@ -230,6 +243,9 @@ impl Streams {
             credit_starved: BTreeSet::new(),
             refused: RangeSet::new(),
             fallback_received: 0,
+            charged: 0,
+            dirty: Vec::new(),
+            all_dirty: false,
         }
     }
 
@@ -239,8 +255,15 @@ impl Streams {
         self.map.get(&id)
     }
 
+    /// The stream, to change: its receive charge is counted again at the next
+    /// [`Streams::receive_charged`].
     pub(crate) fn get_mut(&mut self, id: StreamId) -> Option<&mut Stream> {
-        self.map.get_mut(&id)
+        let s = self.map.get_mut(&id)?;
+        if !s.charge_dirty {
+            s.charge_dirty = true;
+            self.dirty.push(id);
+        }
+        Some(s)
     }
 
     pub(crate) fn iter(&self) -> impl Iterator<Item = (StreamId, &Stream)> {
@@ -252,6 +275,7 @@ impl Streams {
     }
 
     pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut Stream> {
+        self.all_dirty = true;
         self.map.values_mut()
     }
 
@@ -264,12 +288,17 @@ impl Streams {
     }
 
     /// A new stream enters the session; a peer's also waits to be accepted.
-    pub(crate) fn insert(&mut self, id: StreamId, stream: Stream) {
+    pub(crate) fn insert(&mut self, id: StreamId, mut stream: Stream) {
         if stream.peer_initiated {
             self.peer_open += 1;
             self.accept_queue.push_back(id);
         }
-        self.map.insert(id, stream);
+        stream.charge_counted = stream.receive_charge();
+        stream.charge_dirty = false;
+        self.charged = self.charged.saturating_add(stream.charge_counted);
+        if let Some(old) = self.map.insert(id, stream) {
+            self.charged = self.charged.saturating_sub(old.charge_counted);
+        }
     }
 
     /// Forgets a stream once both halves are over.
@@ -279,7 +308,9 @@ impl Streams {
             if s.peer_initiated {
                 self.peer_open = self.peer_open.saturating_sub(1);
             }
-            self.map.remove(&id);
+            if let Some(s) = self.map.remove(&id) {
+                self.charged = self.charged.saturating_sub(s.charge_counted);
+            }
         }
     }
 
@@ -491,9 +522,30 @@ impl Streams {
         }
     }
 
-    /// The receive budget in use: the sum of every stream's [`Stream::receive_charge`].
-    pub(crate) fn receive_charged(&self) -> u64 {
-        self.map.values().map(Stream::receive_charge).sum()
+    /// The receive budget in use: the sum of every stream's [`Stream::receive_charge`]
+    /// (counting again only the streams changed since the last call).
+    pub(crate) fn receive_charged(&mut self) -> u64 {
+        if self.all_dirty {
+            self.all_dirty = false;
+            self.dirty.clear();
+            self.charged = 0;
+            for s in self.map.values_mut() {
+                s.charge_counted = s.receive_charge();
+                s.charge_dirty = false;
+                self.charged = self.charged.saturating_add(s.charge_counted);
+            }
+        } else {
+            for id in self.dirty.drain(..) {
+                if let Some(s) = self.map.get_mut(&id) {
+                    let now = s.receive_charge();
+                    self.charged = self.charged.saturating_sub(s.charge_counted).saturating_add(now);
+                    s.charge_counted = now;
+                    s.charge_dirty = false;
+                }
+            }
+        }
+        debug_assert_eq!(self.charged, self.map.values().map(Stream::receive_charge).sum::<u64>());
+        self.charged
     }
 
     /// `id` is due for credit that the receive budget held back.
