@@ -569,3 +569,26 @@ impl Streams {
         self.fallback_received += n as u64;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_id_hash_is_keyed_per_session_and_spreads_ids() {
+        let (a, b) = (StreamIdHash::new(), StreamIdHash::new());
+        let ids: Vec<u32> = (0..64).map(|i| i << 20).collect();
+        // Two sessions hash the same IDs differently (random keys).
+        assert!(ids.iter().any(|id| a.hash_one(id) != b.hash_one(id)));
+        // IDs that differ only in their high bits still land in different buckets of a small
+        // table: the folded multiply brings every bit into the low ones (about 40 of 64 buckets
+        // are used for random hashes; 20 is 6 standard deviations below).
+        let buckets: std::collections::HashSet<u64> = ids.iter().map(|id| a.hash_one(id) & 63).collect();
+        assert!(buckets.len() > 20, "{} buckets of 64 for 64 IDs", buckets.len());
+        let mut map: HashMap<StreamId, u32, StreamIdHash> = HashMap::with_hasher(a);
+        for id in &ids {
+            map.insert(*id, id.wrapping_mul(3));
+        }
+        assert!(ids.iter().all(|id| map.get(id) == Some(&id.wrapping_mul(3))));
+    }
+}
