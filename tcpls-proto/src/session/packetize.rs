@@ -272,10 +272,11 @@ impl Core {
     /// application's next write will complete (its last write did not fit, and no FIN, lost
     /// bytes or flow control limit ends it): sealing it now would cut a short record. It waits
     /// only while that write is sure to come: the stream has sealed bytes whose acknowledgement
-    /// will make room, or has room already (the application was told, or is writing).
+    /// will make room, or has room enough that its writer is woken (`SendBuf::worth_waking`; the
+    /// application was told, or is writing).
     pub(crate) fn holds_short_tail(&self, id: StreamId) -> bool {
         self.streams.get(id).is_some_and(|s| {
-            self.completed_by_writer(s, s.send.sendable()) && (s.send.in_flight() > 0 || s.send.writable() > 0)
+            self.completed_by_writer(s, s.send.sendable()) && (s.send.in_flight() > 0 || s.send.worth_waking())
         })
     }
 

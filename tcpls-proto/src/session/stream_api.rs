@@ -33,7 +33,7 @@ impl Core {
     /// back that fit now.
     pub(crate) fn notify_writable_if_blocked(&mut self, id: StreamId) {
         if let Some(s) = self.streams.get_mut(id) {
-            if s.write_blocked && (s.send.writable() > 0 || s.send_reset) {
+            if s.write_blocked && (s.send.worth_waking() || s.send_reset) {
                 s.write_blocked = false;
                 self.events.push(Event::StreamWritable(id));
             }
@@ -95,7 +95,9 @@ impl Session {
         s.more_coming = n < data.len();
         if n < data.len() {
             s.write_blocked = true;
-            if s.send.budget_limited() {
+            // Held back by its share, the stream is told when its own bytes are acknowledged
+            // (`notify_writable_if_blocked`); by the budget's total, when anyone's are.
+            if s.send.total_limited() {
                 self.core.streams.block_on_budget(id);
             }
         }

@@ -21,6 +21,10 @@ const RETAIN: usize = INITIAL_MAX_STREAM_DATA as usize;
 /// completed with the bytes from the ring's start (copied); a longer one is sent as it is.
 const SPLIT_COPY_BELOW: usize = 8192;
 
+/// A writer held back by the session's send budget is woken once it may write this much
+/// ([`SendBuf::worth_waking`]): a full record's worth.
+const WAKE_AT: usize = crate::record::MAX_PLAINTEXT;
+
 /// Smallest allocation, so that small writes do not regrow the buffer each time.
 const MIN_ALLOC: usize = 4096;
 
@@ -75,11 +79,15 @@ impl SendAccount {
     /// the streams holding data, counting this one, but never less than the floor) as long as
     /// the budget has room, and up to the floor in any case.
     fn room(&self, buffered: usize) -> usize {
+        let (by_share, by_total) = self.limits(buffered);
+        by_share.min(by_total).max(self.floor.saturating_sub(buffered))
+    }
+
+    /// What a stream holding `buffered` may add by its fair share, and by the budget's total.
+    fn limits(&self, buffered: usize) -> (usize, usize) {
         let active = self.active() + usize::from(buffered == 0);
         let share = (self.budget / active.max(1)).max(self.floor);
-        let by_share = share.saturating_sub(buffered);
-        let by_total = self.budget.saturating_sub(self.bytes());
-        by_share.min(by_total).max(self.floor.saturating_sub(buffered))
+        (share.saturating_sub(buffered), self.budget.saturating_sub(self.bytes()))
     }
 }
 
@@ -154,6 +162,18 @@ impl SendBuf {
     pub fn budget_limited(&self) -> bool {
         let own = self.own_room();
         self.account.as_ref().is_some_and(|a| a.room(self.buffered()) < own)
+    }
+
+    /// The budget's total (the other streams' bytes), not this stream's share or its own
+    /// capacity, is what limits writes now: room comes back when any stream is acknowledged.
+    /// A stream held back by its share alone gets room back only from acknowledgements of its
+    /// own bytes, so the session need not look at it on anyone else's.
+    pub fn total_limited(&self) -> bool {
+        self.budget_limited()
+            && self.account.as_ref().is_some_and(|a| {
+                let (by_share, by_total) = a.limits(self.buffered());
+                by_total < by_share
+            })
     }
 
     /// Reports a change of `buffered()` from `before` to the session's account.
@@ -355,6 +375,17 @@ impl SendBuf {
             Some(account) if own > 0 => own.min(account.room(self.buffered())),
             _ => own,
         }
+    }
+
+    /// Whether a writer that found this buffer full should be told it may write again: once
+    /// it can take a record's worth ([`WAKE_AT`]), or everything its own capacity allows (the
+    /// session's budget is not what limits it). A bulk writer held back by the budget is
+    /// woken once per record or more, not for every acknowledged sliver. A stream holding
+    /// less than a record with nothing in flight is always worth waking: the budget's floor
+    /// (two records) leaves it more than a record of room.
+    pub fn worth_waking(&self) -> bool {
+        let writable = self.writable();
+        writable > 0 && (writable >= WAKE_AT || writable >= self.own_room())
     }
 
     fn own_room(&self) -> usize {

@@ -988,6 +988,42 @@ fn send_account_shares_the_budget_with_a_floor() {
 }
 
 #[test]
+fn writers_held_back_by_the_budget_are_woken_a_record_at_a_time() {
+    const RECORD: usize = crate::record::MAX_PLAINTEXT;
+    let account = SendAccount::new(200_000, 2 * RECORD);
+    let (mut a, mut b) = (SendBuf::new(1 << 20), SendBuf::new(1 << 20));
+    a.set_account(account.clone());
+    b.set_account(account.clone());
+    let data = vec![1u8; 1 << 20];
+    assert_eq!(a.write(&data[..100_000]), 100_000);
+    assert_eq!(b.write(&data), 100_000);
+    // Both hold their share: only their own acknowledgements give them room back.
+    assert!(a.budget_limited() && !a.total_limited() && !a.worth_waking());
+    a.mark_sent(0, 100_000, false);
+    a.ack(0, 1_000, false);
+    assert_eq!(a.writable(), 1_000);
+    assert!(!a.worth_waking(), "a sliver of room does not wake the writer");
+    a.ack(1_000, RECORD, false);
+    assert!(a.worth_waking(), "a record's worth does");
+    // `c` arrives: the shares shrink and the total is over the budget; `c` has its floor and
+    // waits for anyone's acknowledgements to bring the total down.
+    let mut c = SendBuf::new(1 << 20);
+    c.set_account(account.clone());
+    assert_eq!(c.write(&data), 2 * RECORD);
+    assert_eq!(c.writable(), 0);
+    assert!(c.total_limited() && !c.worth_waking());
+    b.mark_sent(0, 100_000, false);
+    b.ack(0, 100_000, false);
+    assert!(c.worth_waking(), "{} bytes of room", c.writable());
+    // Without an account, any room wakes the writer (its capacity is all that limits it).
+    let mut d = SendBuf::new(8_000);
+    assert_eq!(d.write(&data), 8_000);
+    d.mark_sent(0, 8_000, false);
+    d.ack(0, 100, false);
+    assert!(d.worth_waking() && !d.total_limited());
+}
+
+#[test]
 fn chunks_across_the_ring_wrap_carry_the_right_bytes() {
     let mut rng = Rng::new(17);
     let stream: Vec<u8> = (0..4_000_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
