@@ -197,3 +197,25 @@ async fn quiet_session_releases_bulk_buffers() {
     );
     assert_eq!(quiet.send_buffered, 0, "{quiet:?}");
 }
+
+/// `Session::close` while a stream is still open both ways (the server's echo task waits for
+/// more): our FIN and close_notify end the stream and the session on both sides (it used to
+/// wait for ever: the server waited for the end of the stream before answering close_notify).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_with_a_stream_still_open() {
+    let pki = Pki::new();
+    let addr = echo_server(&pki).await;
+    let session = TcplsConnector::new(pki.client()).connect(addr, server_name_for("localhost").unwrap()).await.unwrap();
+    let (mut send, mut recv) = session.open_stream().unwrap();
+    send.write_all(b"x").await.unwrap();
+    let mut got = [0u8; 1];
+    recv.read_exact(&mut got).await.unwrap();
+    assert_eq!(&got, b"x");
+    let closed = tokio::time::timeout(Duration::from_secs(5), session.close()).await;
+    assert!(matches!(closed, Ok(None)), "close with an open stream: {closed:?}");
+    // The server's echo saw our FIN and finished its half: we read its end, nothing more.
+    let mut rest = Vec::new();
+    recv.read_to_end(&mut rest).await.unwrap();
+    assert!(rest.is_empty(), "{rest:?}");
+    assert!(send.write_all(b"y").await.is_err(), "a write after close must fail");
+}

@@ -66,11 +66,14 @@ impl Open {
                 let mut sink = [0u8; 64];
                 while s.read(&mut sink).await? != 0 {}
             }
-            Open::Tcpls(session, mut send, mut recv) => {
-                send.shutdown().await?;
-                let mut sink = Vec::new();
-                recv.read_to_end(&mut sink).await?;
-                if let Some(e) = session.close().await {
+            // The same exchange as TLS: close_notify both ways (`Session::close` waits for the
+            // peer's), after which the streams are over. Finishing the stream first and waiting
+            // for the server's FIN would add a round trip that the TLS client does not make
+            // (until 2026-11-26 the benchmark did that: PERFORMANCE.md, "#17 handshakes").
+            Open::Tcpls(session, send, recv) => {
+                let closed = session.close().await;
+                drop((send, recv));
+                if let Some(e) = closed {
                     return Err(format!("TCPLS session failed: {e}").into());
                 }
             }

@@ -220,13 +220,21 @@ impl Session {
         }
     }
 
-    /// Graceful close: queued stream data is sent, then close_notify on every connection.
+    /// Graceful close: queued stream data is sent, every stream's sending half ends with a FIN
+    /// after it, then close_notify on every connection.
     pub fn close(&mut self) {
         if let Some(first_loss) = self.core.life.take_orphan() {
             // No connection to send anything on: the session ends here.
             self.core.life.set_error(first_loss);
             self.core.on_closed();
         } else {
+            // close_notify says we have nothing more to send (PROTOCOL.md §6.1): the peer must
+            // read the end of each of our streams, not wait for more. Without the FIN, a peer
+            // whose application waits for the end of a stream before finishing its own half (an
+            // echo) never answers with its close_notify, and both sides wait.
+            for id in self.core.streams.ids() {
+                let _ = self.finish(id);
+            }
             self.core.life.begin_closing();
         }
     }
