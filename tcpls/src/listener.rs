@@ -52,8 +52,6 @@ pub struct TcplsListener {
     admission: Admission,
     task: tokio::task::JoinHandle<()>,
     trace: TraceSlot,
-    /// The handshakes' timeouts (`HandshakeDeadlines`), told when the listener goes.
-    deadlines: HandshakeDeadlines,
 }
 
 /// The sink a listener's new sessions are traced into (set after the accept task started).
@@ -100,29 +98,12 @@ impl TcplsListener {
         registry: JoinRegistry,
     ) -> Self {
         let local = listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
-        // Clients speak first (ClientHello): with TCP_DEFER_ACCEPT the kernel hands a connection
-        // over once that arrived, so admission finds its first byte at once instead of waiting
-        // for it (a read that finds nothing, an epoll round and a timer per connection). A
-        // silent connection is still accepted after about FIRST_BYTE_TIMEOUT and goes through
-        // admission as before. Best effort: without it (not Linux) only that saving is lost.
-        let _ = crate::sockopt::set_defer_accept(
-            std::os::fd::AsRawFd::as_raw_fd(&listener),
-            crate::admission::FIRST_BYTE_TIMEOUT.as_secs() as u32,
-        );
         let config = Arc::new(tcpls_proto::tcpls_server_config(&config));
         let (tx, rx) = mpsc::channel(128);
         let errors = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let admission = Admission::default();
         let trace = TraceSlot::default();
-        let deadlines = HandshakeDeadlines::default();
-        // Its own task, not the accept loop's: handshakes in progress when the listener is
-        // dropped still time out; it ends once the listener is gone and none is left.
-        tokio::spawn(deadlines.clone().expire());
         let ctx = AcceptCtx {
-            deadlines: deadlines.clone(),
-            // A listener bound to one address accepts connections on that address: their local
-            // address is known without a getsockname per connection.
-            local: (!local.ip().is_unspecified() && local.port() != 0).then_some(local),
             trace: trace.clone(),
             config,
             settings,
@@ -131,7 +112,7 @@ impl TcplsListener {
             admission: admission.clone(),
         };
         let task = tokio::spawn(accept_loop(listener, ctx, tx));
-        Self { local, registry, sessions: tokio::sync::Mutex::new(rx), errors, admission, task, trace, deadlines }
+        Self { local, registry, sessions: tokio::sync::Mutex::new(rx), errors, admission, task, trace }
     }
 
     /// Traces every session this listener accepts from now on into `sink`, from the end of
@@ -182,16 +163,11 @@ impl TcplsListener {
 impl Drop for TcplsListener {
     fn drop(&mut self) {
         self.task.abort();
-        self.deadlines.close();
     }
 }
 
 #[derive(Clone)]
 struct AcceptCtx {
-    /// The listener's address when it is bound to one (not a wildcard).
-    local: Option<SocketAddr>,
-    /// Every handshake's HANDSHAKE_TIMEOUT, one timer for all.
-    deadlines: HandshakeDeadlines,
     config: Arc<ServerConfig>,
     settings: SessionConfig,
     registry: JoinRegistry,
@@ -220,105 +196,6 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, tx: mpsc::Sender<(Se
         };
         let (ctx, tx, pending) = (ctx.clone(), tx.clone(), pending.clone());
         tokio::spawn(AcceptThenDrive::Handshake(Box::pin(handshake(stream, peer, ctx, tx, pending))));
-    }
-}
-
-/// The HANDSHAKE_TIMEOUT of every handshake of a listener, with one timer for all: handshakes
-/// start in order and all get the same timeout, so their deadlines are in order too (a FIFO).
-/// A tokio timer per handshake would be the process's earliest timer at each registration,
-/// which costs an eventfd write and an extra `epoll_wait` per connection.
-#[derive(Clone, Default)]
-struct HandshakeDeadlines {
-    state: Arc<std::sync::Mutex<DeadlineQueue>>,
-    /// Wakes `expire` when the first deadline is queued after it found none.
-    wake: Arc<tokio::sync::Notify>,
-}
-
-#[derive(Default)]
-struct DeadlineQueue {
-    /// Deadlines in order, each with what tells its handshake; a finished handshake drops its
-    /// `Notify`, and its entry is popped when it reaches the front.
-    queue: std::collections::VecDeque<(tokio::time::Instant, std::sync::Weak<tokio::sync::Notify>)>,
-    /// `expire` waits for `wake` (the queue was empty).
-    idle: bool,
-    /// The listener is gone: `expire` ends once no handshake is left.
-    closed: bool,
-    /// Length at which finished entries behind a slow front one are swept out (doubles with
-    /// the handshakes really in progress, so sweeping stays amortised O(1)).
-    sweep_at: usize,
-}
-
-/// See [`DeadlineQueue::sweep_at`].
-const DEADLINE_SWEEP_MIN: usize = 4096;
-
-impl DeadlineQueue {
-    /// Entries of finished handshakes at the front go: the queue holds about the handshakes in
-    /// progress (they finish roughly in the order they started), not all of the last 10 s.
-    fn pop_finished(&mut self) {
-        while self.queue.front().is_some_and(|(_, h)| h.strong_count() == 0) {
-            self.queue.pop_front();
-        }
-    }
-}
-
-impl HandshakeDeadlines {
-    /// A handshake starts now: what it gets is notified when its HANDSHAKE_TIMEOUT has passed.
-    /// Dropping it (the handshake is over) withdraws the deadline.
-    fn start(&self) -> Arc<tokio::sync::Notify> {
-        let expired = Arc::new(tokio::sync::Notify::new());
-        let mut st = self.state.lock_unpoisoned();
-        st.pop_finished();
-        if st.queue.len() >= st.sweep_at.max(DEADLINE_SWEEP_MIN) {
-            // One slow handshake at the front keeps finished ones behind it: bounded by the
-            // handshakes in progress, not by the rate times the timeout.
-            st.queue.retain(|(_, h)| h.strong_count() > 0);
-            st.sweep_at = 2 * st.queue.len();
-        }
-        st.queue.push_back((tokio::time::Instant::now() + HANDSHAKE_TIMEOUT, Arc::downgrade(&expired)));
-        if st.idle {
-            st.idle = false;
-            self.wake.notify_one();
-        }
-        expired
-    }
-
-    /// The listener is gone (no new handshakes): `expire` ends after the last one.
-    fn close(&self) {
-        self.state.lock_unpoisoned().closed = true;
-        self.wake.notify_one();
-    }
-
-    /// Tells each handshake whose deadline has passed, sleeping until the first one due.
-    async fn expire(self) {
-        loop {
-            let next = {
-                let mut st = self.state.lock_unpoisoned();
-                st.pop_finished();
-                let next = st.queue.front().map(|(at, _)| *at);
-                if next.is_none() && st.closed {
-                    return;
-                }
-                st.idle = next.is_none();
-                next
-            };
-            match next {
-                // `notify_one` keeps a permit: a deadline queued since is not missed.
-                None => self.wake.notified().await,
-                Some(at) => {
-                    tokio::time::sleep_until(at).await;
-                    let now = tokio::time::Instant::now();
-                    let mut st = self.state.lock_unpoisoned();
-                    while st.queue.front().is_some_and(|(at, _)| *at <= now) {
-                        if let Some((_, handshake)) = st.queue.pop_front() {
-                            if let Some(expired) = handshake.upgrade() {
-                                // A permit: the handshake learns it even if not waiting yet.
-                                expired.notify_one();
-                            }
-                        }
-                    }
-                }
-            }
-        }
     }
 }
 
@@ -365,16 +242,11 @@ async fn handshake(
         ctx.registry.counters().count(Outcome::TimedOut);
         return None;
     };
-    let expired = ctx.deadlines.start();
-    let outcome = tokio::select! {
-        biased;
-        done = async {
-            let _permit = pending.acquire_owned().await.map_err(io::Error::other)?;
-            accept_one(stream, peer, &ctx).await
-        } => Ok(done),
-        () = expired.notified() => Err(()),
-    };
-    drop(expired);
+    let outcome = tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
+        let _permit = pending.acquire_owned().await.map_err(io::Error::other)?;
+        accept_one(stream, &ctx).await
+    })
+    .await;
     drop(slot);
     let counters = ctx.registry.counters();
     let mut run = None;
@@ -410,16 +282,10 @@ async fn handshake(
 /// Runs a new connection's handshake until its first record says what it is: a new session
 /// (returned with the driver that must run it), or a join, which is handed to the session its
 /// token names (None).
-async fn accept_one(mut stream: TcpStream, peer: SocketAddr, ctx: &AcceptCtx) -> io::Result<Option<(Session, Driver)>> {
+async fn accept_one(mut stream: TcpStream, ctx: &AcceptCtx) -> io::Result<Option<(Session, Driver)>> {
     configure(&stream)?;
     let mut proto = tcpls_proto::Session::server(ctx.config.clone(), ctx.settings.clone()).map_err(handshake_error)?;
-    // The peer's address came with `accept`, and a listener bound to one address knows the
-    // local one: no getsockname / getpeername per connection unless the listener is a wildcard.
-    let local = match ctx.local {
-        Some(local) => Some(local),
-        None => stream.local_addr().ok(),
-    };
-    let remote = Some(peer);
+    let (local, remote) = (stream.local_addr().ok(), stream.peer_addr().ok());
     proto.set_addresses(0, local, remote);
     loop {
         // Decide before writing: a new session's tokens must be registered before they leave.
