@@ -506,3 +506,25 @@ fn path_priority_for_an_unknown_connection_is_ignored_and_marks_can_be_undone() 
     assert!(p.server.error().is_none());
     assert!(!p.server.is_connection_backup(0) && !p.server.is_connection_backup(second));
 }
+
+#[test]
+fn seeing_the_end_through_recv_chunk_forgets_a_finished_stream() {
+    // The tunnel and the tokio layer's zero-copy reads see a stream's end through `recv_chunk`,
+    // and call nothing after it. When the peer's FIN arrives after the ACK of our own FIN (one
+    // ACK per record here), seeing the end is the stream's last step: it must be forgotten then,
+    // or its receive credit stays counted for the session's life.
+    let settings = tcpls_proto::SessionConfig { ack_every_records: 1, ..test_config() };
+    let mut p = MultiPair::new(settings);
+    let id = p.client.open_stream().unwrap();
+    let data = payload(40_000, 15);
+    assert!(p.transfer(id, &data, |_, _| {}) == data);
+    p.drive();
+    assert_eq!(p.client.memory_use().unacked_records, 0, "the client's data and FIN acknowledged");
+    p.server.finish(id).unwrap();
+    p.drive();
+    assert_eq!(p.client.stream_count(), 1, "the end is not seen yet");
+    let chunk = p.client.recv_chunk(id).unwrap().map(<[u8]>::to_vec);
+    assert_eq!(chunk.as_deref(), Some(&[][..]), "the end of the stream");
+    assert_eq!(p.client.stream_count(), 0, "both halves over: the stream is forgotten");
+    assert_eq!(p.client.memory_use().receive_credit, 0, "no credit left counted for it");
+}

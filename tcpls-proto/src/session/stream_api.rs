@@ -159,21 +159,24 @@ impl Session {
             return Err(StreamError::UnknownStream(id));
         };
         s.read_notified = false;
-        if let Some(code) = s.recv_reset {
-            s.recv_observed_end = true;
-            return Err(StreamError::Reset(code));
-        }
-        if s.recv.readable() > 0 {
-            return Ok(Some(s.recv.chunk()));
-        }
-        if s.recv.is_finished() {
-            s.recv_observed_end = true;
-            return Ok(Some(&[]));
-        }
-        if closed {
-            return Err(StreamError::SessionClosed);
-        }
-        Ok(None)
+        let ended = match s.recv_reset {
+            Some(code) => Err(StreamError::Reset(code)),
+            None if s.recv.is_finished() && s.recv.readable() == 0 => Ok(Some(&[][..])),
+            None => {
+                if s.recv.readable() == 0 {
+                    return if closed { Err(StreamError::SessionClosed) } else { Ok(None) };
+                }
+                // Re-borrowed: the borrow returned must not outlive the branches that remove.
+                let s = self.core.streams.get_mut(id).ok_or(StreamError::UnknownStream(id))?;
+                return Ok(Some(s.recv.chunk()));
+            }
+        };
+        // The caller sees the end (or the reset): that may be the last thing the stream waited
+        // for, its sending half finished and acknowledged already. Forget it now, since a
+        // caller that saw the end has no reason to call `consume`.
+        s.recv_observed_end = true;
+        self.core.maybe_remove(id);
+        ended
     }
 
     /// Marks `n` bytes of [`Session::recv_chunk`] as read (and grants the peer more credit).
