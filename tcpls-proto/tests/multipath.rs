@@ -401,7 +401,8 @@ fn an_unanswered_keepalive_ping_fails_a_silent_connection_over() {
 #[test]
 fn ack_thresholds_are_configurable() {
     // A short transfer (a few records) with a delayed-ACK timer far beyond what the pair lets
-    // pass: only an ACK-every-record policy releases the data without the timer.
+    // pass and nothing sent back: only an ACK-every-record policy releases the sent records
+    // without the timer.
     let slow_timer = std::time::Duration::from_secs(10);
     for (every, released) in [(1, true), (16, false)] {
         let settings = tcpls_proto::SessionConfig { ack_every_records: every, ack_delay: slow_timer, ..test_config() };
@@ -409,13 +410,31 @@ fn ack_thresholds_are_configurable() {
         let id = p.client.open_stream().unwrap();
         let data = payload(40_000, 14);
         assert!(p.transfer(id, &data, |_, _| {}) == data);
-        p.server.finish(id).unwrap();
         p.drive();
-        assert_eq!(p.read_to_end_client(id), b"");
-        p.drive();
-        let forgotten = p.client.stream_count() == 0;
-        assert_eq!(forgotten, released, "ack_every_records = {every}");
+        let unacked = p.client.memory_use().unacked_records;
+        assert_eq!(unacked == 0, released, "ack_every_records = {every}: {unacked} records unacknowledged");
     }
+}
+
+#[test]
+fn a_reply_carries_the_delayed_ack() {
+    // Same slow timer: the server's answer (here its FIN) carries the ACK that was waiting for
+    // its delay, so the client's records are released and the stream forgotten without an
+    // ACK-only record or the timer.
+    let slow_timer = std::time::Duration::from_secs(10);
+    let settings = tcpls_proto::SessionConfig { ack_delay: slow_timer, ..test_config() };
+    let mut p = MultiPair::new(settings);
+    let id = p.client.open_stream().unwrap();
+    let data = payload(40_000, 14);
+    assert!(p.transfer(id, &data, |_, _| {}) == data);
+    p.drive();
+    assert!(p.client.memory_use().unacked_records > 0, "nothing acknowledged before the reply");
+    p.server.finish(id).unwrap();
+    p.drive();
+    assert_eq!(p.read_to_end_client(id), b"");
+    p.drive();
+    assert_eq!(p.client.memory_use().unacked_records, 0, "the FIN's record acknowledged the data");
+    assert_eq!(p.client.stream_count(), 0, "both halves done and acknowledged: stream forgotten");
 }
 
 #[test]

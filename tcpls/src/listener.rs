@@ -104,6 +104,9 @@ impl TcplsListener {
         let admission = Admission::default();
         let trace = TraceSlot::default();
         let ctx = AcceptCtx {
+            // A listener bound to one address accepts connections on that address: their local
+            // address is known without a getsockname per connection.
+            local: (!local.ip().is_unspecified() && local.port() != 0).then_some(local),
             trace: trace.clone(),
             config,
             settings,
@@ -168,6 +171,8 @@ impl Drop for TcplsListener {
 
 #[derive(Clone)]
 struct AcceptCtx {
+    /// The listener's address when it is bound to one (not a wildcard).
+    local: Option<SocketAddr>,
     config: Arc<ServerConfig>,
     settings: SessionConfig,
     registry: JoinRegistry,
@@ -244,7 +249,7 @@ async fn handshake(
     };
     let outcome = tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
         let _permit = pending.acquire_owned().await.map_err(io::Error::other)?;
-        accept_one(stream, &ctx).await
+        accept_one(stream, peer, &ctx).await
     })
     .await;
     drop(slot);
@@ -282,10 +287,16 @@ async fn handshake(
 /// Runs a new connection's handshake until its first record says what it is: a new session
 /// (returned with the driver that must run it), or a join, which is handed to the session its
 /// token names (None).
-async fn accept_one(mut stream: TcpStream, ctx: &AcceptCtx) -> io::Result<Option<(Session, Driver)>> {
+async fn accept_one(mut stream: TcpStream, peer: SocketAddr, ctx: &AcceptCtx) -> io::Result<Option<(Session, Driver)>> {
     configure(&stream)?;
     let mut proto = tcpls_proto::Session::server(ctx.config.clone(), ctx.settings.clone()).map_err(handshake_error)?;
-    let (local, remote) = (stream.local_addr().ok(), stream.peer_addr().ok());
+    // The peer's address came with `accept`, and a listener bound to one address knows the
+    // local one: no getsockname / getpeername per connection unless the listener is a wildcard.
+    let local = match ctx.local {
+        Some(local) => Some(local),
+        None => stream.local_addr().ok(),
+    };
+    let remote = Some(peer);
     proto.set_addresses(0, local, remote);
     loop {
         // Decide before writing: a new session's tokens must be registered before they leave.

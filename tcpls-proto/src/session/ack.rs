@@ -75,6 +75,19 @@ impl Core {
         }
     }
 
+    /// A record is about to be sealed anyway: the ACKs whose delay is running go with it
+    /// (PROTOCOL.md §5: no later than the delay, earlier is allowed), so a request answered
+    /// within the delay costs no ACK-only record and no ACK timer. Bound ACKs (Ping answers)
+    /// are queued at once already.
+    pub(crate) fn piggyback_acks(&mut self) {
+        for (conn, state) in &mut self.acks.conns {
+            if state.deadline.take().is_some() {
+                state.pending = 0;
+                self.control.push_ack(*conn, state.highest);
+            }
+        }
+    }
+
     /// The earliest pending ACK deadline.
     pub(crate) fn next_ack_deadline(&self) -> Option<Instant> {
         self.acks.conns.values().filter_map(|s| s.deadline).min()

@@ -361,6 +361,13 @@ impl Core {
         let change = self.next_on_connection(c.id, sole_carrier, id, full_room);
         let change_len = if change.is_some() { STREAM_CHANGE_LEN } else { 0 };
         let budget = record_size - STREAM_FRAME_OVERHEAD - MIN_STREAM_CHUNK - change_len;
+        // Only when this record will carry data: ACKs taken for a record that is not sealed
+        // would go back to the queue and leave in a record of their own, early.
+        if matches!(c.state, ConnState::Tcpls(_))
+            && self.streams.get(id).is_some_and(|s| s.send.next_chunk(1).is_some())
+        {
+            self.piggyback_acks();
+        }
         let control_len = self.control.take_into(c.id, budget, &mut trailer);
         let number = c.next_tx_number();
         let mut sent = None;
@@ -431,6 +438,7 @@ impl Core {
         let record_size = self.record_size();
         let mut trailer = std::mem::take(&mut self.scratch);
         trailer.clear();
+        self.piggyback_acks();
         let len = self.control.take_into(c.id, record_size, &mut trailer);
         if len == 0 {
             self.scratch = trailer;
