@@ -78,6 +78,9 @@ impl Admission {
         let (id, cancel) = self.enqueue(source);
         let mut first = [0u8; 1];
         let outcome = tokio::select! {
+            // In this order: when the first byte is there already (the listener defers accept
+            // until it is), the timer is never registered.
+            biased;
             // `peek`, not `readable`: readiness may be reported before any byte arrived.
             got = stream.peek(&mut first) => matches!(got, Ok(n) if n > 0),
             () = tokio::time::sleep(FIRST_BYTE_TIMEOUT) => false,

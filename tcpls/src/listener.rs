@@ -98,6 +98,15 @@ impl TcplsListener {
         registry: JoinRegistry,
     ) -> Self {
         let local = listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+        // Clients speak first (ClientHello): with TCP_DEFER_ACCEPT the kernel hands a connection
+        // over once that arrived, so admission finds its first byte at once instead of waiting
+        // for it (a read that finds nothing, an epoll round and a timer per connection). A
+        // silent connection is still accepted after about FIRST_BYTE_TIMEOUT and goes through
+        // admission as before. Best effort: without it (not Linux) only that saving is lost.
+        let _ = crate::sockopt::set_defer_accept(
+            std::os::fd::AsRawFd::as_raw_fd(&listener),
+            crate::admission::FIRST_BYTE_TIMEOUT.as_secs() as u32,
+        );
         let config = Arc::new(tcpls_proto::tcpls_server_config(&config));
         let (tx, rx) = mpsc::channel(128);
         let errors = Arc::new(std::sync::atomic::AtomicU64::new(0));

@@ -160,6 +160,53 @@ impl SessionState {
         }
     }
 
+    /// The application queued a small write or a FIN on a stream: seal it and write it from
+    /// the caller's task, instead of waking the driver to do it. A request's answer then leaves
+    /// from the task that wrote it, as with TLS over TCP, without a second task to schedule
+    /// (the driver) on the way. The driver is still woken whenever anything is left for it:
+    /// bytes the socket did not take, a socket to shut down or close, a connection it has not
+    /// picked up yet, or a timer earlier than before. Only when nothing was waiting to be
+    /// written already: a busy session's writes stay with the driver, which batches them.
+    pub(crate) fn transmit_now(&mut self) {
+        if self.driver_done || self.proto.has_transmit() || !self.new_sockets.is_empty() {
+            self.wake_driver();
+            return;
+        }
+        let timer_before = self.proto.poll_timeout();
+        let now = Instant::now();
+        self.proto.prepare_transmit(now);
+        // Tokens about to go out must be in the join registry first (as in the driver).
+        self.dispatch_events();
+        self.publish_new_tokens();
+        let mut need_driver = false;
+        for (&conn, &fd) in &self.fds {
+            loop {
+                let data = self.proto.transmit_data(conn);
+                if data.is_empty() {
+                    break;
+                }
+                match sockopt::send_nonblocking(fd, data) {
+                    Ok(n) if n > 0 => self.proto.transmit_advance(conn, n),
+                    // The socket is full, or failed: the driver finds out with its own write.
+                    _ => break,
+                }
+            }
+            if self.proto.should_shutdown_write(conn) || self.proto.should_close_socket(conn) {
+                need_driver = true;
+            }
+        }
+        need_driver |= self.proto.has_transmit() || self.proto.wants_transmit();
+        let timer_after = self.proto.poll_timeout();
+        if timer_after.is_some_and(|after| timer_before.is_none_or(|before| after < before)) {
+            need_driver = true;
+        }
+        // Events the sealing caused (e.g. the session closing) reach their tasks here.
+        self.dispatch_events();
+        if need_driver {
+            self.wake_driver();
+        }
+    }
+
     /// The driver task polls again when the application wakes it.
     pub(crate) fn set_driver_waker(&mut self, waker: &Waker) {
         self.wakers.driver = Some(waker.clone());

@@ -130,6 +130,29 @@ pub(crate) fn set_fast_open(fd: RawFd, queue: u32) -> io::Result<()> {
     set_int(fd, libc::TCP_FASTOPEN, queue.min(i32::MAX as u32) as libc::c_int)
 }
 
+/// `TCP_DEFER_ACCEPT` on a listening socket: a connection is handed to `accept` once its
+/// first data (the ClientHello) arrived, or after about `secs` seconds of silence.
+#[cfg(target_os = "linux")]
+pub(crate) fn set_defer_accept(fd: RawFd, secs: u32) -> io::Result<()> {
+    set_int(fd, libc::TCP_DEFER_ACCEPT, secs.min(i32::MAX as u32) as libc::c_int)
+}
+
+/// Writes what the socket `fd` takes now, without blocking and without SIGPIPE: the bytes
+/// written, or `WouldBlock` when its buffer is full.
+pub(crate) fn send_nonblocking(fd: RawFd, data: &[u8]) -> io::Result<usize> {
+    #[cfg(target_os = "linux")]
+    let flags = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL;
+    #[cfg(not(target_os = "linux"))]
+    let flags = libc::MSG_DONTWAIT;
+    // SAFETY: `data` is a live slice and its length is passed with it; `fd` is a socket that
+    // the caller keeps open for the call (its owner closes it only under the same lock).
+    let n = unsafe { libc::send(fd, data.as_ptr().cast(), data.len(), flags) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
 #[cfg(target_os = "linux")]
 fn set_int(fd: RawFd, option: libc::c_int, value: libc::c_int) -> io::Result<()> {
     // SAFETY: `value` is a live `c_int`, passed with its size; `fd` is a socket the caller
@@ -152,6 +175,11 @@ fn set_int(fd: RawFd, option: libc::c_int, value: libc::c_int) -> io::Result<()>
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn set_fast_open_connect(_fd: RawFd) -> io::Result<()> {
     Err(io::Error::new(io::ErrorKind::Unsupported, "TCP Fast Open is supported on Linux only here"))
+}
+
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn set_defer_accept(_fd: RawFd, _secs: u32) -> io::Result<()> {
+    Err(io::Error::new(io::ErrorKind::Unsupported, "TCP_DEFER_ACCEPT is supported on Linux only here"))
 }
 
 #[cfg(not(target_os = "linux"))]

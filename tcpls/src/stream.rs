@@ -22,6 +22,11 @@ pub(crate) fn stream_error(e: StreamError) -> io::Error {
     io::Error::new(kind, e)
 }
 
+/// Writes up to this size are sealed and written from the writer's task when the session has
+/// nothing else waiting to be written (`SessionState::transmit_now`): requests and answers
+/// leave without waking the driver. Larger (bulk) writes go to the driver, which batches them.
+const WRITE_THROUGH_MAX: usize = 4096;
+
 /// The sending half of a stream. `shutdown()` sends FIN; dropping it does too.
 pub struct SendStream {
     shared: Shared,
@@ -66,7 +71,7 @@ impl SendStream {
         let mut inner = self.shared.lock();
         inner.proto.finish(self.id).map_err(stream_error)?;
         inner.trace_stream(self.id, "finished", None);
-        inner.wake_driver();
+        inner.transmit_now();
         Ok(())
     }
 }
@@ -81,7 +86,11 @@ impl AsyncWrite for SendStream {
                 Poll::Pending
             }
             Ok(n) => {
-                inner.wake_driver();
+                if buf.len() <= WRITE_THROUGH_MAX {
+                    inner.transmit_now();
+                } else {
+                    inner.wake_driver();
+                }
                 Poll::Ready(Ok(n))
             }
             Err(e) => Poll::Ready(Err(stream_error(e))),
