@@ -75,10 +75,12 @@ impl Core {
         }
     }
 
-    /// A record is about to be sealed anyway: the ACKs whose delay is running go with it
-    /// (PROTOCOL.md §5: no later than the delay, earlier is allowed), so a request answered
-    /// within the delay costs no ACK-only record and no ACK timer. Bound ACKs (Ping answers)
-    /// are queued at once already.
+    /// A record of stream data is about to be sealed: the ACKs whose delay is running go with
+    /// it (PROTOCOL.md §5: no later than the delay, earlier is allowed), so a request answered
+    /// within the delay costs no ACK-only record later. Records of control frames alone (a
+    /// receiver's credit updates) do not take them: a bulk sender's records stay acknowledged
+    /// every 16 records or 25 ms, as before. Bound ACKs (Ping answers) are queued at once
+    /// already.
     pub(crate) fn piggyback_acks(&mut self) {
         for (conn, state) in &mut self.acks.conns {
             if state.deadline.take().is_some() {

@@ -291,7 +291,15 @@ impl Session {
         if !self.core.life.is_established() {
             return None;
         }
-        self.rejoin_credentials().map(|c| c.session_ref)
+        if self.core.life.is_fallback() {
+            return None;
+        }
+        // The reference alone (one HKDF-Expand): a server publishes it for every new session
+        // and needs no rejoin key.
+        let secret = self.conns.initial()?.secret.as_ref()?;
+        let mut session_ref = [0u8; SESSION_REF_LEN];
+        secret.derive(LABEL_SESSION_REF, &mut session_ref);
+        Some(session_ref)
     }
 
     /// Connections this session may have at once: the initial one plus one per token.

@@ -438,7 +438,6 @@ impl Core {
         let record_size = self.record_size();
         let mut trailer = std::mem::take(&mut self.scratch);
         trailer.clear();
-        self.piggyback_acks();
         let len = self.control.take_into(c.id, record_size, &mut trailer);
         if len == 0 {
             self.scratch = trailer;
