@@ -1,5 +1,6 @@
 //! Client side: connect a TCP socket, run the handshake, hand out a [`Session`].
 
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -249,23 +250,45 @@ impl TcplsConnector {
         mut proto: tcpls_proto::Session,
         timeout: std::time::Duration,
     ) -> io::Result<Session> {
-        proto.set_addresses(0, stream.local_addr().ok(), stream.peer_addr().ok());
         let origin = stream.peer_addr().ok();
+        proto.set_addresses(0, stream.local_addr().ok(), origin);
         let shared = Shared::new(proto);
         shared.lock().origin = origin;
         if let Some(sink) = self.trace.clone() {
             shared.lock().set_trace(sink);
         }
-        tokio::spawn(Driver::new(shared.clone(), 0, stream));
+        // The handshake is driven from this task (the driver polled inline), as a TLS client
+        // drives its own: when it completes, the caller goes on at once instead of waiting to
+        // be woken by a driver task. The driver gets its own task after the handshake.
+        let mut driver = Some(Driver::new(shared.clone(), 0, stream));
         // If this future is dropped (a lost happy-eyeballs race) or fails, the half-made
-        // session is aborted rather than left running without a handle.
-        let guard = AbortOnDrop(Some(Session::new(shared)));
-        let session = guard.0.as_ref().ok_or_else(|| io::Error::other("session vanished"))?;
-        match tokio::time::timeout(timeout, session.established()).await {
+        // session is aborted rather than left running without a handle (the driver, not yet
+        // spawned, is dropped with it and closes the socket).
+        let guard = AbortOnDrop(Some(Session::new(shared.clone())));
+        let handshake = std::future::poll_fn(|cx| {
+            if let Some(d) = driver.as_mut() {
+                if std::pin::Pin::new(d).poll(cx).is_ready() {
+                    driver = None;
+                }
+            }
+            let inner = shared.lock();
+            if inner.proto.is_established() {
+                return std::task::Poll::Ready(Ok(()));
+            }
+            if inner.proto.is_closed() || inner.driver_done || driver.is_none() {
+                let e = inner.proto.error().cloned().unwrap_or(tcpls_proto::Error::SessionClosed);
+                return std::task::Poll::Ready(Err(e));
+            }
+            std::task::Poll::Pending
+        });
+        match tokio::time::timeout(timeout, handshake).await {
             Ok(result) => result.map_err(handshake_error)?,
             Err(_) => {
                 return Err(io::Error::new(io::ErrorKind::TimedOut, format!("TLS handshake timed out ({timeout:?})")))
             }
+        }
+        if let Some(driver) = driver {
+            tokio::spawn(driver);
         }
         Ok(guard.defuse())
     }
