@@ -113,6 +113,7 @@ impl TcplsListener {
         let admission = Admission::default();
         let trace = TraceSlot::default();
         let ctx = AcceptCtx {
+            deadlines: HandshakeDeadlines::default(),
             // A listener bound to one address accepts connections on that address: their local
             // address is known without a getsockname per connection.
             local: (!local.ip().is_unspecified() && local.port() != 0).then_some(local),
@@ -182,6 +183,8 @@ impl Drop for TcplsListener {
 struct AcceptCtx {
     /// The listener's address when it is bound to one (not a wildcard).
     local: Option<SocketAddr>,
+    /// Every handshake's HANDSHAKE_TIMEOUT, one timer for all.
+    deadlines: HandshakeDeadlines,
     config: Arc<ServerConfig>,
     settings: SessionConfig,
     registry: JoinRegistry,
@@ -197,6 +200,11 @@ struct AcceptCtx {
 pub const MAX_PENDING_HANDSHAKES: usize = 1024;
 
 async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, tx: mpsc::Sender<(Session, SocketAddr)>) {
+    // The handshakes' deadlines expire in this task too (it ends with the listener).
+    tokio::join!(ctx.deadlines.clone().expire(), accept_connections(listener, ctx, tx));
+}
+
+async fn accept_connections(listener: TcpListener, ctx: AcceptCtx, tx: mpsc::Sender<(Session, SocketAddr)>) {
     let pending = Arc::new(tokio::sync::Semaphore::new(MAX_PENDING_HANDSHAKES));
     loop {
         let (stream, peer) = match listener.accept().await {
@@ -210,6 +218,94 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, tx: mpsc::Sender<(Se
         };
         let (ctx, tx, pending) = (ctx.clone(), tx.clone(), pending.clone());
         tokio::spawn(AcceptThenDrive::Handshake(Box::pin(handshake(stream, peer, ctx, tx, pending))));
+    }
+}
+
+/// The HANDSHAKE_TIMEOUT of every handshake of a listener, with one timer for all: handshakes
+/// start in order and all get the same timeout, so their deadlines are in order too (a FIFO).
+/// A tokio timer per handshake would be the process's earliest timer at each registration,
+/// which costs an eventfd write and an extra `epoll_wait` per connection.
+#[derive(Clone, Default)]
+struct HandshakeDeadlines {
+    state: Arc<std::sync::Mutex<DeadlineQueue>>,
+    /// Wakes `expire` when the first deadline is queued after it found none.
+    wake: Arc<tokio::sync::Notify>,
+}
+
+#[derive(Default)]
+struct DeadlineQueue {
+    /// Deadlines in order, each with what tells its handshake; a finished handshake drops its
+    /// `Notify`, and its entry is popped when it reaches the front.
+    queue: std::collections::VecDeque<(tokio::time::Instant, std::sync::Weak<tokio::sync::Notify>)>,
+    /// `expire` waits for `wake` (the queue was empty).
+    idle: bool,
+    /// Length at which finished entries behind a slow front one are swept out (doubles with
+    /// the handshakes really in progress, so sweeping stays amortised O(1)).
+    sweep_at: usize,
+}
+
+/// See [`DeadlineQueue::sweep_at`].
+const DEADLINE_SWEEP_MIN: usize = 4096;
+
+impl DeadlineQueue {
+    /// Entries of finished handshakes at the front go: the queue holds about the handshakes in
+    /// progress (they finish roughly in the order they started), not all of the last 10 s.
+    fn pop_finished(&mut self) {
+        while self.queue.front().is_some_and(|(_, h)| h.strong_count() == 0) {
+            self.queue.pop_front();
+        }
+    }
+}
+
+impl HandshakeDeadlines {
+    /// A handshake starts now: what it gets is notified when its HANDSHAKE_TIMEOUT has passed.
+    /// Dropping it (the handshake is over) withdraws the deadline.
+    fn start(&self) -> Arc<tokio::sync::Notify> {
+        let expired = Arc::new(tokio::sync::Notify::new());
+        let mut st = self.state.lock_unpoisoned();
+        st.pop_finished();
+        if st.queue.len() >= st.sweep_at.max(DEADLINE_SWEEP_MIN) {
+            // One slow handshake at the front keeps finished ones behind it: bounded by the
+            // handshakes in progress, not by the rate times the timeout.
+            st.queue.retain(|(_, h)| h.strong_count() > 0);
+            st.sweep_at = 2 * st.queue.len();
+        }
+        st.queue.push_back((tokio::time::Instant::now() + HANDSHAKE_TIMEOUT, Arc::downgrade(&expired)));
+        if st.idle {
+            st.idle = false;
+            self.wake.notify_one();
+        }
+        expired
+    }
+
+    /// Tells each handshake whose deadline has passed, sleeping until the first one due.
+    async fn expire(self) {
+        loop {
+            let next = {
+                let mut st = self.state.lock_unpoisoned();
+                st.pop_finished();
+                let next = st.queue.front().map(|(at, _)| *at);
+                st.idle = next.is_none();
+                next
+            };
+            match next {
+                // `notify_one` keeps a permit: a deadline queued since is not missed.
+                None => self.wake.notified().await,
+                Some(at) => {
+                    tokio::time::sleep_until(at).await;
+                    let now = tokio::time::Instant::now();
+                    let mut st = self.state.lock_unpoisoned();
+                    while st.queue.front().is_some_and(|(at, _)| *at <= now) {
+                        if let Some((_, handshake)) = st.queue.pop_front() {
+                            if let Some(expired) = handshake.upgrade() {
+                                // A permit: the handshake learns it even if not waiting yet.
+                                expired.notify_one();
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -256,11 +352,16 @@ async fn handshake(
         ctx.registry.counters().count(Outcome::TimedOut);
         return None;
     };
-    let outcome = tokio::time::timeout(HANDSHAKE_TIMEOUT, async {
-        let _permit = pending.acquire_owned().await.map_err(io::Error::other)?;
-        accept_one(stream, peer, &ctx).await
-    })
-    .await;
+    let expired = ctx.deadlines.start();
+    let outcome = tokio::select! {
+        biased;
+        done = async {
+            let _permit = pending.acquire_owned().await.map_err(io::Error::other)?;
+            accept_one(stream, peer, &ctx).await
+        } => Ok(done),
+        () = expired.notified() => Err(()),
+    };
+    drop(expired);
     drop(slot);
     let counters = ctx.registry.counters();
     let mut run = None;

@@ -88,3 +88,31 @@ async fn a_silent_client_session_ends_after_the_idle_timeout() {
     // The client learns that the session is over (close_notify).
     tokio::time::timeout(Duration::from_secs(10), client.closed()).await.expect("client session ended");
 }
+
+/// A client that starts its ClientHello and stalls is dropped after HANDSHAKE_TIMEOUT (one
+/// listener-wide deadline queue, `HandshakeDeadlines`), and a handshake behind it is served.
+/// Paused time: the 10 s pass at once.
+#[tokio::test(start_paused = true)]
+async fn a_stalled_handshake_is_dropped_after_the_handshake_timeout() {
+    let pki = Pki::new();
+    let listener = TcplsListener::bind("127.0.0.1:0".parse().unwrap(), pki.server()).await.unwrap();
+    let addr = listener.local_addr();
+    let mut stalled = tokio::net::TcpStream::connect(addr).await.unwrap();
+    // A handshake record header announcing 512 bytes, then nothing.
+    stalled.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00]).await.unwrap();
+    let started = tokio::time::Instant::now();
+    let mut buf = [0u8; 64];
+    let read = tokio::time::timeout(tcpls::HANDSHAKE_TIMEOUT * 2, stalled.read(&mut buf)).await;
+    assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "the server closed the stalled connection: {read:?}");
+    let waited = started.elapsed();
+    assert!(
+        waited >= tcpls::HANDSHAKE_TIMEOUT && waited < tcpls::HANDSHAKE_TIMEOUT + Duration::from_secs(1),
+        "closed after {waited:?}"
+    );
+    assert_eq!(listener.failed_handshakes(), 1);
+    // The listener still serves a real client.
+    let accept = tokio::spawn(async move { listener.accept().await.map(|(s, _)| s) });
+    let session = TcplsConnector::new(pki.client()).connect(addr, server_name_for("localhost").unwrap()).await.unwrap();
+    let served = accept.await.unwrap().unwrap();
+    assert!(session.is_established() && served.is_established());
+}
