@@ -52,6 +52,8 @@ pub struct TcplsListener {
     admission: Admission,
     task: tokio::task::JoinHandle<()>,
     trace: TraceSlot,
+    /// The handshakes' timeouts (`HandshakeDeadlines`), told when the listener goes.
+    deadlines: HandshakeDeadlines,
 }
 
 /// The sink a listener's new sessions are traced into (set after the accept task started).
@@ -112,8 +114,12 @@ impl TcplsListener {
         let errors = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let admission = Admission::default();
         let trace = TraceSlot::default();
+        let deadlines = HandshakeDeadlines::default();
+        // Its own task, not the accept loop's: handshakes in progress when the listener is
+        // dropped still time out; it ends once the listener is gone and none is left.
+        tokio::spawn(deadlines.clone().expire());
         let ctx = AcceptCtx {
-            deadlines: HandshakeDeadlines::default(),
+            deadlines: deadlines.clone(),
             // A listener bound to one address accepts connections on that address: their local
             // address is known without a getsockname per connection.
             local: (!local.ip().is_unspecified() && local.port() != 0).then_some(local),
@@ -125,7 +131,7 @@ impl TcplsListener {
             admission: admission.clone(),
         };
         let task = tokio::spawn(accept_loop(listener, ctx, tx));
-        Self { local, registry, sessions: tokio::sync::Mutex::new(rx), errors, admission, task, trace }
+        Self { local, registry, sessions: tokio::sync::Mutex::new(rx), errors, admission, task, trace, deadlines }
     }
 
     /// Traces every session this listener accepts from now on into `sink`, from the end of
@@ -176,6 +182,7 @@ impl TcplsListener {
 impl Drop for TcplsListener {
     fn drop(&mut self) {
         self.task.abort();
+        self.deadlines.close();
     }
 }
 
@@ -200,11 +207,6 @@ struct AcceptCtx {
 pub const MAX_PENDING_HANDSHAKES: usize = 1024;
 
 async fn accept_loop(listener: TcpListener, ctx: AcceptCtx, tx: mpsc::Sender<(Session, SocketAddr)>) {
-    // The handshakes' deadlines expire in this task too (it ends with the listener).
-    tokio::join!(ctx.deadlines.clone().expire(), accept_connections(listener, ctx, tx));
-}
-
-async fn accept_connections(listener: TcpListener, ctx: AcceptCtx, tx: mpsc::Sender<(Session, SocketAddr)>) {
     let pending = Arc::new(tokio::sync::Semaphore::new(MAX_PENDING_HANDSHAKES));
     loop {
         let (stream, peer) = match listener.accept().await {
@@ -239,6 +241,8 @@ struct DeadlineQueue {
     queue: std::collections::VecDeque<(tokio::time::Instant, std::sync::Weak<tokio::sync::Notify>)>,
     /// `expire` waits for `wake` (the queue was empty).
     idle: bool,
+    /// The listener is gone: `expire` ends once no handshake is left.
+    closed: bool,
     /// Length at which finished entries behind a slow front one are swept out (doubles with
     /// the handshakes really in progress, so sweeping stays amortised O(1)).
     sweep_at: usize,
@@ -278,6 +282,12 @@ impl HandshakeDeadlines {
         expired
     }
 
+    /// The listener is gone (no new handshakes): `expire` ends after the last one.
+    fn close(&self) {
+        self.state.lock_unpoisoned().closed = true;
+        self.wake.notify_one();
+    }
+
     /// Tells each handshake whose deadline has passed, sleeping until the first one due.
     async fn expire(self) {
         loop {
@@ -285,6 +295,9 @@ impl HandshakeDeadlines {
                 let mut st = self.state.lock_unpoisoned();
                 st.pop_finished();
                 let next = st.queue.front().map(|(at, _)| *at);
+                if next.is_none() && st.closed {
+                    return;
+                }
                 st.idle = next.is_none();
                 next
             };

@@ -116,3 +116,19 @@ async fn a_stalled_handshake_is_dropped_after_the_handshake_timeout() {
     let served = accept.await.unwrap().unwrap();
     assert!(session.is_established() && served.is_established());
 }
+
+/// A handshake in progress when its listener is dropped still times out (the deadlines have a
+/// task of their own, which ends after the last one).
+#[tokio::test(start_paused = true)]
+async fn a_stalled_handshake_times_out_after_its_listener_is_gone() {
+    let pki = Pki::new();
+    let listener = TcplsListener::bind("127.0.0.1:0".parse().unwrap(), pki.server()).await.unwrap();
+    let mut stalled = tokio::net::TcpStream::connect(listener.local_addr()).await.unwrap();
+    stalled.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00]).await.unwrap();
+    // Let the listener accept it and start the handshake, then drop the listener.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(listener);
+    let mut buf = [0u8; 64];
+    let read = tokio::time::timeout(tcpls::HANDSHAKE_TIMEOUT * 2, stalled.read(&mut buf)).await;
+    assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "the stalled connection was closed: {read:?}");
+}
