@@ -547,3 +547,22 @@ fn seeing_the_end_through_recv_chunk_forgets_a_finished_stream() {
     assert_eq!(p.client.stream_count(), 0, "both halves over: the stream is forgotten");
     assert_eq!(p.client.memory_use().receive_credit, 0, "no credit left counted for it");
 }
+
+#[test]
+fn resetting_a_queued_stream_whose_end_was_read_forgets_it() {
+    // The stream's receiving half is over (its end read) and its sending half is reset while
+    // data waits in the round robin: the reset is the stream's last step, taken while it is
+    // still queued. It must be forgotten once the scheduler drops it from its queue.
+    let mut p = MultiPair::new(test_config());
+    let id = p.client.open_stream().unwrap();
+    assert_eq!(p.client.write(id, b"hello").unwrap(), 5);
+    p.drive();
+    while p.server.accept_stream().is_some() {}
+    p.server.finish(id).unwrap();
+    p.drive();
+    assert!(p.read_to_end_client(id).is_empty(), "the server sent only its FIN");
+    assert!(p.client.write(id, &payload(10_000, 16)).unwrap() > 0, "queued, not sealed yet");
+    p.client.reset_stream(id, 7).unwrap();
+    p.drive();
+    assert_eq!(p.client.stream_count(), 0, "reset and read to the end: the stream is forgotten");
+}

@@ -437,6 +437,8 @@ impl Streams {
                 Some(s) => {
                     s.queued = false;
                     self.ready.pop_front();
+                    // Being queued was all that kept a reset stream whose end was read.
+                    self.remove_if_done(id);
                 }
                 None => {
                     self.ready.pop_front();
