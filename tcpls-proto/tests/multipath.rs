@@ -566,3 +566,38 @@ fn resetting_a_queued_stream_whose_end_was_read_forgets_it() {
     p.drive();
     assert_eq!(p.client.stream_count(), 0, "reset and read to the end: the stream is forgotten");
 }
+
+#[test]
+fn without_failover_losing_a_connection_that_may_carry_stream_data_ends_the_session() {
+    // Nothing says what a failed connection carried when records are not acknowledged: a
+    // stream could be left waiting for bytes that will never come. The session ends on both
+    // sides with an error that says why, instead of carrying on over the other connection.
+    let settings = tcpls_proto::SessionConfig { failover: false, ..test_config() };
+    let mut p = MultiPair::new(settings);
+    let second = p.join().unwrap();
+    let id = p.client.open_stream().unwrap();
+    assert_eq!(p.client.write(id, &payload(30_000, 17)).unwrap(), 30_000);
+    p.client.prepare_transmit(p.now);
+    p.kill(0);
+    let client_error = p.client.error().map(ToString::to_string).unwrap_or_default();
+    assert!(client_error.contains("failover is off"), "client: {client_error:?}");
+    assert!(p.server.error().is_some(), "the server's session ends too");
+    assert!(p.client_events.iter().any(|e| matches!(e, Event::Closed { error: Some(_) })));
+    assert!(p.server_events.iter().any(|e| matches!(e, Event::Closed { error: Some(_) })));
+    assert!(p.client.connection_ids().iter().all(|c| *c == 0 || *c == second));
+    let mut buf = [0u8; 16];
+    assert!(p.client.read(id, &mut buf).is_err(), "a read says the session is over, it does not wait");
+}
+
+#[test]
+fn without_failover_a_session_without_streams_survives_a_lost_connection() {
+    let settings = tcpls_proto::SessionConfig { failover: false, ..test_config() };
+    let mut p = MultiPair::new(settings);
+    let second = p.join().unwrap();
+    p.kill(0);
+    assert!(p.client.error().is_none() && p.server.error().is_none());
+    let id = p.client.open_stream().unwrap();
+    p.client.steer_stream(id, Some(second)).unwrap();
+    let data = payload(50_000, 18);
+    assert!(p.transfer(id, &data, |_, _| {}) == data, "the other connection carries on");
+}

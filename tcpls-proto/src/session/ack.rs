@@ -188,13 +188,23 @@ impl Session {
     /// Connection `id` ended. A clean close (close_notify both ways) means the peer processed
     /// everything sent before our close_notify; a failure means re-sending what it did not
     /// acknowledge, and telling the peer (Connection Reset) over the connections left.
-    pub(crate) fn on_connection_finished(&mut self, id: ConnId) {
+    ///
+    /// Without failover nothing says what a failed connection carried, either way: its streams'
+    /// bytes may be lost, and a stream with a hole would wait for ever. Returns why the whole
+    /// session must then end (when streams are open and other connections would carry on).
+    pub(crate) fn on_connection_finished(&mut self, id: ConnId) -> Option<String> {
         let others = self.conns.iter().any(|c| c.id != id && c.is_usable());
-        let Some(c) = self.conns.get_mut(id) else { return };
+        let c = self.conns.get_mut(id)?;
         if c.error.is_none() {
             let highest = u64::MAX;
             self.core.on_acked(c, highest);
-            return;
+            return None;
+        }
+        if !self.core.config.failover && others && self.core.streams.len() > 0 {
+            return Some(format!(
+                "connection {id} failed and failover is off: stream bytes it carried may be lost, so the session \
+                 ends rather than leave a stream waiting for them (turn failover on to survive a lost connection)"
+            ));
         }
         if self.core.fail_over(c) {
             self.core.stats.failovers += 1;
@@ -203,5 +213,6 @@ impl Session {
         if others {
             self.core.control.push(&Frame::ConnectionReset { connection_id: id }, None);
         }
+        None
     }
 }

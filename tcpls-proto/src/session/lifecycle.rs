@@ -14,7 +14,7 @@
 
 use std::time::Instant;
 
-use crate::error::Error;
+use crate::error::{Error, TransportError};
 use crate::event::{ConnId, Event};
 use crate::tls::HandshakeInfo;
 
@@ -184,8 +184,21 @@ impl Session {
                 self.core.events.push(Event::ConnectionClosed { conn: c.id, error });
             }
         }
+        let mut must_end = None;
         for id in finished {
-            self.on_connection_finished(id);
+            must_end = must_end.or(self.on_connection_finished(id));
+        }
+        if let Some(why) = must_end {
+            // Every other connection ends with an alert (the peer learns it there), and the
+            // session with them: reported as the others are, by going round once more.
+            self.core.life.fail_with(Error::ConnectionLost(why.clone()));
+            for c in &mut self.conns {
+                if !c.is_finished() {
+                    c.fail(Error::Local(TransportError::internal(why.clone())));
+                }
+            }
+            self.after_connection_change();
+            return;
         }
         let all_finished = self.conns.all_finished();
         if !self.core.life.is_closed() && self.core.life.orphaned_since().is_some() && all_finished {
