@@ -208,7 +208,7 @@ fn recv_step(session: &mut Session, id: u32, plan: &mut Plan, rng: &mut Rng) {
     }
     let outcome = match plan.mode {
         ReadMode::Chunk => match session.recv_chunk(id) {
-            Ok(Some(chunk)) if chunk.is_empty() => Ok(Some(0)),
+            Ok(Some([])) => Ok(Some(0)),
             Ok(Some(chunk)) => {
                 let n = rng.below(chunk.len() + 1);
                 plan.got.extend_from_slice(&chunk[..n]);
