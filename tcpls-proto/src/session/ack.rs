@@ -156,6 +156,11 @@ impl Core {
             if let Some(s) = self.streams.get_mut(id) {
                 s.send.ack(offset, len, fin);
             }
+            // A short tail parked until its bytes in flight were acknowledged may have to go
+            // now (`Streams::park_front`). Its writer is normally woken here and schedules it
+            // with its next write (the budget's floor leaves a stream holding less than a
+            // record room for one); scheduling here too costs a lookup and relies on nothing.
+            self.streams.schedule(id);
             self.notify_writable_if_blocked(id);
             self.maybe_remove(id);
         }

@@ -136,6 +136,21 @@ impl Session {
             if !self.conns.iter().any(|c| c.carries_streams() && c.tx.len() < high) {
                 break;
             }
+            if self.core.holds_short_tail(id) {
+                // All it has is a short tail that the application's next write will complete:
+                // let the others go first. It leaves the queue when an event of its own is sure
+                // to schedule it again: the acknowledgement of its bytes in flight, or the next
+                // write of a writer that was told it may write (even a write that takes
+                // nothing schedules). Otherwise (a blocked writer, nothing in flight) whether
+                // it may wait depends on the session's budget, so it stays.
+                if self.core.streams.get(id).is_some_and(|s| s.send.in_flight() > 0 || !s.write_blocked) {
+                    self.core.streams.park_front();
+                } else {
+                    skipped += 1;
+                    self.core.streams.skip_front();
+                }
+                continue;
+            }
             let steer = self.core.streams.get(id).and_then(|s| s.steer);
             let steer = steer.filter(|c| self.conns.get(*c).is_some_and(Connection::carries_streams));
             let target = match steer {
@@ -158,9 +173,8 @@ impl Session {
                     }
                 }
             };
-            let Some(conn) = target.filter(|_| !self.core.holds_short_tail(id)) else {
-                // This stream's connection is full, or all it has is a short tail that the
-                // application's next write will complete: let the others go first.
+            let Some(conn) = target else {
+                // This stream's connection is full: let the others go first.
                 skipped += 1;
                 self.core.streams.skip_front();
                 continue;

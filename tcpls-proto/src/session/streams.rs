@@ -456,6 +456,20 @@ impl Streams {
         }
     }
 
+    /// The front stream leaves the round robin until [`schedule`](Self::schedule) puts it back:
+    /// all it has is a short tail that only its own events complete or release (its writer's
+    /// next write, the acknowledgement of its bytes in flight, a loss, credit, its FIN), and
+    /// each of those schedules it. Kept in the queue instead, every pass would look at it
+    /// again: with many such streams each pass became a scan of all of them.
+    pub(crate) fn park_front(&mut self) {
+        self.end_turn();
+        if let Some(id) = self.ready.pop_front() {
+            if let Some(s) = self.map.get_mut(&id) {
+                s.queued = false;
+            }
+        }
+    }
+
     /// The front stream lets the others go first (its turn ends, it goes to the back).
     pub(crate) fn skip_front(&mut self) {
         self.end_turn();
