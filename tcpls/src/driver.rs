@@ -30,6 +30,11 @@ pub(crate) struct Driver {
     sockets: Vec<Socket>,
     /// Last time idle stream and connection buffers were given back.
     last_trim: Instant,
+    /// Last time the driver looked at how much memory a trim would give back (a walk over
+    /// every stream: at most once per TRIM_CHECK, not at every poll of a busy session).
+    trim_checked: Instant,
+    /// What that look found: enough to be worth a wake-up when the trim is due.
+    trim_wanted: bool,
     /// Last time the scheduler was told each path's RTT and congestion window.
     last_path_info: Instant,
     /// Wakes the driver when the core asks to be polled again (rate-limit tokens).
@@ -56,6 +61,10 @@ const TRIM_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 /// Least memory worth a wake-up of a quiet session to release it (a few bytes of scratch after
 /// a keepalive are not).
 const TRIM_WORTH: usize = 4096;
+/// How often a polled session with many streams works out what a trim would release.
+const TRIM_CHECK: std::time::Duration = std::time::Duration::from_millis(50);
+/// Streams up to which that is cheap enough to do at every poll (no extra timer).
+const TRIM_CHECK_ALWAYS: usize = 64;
 
 /// Rounds of read/transmit per poll before yielding to other tasks (fairness between sessions).
 const ROUNDS_PER_POLL: usize = 16;
@@ -67,6 +76,8 @@ impl Driver {
             shared,
             sockets: vec![Socket { id: conn, stream: Some(stream), write_shut: false }],
             last_trim: Instant::now(),
+            trim_checked: Instant::now(),
+            trim_wanted: false,
             last_path_info: Instant::now(),
             rejoining: false,
             timer: None,
@@ -195,8 +206,21 @@ impl Future for Driver {
         }
         inner.set_driver_waker(cx.waker());
         // A session that went quiet holding large buffers (after a bulk transfer) is polled once
-        // more when the trim is due, instead of keeping them until its next activity.
-        let trim_at = (inner.proto.releasable_memory() >= TRIM_WORTH).then(|| this.last_trim + TRIM_INTERVAL);
+        // more when the trim is due, instead of keeping them until its next activity. Working
+        // that out walks every stream: a session with many does it once per TRIM_CHECK, and
+        // when it did not look this time, it looks again once the check is due.
+        let now = Instant::now();
+        let looked =
+            inner.proto.stream_count() <= TRIM_CHECK_ALWAYS || now.duration_since(this.trim_checked) >= TRIM_CHECK;
+        if looked {
+            this.trim_checked = now;
+            this.trim_wanted = inner.proto.releasable_memory() >= TRIM_WORTH;
+        }
+        let trim_at = match (this.trim_wanted, looked) {
+            (true, _) => Some(this.last_trim + TRIM_INTERVAL),
+            (false, false) => Some(this.trim_checked + TRIM_CHECK),
+            (false, true) => None,
+        };
         let wake_at = match (inner.proto.poll_timeout(), trim_at) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

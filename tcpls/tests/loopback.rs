@@ -173,9 +173,28 @@ async fn connections_report_tcp_info_and_the_peer_answers_tcp_info_requests() {
 /// second (its driver arms a trim timer), instead of keeping them until its next activity.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quiet_session_releases_bulk_buffers() {
+    quiet_session_releases(0).await;
+}
+
+/// Same with 100 more streams open (each echoed a byte): a driver with that many streams looks
+/// at what a trim would release only every 50 ms, and must still look once the session is quiet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quiet_session_with_many_streams_releases_bulk_buffers() {
+    quiet_session_releases(100).await;
+}
+
+async fn quiet_session_releases(idle_streams: usize) {
     let pki = Pki::new();
     let addr = echo_server(&pki).await;
     let session = TcplsConnector::new(pki.client()).connect(addr, server_name_for("localhost").unwrap()).await.unwrap();
+    let mut idle = Vec::new();
+    for _ in 0..idle_streams {
+        let (mut send, mut recv) = session.open_stream().unwrap();
+        send.write_all(b"x").await.unwrap();
+        let mut one = [0u8; 1];
+        recv.read_exact(&mut one).await.unwrap();
+        idle.push((send, recv));
+    }
     let (mut send, mut recv) = session.open_stream().unwrap();
     let data = payload(16 << 20, 7);
     let expect = data.clone();
