@@ -186,15 +186,20 @@ impl SendBuf {
     /// Copies as much of `data` as fits; returns the number of bytes taken (0 when full,
     /// finished or reset).
     pub fn write(&mut self, data: &[u8]) -> usize {
-        let n = data.len().min(self.writable());
+        let writable = self.writable();
+        let n = data.len().min(writable);
         if n == 0 {
             return 0;
         }
         let before = self.buffered();
         let need = self.buf.len() + n;
         if need > self.buf.capacity() {
-            // Grow by doubling, but never past the stream's capacity (`need <= capacity`).
-            let target = (2 * self.buf.capacity()).max(MIN_ALLOC).min(self.capacity).max(need);
+            // Grow by doubling, but never past what the stream may hold now: its capacity, and
+            // its share of the session's send budget (`need` is within both). Doubling past
+            // the share left each of 1000 streams a ring of up to twice it, which the budget
+            // did not count.
+            let limit = self.buf.len() + writable;
+            let target = (2 * self.buf.capacity()).max(MIN_ALLOC).min(self.capacity).min(limit).max(need);
             self.buf.reserve_exact(target - self.buf.len());
         }
         self.buf.extend(&data[..n]);

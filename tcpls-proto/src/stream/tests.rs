@@ -1055,3 +1055,27 @@ fn chunks_across_the_ring_wrap_carry_the_right_bytes() {
     }
     assert!(splits > 10, "only {splits} chunks crossed the wrap");
 }
+
+#[test]
+fn a_ring_grows_no_further_than_the_streams_share() {
+    // Ten streams share a 1 MB budget: each may hold 100 KB. Written in small pieces, a ring
+    // doubled past its share (up to 128 KiB here, 1.3x) before; now it stops at the share.
+    let account = SendAccount::new(1_000_000, 32 * 1024);
+    let mut bufs: Vec<SendBuf> = (0..10).map(|_| SendBuf::new(4 << 20)).collect();
+    for b in &mut bufs {
+        b.set_account(account.clone());
+    }
+    let piece = vec![7u8; 4_000];
+    // The writers take turns, as tasks do (a share is the budget over the streams holding data).
+    while bufs.iter_mut().map(|b| b.write(&piece)).sum::<usize>() > 0 {}
+    for b in &bufs {
+        assert_eq!(b.buffered(), 100_000, "each holds its share");
+        assert!(b.allocated() <= 100_000 + 4_096, "ring of {} bytes for a 100 KB share", b.allocated());
+    }
+    // One stream alone still grows by doubling up to its own capacity.
+    let mut alone = SendBuf::new(1 << 20);
+    let data = vec![1u8; 1 << 20];
+    assert_eq!(alone.write(&data[..300_000]), 300_000);
+    assert_eq!(alone.write(&data[..300_000]), 300_000);
+    assert!(alone.allocated() >= 600_000 && alone.allocated() <= 1 << 20);
+}
