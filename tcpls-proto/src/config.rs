@@ -70,8 +70,9 @@ pub struct SessionConfig {
     pub random: RandomSource,
     /// Acknowledge records and keep what was sent until acknowledged, so that the records of a
     /// failed connection are re-sent on the others (PROTOCOL.md §5). Off: no retention (less
-    /// memory, for constrained devices), a failed connection loses what it carried: if streams
-    /// are open when one fails, the whole session ends with an error that says so.
+    /// memory, for constrained devices), a failed connection loses what it carried: if it
+    /// carried stream data and streams are open, the whole session ends with an error that
+    /// says so.
     pub failover: bool,
     /// With failover, how long a session whose every connection was lost waits for the client
     /// to join a new one (break-before-make); zero: the session ends with its last connection.

@@ -576,6 +576,7 @@ fn without_failover_losing_a_connection_that_may_carry_stream_data_ends_the_sess
     let mut p = MultiPair::new(settings);
     let second = p.join().unwrap();
     let id = p.client.open_stream().unwrap();
+    p.client.steer_stream(id, Some(0)).unwrap();
     assert_eq!(p.client.write(id, &payload(30_000, 17)).unwrap(), 30_000);
     p.client.prepare_transmit(p.now);
     p.kill(0);
@@ -600,4 +601,29 @@ fn without_failover_a_session_without_streams_survives_a_lost_connection() {
     p.client.steer_stream(id, Some(second)).unwrap();
     let data = payload(50_000, 18);
     assert!(p.transfer(id, &data, |_, _| {}) == data, "the other connection carries on");
+}
+
+#[test]
+fn without_failover_losing_a_connection_that_carried_no_stream_data_is_survived() {
+    // A path that carried only control frames, or a join that failed during its handshake,
+    // lost no stream bytes: the session goes on, its streams intact.
+    let settings = tcpls_proto::SessionConfig { failover: false, ..test_config() };
+    let mut p = MultiPair::new(settings);
+    let id = p.client.open_stream().unwrap();
+    p.client.steer_stream(id, Some(0)).unwrap();
+    let second = p.join().unwrap();
+    let data = payload(60_000, 19);
+    // Its data went on connection 0 only; the server's half stays open.
+    assert!(p.transfer(id, &data, |_, _| {}) == data);
+    assert!(p.client.stream_count() == 1 && p.server.stream_count() == 1);
+    p.kill(second);
+    assert!(p.client.error().is_none() && p.server.error().is_none(), "{:?}", p.client.error());
+    // A join whose connection dies before its handshake completes.
+    let joining = p.client.add_connection().unwrap();
+    p.cut.insert(joining);
+    p.client.handle_io_error(joining, "connection refused (test)", p.now);
+    p.drive();
+    assert!(p.client.error().is_none(), "{:?}", p.client.error());
+    let id = p.client.open_stream().unwrap();
+    assert!(p.transfer(id, &data, |_, _| {}) == data, "the session goes on");
 }

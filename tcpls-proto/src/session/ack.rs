@@ -196,7 +196,9 @@ impl Session {
     ///
     /// Without failover nothing says what a failed connection carried, either way: its streams'
     /// bytes may be lost, and a stream with a hole would wait for ever. Returns why the whole
-    /// session must then end (when streams are open and other connections would carry on).
+    /// session must then end (when it carried stream data, streams are open and other
+    /// connections would carry on; a join that failed, or a path that carried only control
+    /// frames, loses nothing).
     pub(crate) fn on_connection_finished(&mut self, id: ConnId) -> Option<String> {
         let others = self.conns.iter().any(|c| c.id != id && c.is_usable());
         let c = self.conns.get_mut(id)?;
@@ -205,7 +207,7 @@ impl Session {
             self.core.on_acked(c, highest);
             return None;
         }
-        if !self.core.config.failover && others && self.core.streams.len() > 0 {
+        if !self.core.config.failover && others && c.carried_streams && self.core.streams.len() > 0 {
             return Some(format!(
                 "connection {id} failed and failover is off: stream bytes it carried may be lost, so the session \
                  ends rather than leave a stream waiting for them (turn failover on to survive a lost connection)"

@@ -198,6 +198,9 @@ pub(crate) struct Connection {
     pub(crate) read_chunk: usize,
     /// Length of the last [`Session::read_buffer`](super::Session::read_buffer) handed out.
     pub(crate) last_spare: usize,
+    /// Stream data went out or came in on it: without failover, losing it may lose stream
+    /// bytes (`on_connection_finished`).
+    pub(crate) carried_streams: bool,
 }
 
 /// What one sealed record carried, by reference: a stream range and retransmittable control
@@ -293,6 +296,7 @@ impl Connection {
             rx_rest: Vec::new(),
             read_chunk: MIN_READ_CHUNK,
             last_spare: 0,
+            carried_streams: false,
         }
     }
 
@@ -467,6 +471,7 @@ impl Connection {
                             _ => (Inbound::Frames { plaintext: content, first }, Scan::default()),
                         };
                         let flow = sink.deliver(id, seq, inbound, &mut scan)?;
+                        self.carried_streams |= scan.lead.is_some();
                         self.expect.observe(&scan);
                         if flow == Flow::Pause {
                             self.paused = true;

@@ -119,6 +119,7 @@ impl Session {
             s.send.ack(offset, len, fin);
             core.early.half_rtt_sent += len;
             c.stats.records_sent += 1;
+            c.carried_streams = true;
             queued = true;
             core.streams.requeue_front(id);
             core.notify_writable_if_blocked(id);

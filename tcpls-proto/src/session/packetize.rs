@@ -418,6 +418,7 @@ impl Core {
         match sent {
             Some(chunk) => {
                 c.stats.records_sent += 1;
+                c.carried_streams = true;
                 let control = &trailer[moved + STREAM_FRAME_OVERHEAD..moved + STREAM_FRAME_OVERHEAD + control_len];
                 self.log_sent(c, number, Some((id, chunk.0, chunk.1, chunk.2)), control);
                 // Deficit round robin: a stream with more to send keeps its turn until it has
