@@ -18,29 +18,9 @@ mod util;
 use std::time::Duration;
 
 use tcpls_proto::{ConnId, Session, SessionConfig, StreamError};
+use tcpls_test::Rng;
 use util::multi::MultiPair;
 use util::{payload, test_config, Pki};
-
-/// xorshift64*: deterministic, no dependencies.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn chance(&mut self, one_in: usize) -> bool {
-        self.below(one_in) == 0
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum SendEnd {

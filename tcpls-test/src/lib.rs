@@ -9,6 +9,7 @@
 //! * [`AcceptAnyServerCertificate`]: the (dangerous) verifier that accepts any server
 //!   certificate, re-exported from `tcpls_proto::insecure`.
 //! * [`net`]: loopback helpers (a TCP echo server, a port with nothing listening).
+//! * [`Rng`]: a seeded pseudo-random generator for soaks and randomized tests.
 //!
 //! The network-namespace helpers (creating namespaces, veth pairs, routes, detecting whether
 //! the test may: root and `ip netns`, printing `SKIPPED: <reason>` otherwise) are in the
@@ -36,9 +37,11 @@
 pub mod net;
 mod payload;
 pub mod pki;
+mod rng;
 
 pub use payload::{payload, payload_at};
 pub use pki::{Identity, Pki, TestCa};
+pub use rng::Rng;
 /// The payload generator and checker itself ([`pattern::chunk`], [`pattern::verify`],
 /// [`pattern::Verifier`]).
 pub use tcpls_pattern as pattern;

@@ -36,29 +36,29 @@ async fn echo_server(pki: &Pki) -> (std::net::SocketAddr, oneshot::Receiver<Sess
     (addr, rx)
 }
 
+/// Writes `data` and finishes the stream, in a task of its own (the echo comes back meanwhile).
+fn write_and_finish(mut send: tcpls::SendStream, data: Vec<u8>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        send.write_all(&data).await.unwrap();
+        send.shutdown().await.unwrap();
+    })
+}
+
 async fn one_stream(session: &Session, i: u64) {
     let (mut send, mut recv) = session.open_stream().unwrap();
     let data = payload(1 + (i as usize * 7_919) % 90_000, i);
     match i % 4 {
         // Read to the end with AsyncRead.
         0 => {
-            let expect = data.clone();
-            let writer = tokio::spawn(async move {
-                send.write_all(&data).await.unwrap();
-                send.shutdown().await.unwrap();
-            });
+            let writer = write_and_finish(send, data.clone());
             let mut got = Vec::new();
             recv.read_to_end(&mut got).await.unwrap();
             writer.await.unwrap();
-            assert!(got == expect, "stream {i}: echo corrupted");
+            assert!(got == data, "stream {i}: echo corrupted");
         }
         // Read to the end without a copy (the tunnel's way).
         1 => {
-            let expect = data.clone();
-            let writer = tokio::spawn(async move {
-                send.write_all(&data).await.unwrap();
-                send.shutdown().await.unwrap();
-            });
+            let writer = write_and_finish(send, data.clone());
             let mut got = Vec::new();
             while recv
                 .read_chunk_with(|chunk| {
@@ -70,7 +70,7 @@ async fn one_stream(session: &Session, i: u64) {
                 > 0
             {}
             writer.await.unwrap();
-            assert!(got == expect, "stream {i}: echo corrupted (read_chunk_with)");
+            assert!(got == data, "stream {i}: echo corrupted (read_chunk_with)");
         }
         // The reader goes away before the echo arrives.
         2 => {
