@@ -123,6 +123,19 @@ pub struct SessionStats {
     pub records_resent: u64,
     /// Stream bytes of those records (sent again, re-encrypted, on another connection).
     pub stream_bytes_resent: u64,
+    /// Connections that ended with an error (RST, EOF without close_notify, a silent path
+    /// given up, a keepalive left unanswered, ...), not by a clean close.
+    pub connections_lost: u64,
+    /// Times a connection went silent past its retransmission deadline while another could
+    /// carry its records (loss detection, PROTOCOL.md §5): it became *suspect*, its
+    /// unacknowledged records were re-sent elsewhere (counted in `records_resent`).
+    pub paths_suspected: u64,
+    /// Suspect connections that acknowledged again and carry data once more (the path came
+    /// back, or the suspicion was spurious: its records had only been slow).
+    pub paths_recovered: u64,
+    /// Stream bytes received that were already there: copies re-sent after a failover or a
+    /// suspicion, dropped by offset.
+    pub duplicate_bytes_received: u64,
 }
 
 pub struct Session {
