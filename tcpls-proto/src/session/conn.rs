@@ -106,6 +106,8 @@ pub(crate) enum Loss<'a> {
     KeepaliveTimeout,
     /// Records went unacknowledged, with no progress, for this long (`loss.rs`).
     Silent(std::time::Duration),
+    /// Suspect of silence when the session closed: given up rather than waited for.
+    SilentAtClose,
     /// The peer reported the connection as failed (Connection Reset).
     ReportedByPeer,
 }
@@ -116,6 +118,9 @@ impl Loss<'_> {
             Loss::Eof => "TCP connection closed without close_notify".into(),
             Loss::Io(reason) => reason.to_string(),
             Loss::KeepaliveTimeout => "no answer to a keepalive Ping".into(),
+            Loss::SilentAtClose => {
+                "given up at close: the path had gone silent (its records were re-sent on the others)".into()
+            }
             Loss::Silent(t) => format!(
                 "the path went silent: nothing acknowledged for {:.1} s (no RST: a link down, packets dropped, out of range)",
                 t.as_secs_f64()

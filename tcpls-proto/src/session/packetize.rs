@@ -63,7 +63,8 @@ impl Session {
         if self.peer_closed() && self.core.all_send_halves_finished() {
             self.core.life.begin_closing();
         }
-        if self.core.life.is_closing() && self.core.all_sent() {
+        let gave_up = self.core.life.is_closing() && self.give_up_suspects_at_close();
+        if self.core.life.is_closing() && self.core.all_sent() && !gave_up {
             for c in &mut self.conns {
                 if let Err(e) = c.send_close_notify() {
                     c.fail(e);
@@ -236,9 +237,11 @@ impl Session {
     }
 
     /// When the peer closes one of several connections, we close it too; its streams carry on
-    /// over the others.
+    /// over the others (not over a suspect one: when the peer closed all but that one, the
+    /// session is closing, see `peer_closed`).
     fn answer_connection_closes(&mut self) {
-        let others_usable = self.conns.iter().filter(|c| c.is_usable() && !c.close_received()).count();
+        let others_usable =
+            self.conns.iter().filter(|c| c.is_usable() && !c.close_received() && !c.is_suspect()).count();
         if others_usable == 0 {
             return;
         }
@@ -251,11 +254,14 @@ impl Session {
         }
     }
 
-    /// The peer sent close_notify on every live connection: it will open no more streams.
+    /// The peer sent close_notify on every live connection: it will open no more streams. A
+    /// connection we suspect of silence (`loss.rs`) is not waited for (its close_notify may
+    /// never arrive) as long as one of the others brought one.
     pub fn peer_closed(&self) -> bool {
         self.core.life.is_established()
             && self.core.life.orphaned_since().is_none()
-            && self.conns.iter().all(|c| c.close_received() || c.is_finished())
+            && self.conns.iter().all(|c| c.close_received() || c.is_finished() || c.is_suspect())
+            && (self.conns.iter().any(|c| c.close_received()) || self.conns.iter().all(|c| !c.is_suspect()))
     }
 
     /// Something is queued that the next `prepare_transmit` would seal (the IO layer uses this
@@ -452,7 +458,8 @@ impl Core {
     /// Records of control frames on `c` while it has room, and a client's first record.
     /// Returns whether `c` failed.
     fn seal_control_on(&mut self, c: &mut Connection) -> bool {
-        if !c.is_usable() || !c.is_tcpls() || c.join_pending() {
+        // A suspect connection takes nothing: what it would carry might never arrive.
+        if !c.is_usable() || !c.is_tcpls() || c.join_pending() || c.is_suspect() {
             return false;
         }
         while c.tx.len() < self.config.transmit_high_water && self.control.has_for(c.id) {
