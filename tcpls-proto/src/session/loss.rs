@@ -182,7 +182,7 @@ impl Session {
                 }
                 continue;
             }
-            if !c.loss.suspect_at(ack_delay, floor).is_some_and(|at| at <= now) {
+            if c.loss.suspect_at(ack_delay, floor).is_none_or(|at| at > now) {
                 continue;
             }
             // Someone else must be able to carry what it holds.
