@@ -195,9 +195,8 @@ pub(crate) struct Connection {
     pub(crate) ping_sent: Option<std::time::Instant>,
     /// Server: accepted early-data plaintexts, for the session (see `early.rs`).
     pub(crate) early_received: Vec<Vec<u8>>,
-    /// Path information from the IO layer, for the scheduler.
-    pub(crate) rtt_us: Option<u32>,
-    pub(crate) cwnd: Option<u32>,
+    /// Path information from the IO layer (TCP_INFO), for the scheduler.
+    pub(crate) path: super::sched::PathInfo,
     /// Zero-copy receive: where the next stream record is expected to go (`placement.rs`).
     pub(crate) expect: Expectation,
     /// A record decrypted into a stream's buffer but belonging elsewhere, moved here to take
@@ -302,8 +301,7 @@ impl Connection {
             secret: None,
             backup: false,
             paused: false,
-            rtt_us: None,
-            cwnd: None,
+            path: Default::default(),
             last_rx: None,
             ping_sent: None,
             early_received: Vec::new(),

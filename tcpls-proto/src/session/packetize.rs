@@ -13,6 +13,7 @@ use crate::frame::{write_stream_trailer, Frame, FrameReader, STREAM_FRAME_OVERHE
 use crate::record::{CT_APPLICATION_DATA, MAX_PLAINTEXT};
 
 use super::conn::{ConnState, Connection};
+use super::sched::PathView;
 use super::streams::Stream;
 use super::{Core, Session};
 
@@ -161,18 +162,20 @@ impl Session {
                     self.conns.get(conn).filter(|c| c.tx.len() < high && self.core.ext.may_send(c.id)).map(|c| c.id)
                 }
                 None => {
+                    // Every carrier, those without room too: a scheduler may wait for a fast
+                    // path rather than send on a slow one (`Scheduler::pick_any`).
                     views.clear();
                     views.extend(
                         self.conns
                             .iter()
-                            .filter(|c| carries_unsteered(c) && c.tx.len() < high)
-                            .filter(|c| self.core.ext.may_send(c.id))
-                            .map(Session::path_view),
+                            .filter(|c| carries_unsteered(c) && self.core.ext.may_send(c.id))
+                            .map(|c| PathView { room: c.tx.len() < high, ..Session::path_view(c) }),
                     );
-                    if views.is_empty() {
+                    if !views.iter().any(|v| v.room) {
                         None
                     } else {
-                        self.core.paths.scheduler().pick(id, &views).filter(|c| views.iter().any(|v| v.conn == *c))
+                        let pick = self.core.paths.scheduler().pick_any(id, &views);
+                        pick.filter(|c| views.iter().any(|v| v.conn == *c && v.room))
                     }
                 }
             };
