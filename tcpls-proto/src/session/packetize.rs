@@ -162,19 +162,22 @@ impl Session {
                     self.conns.get(conn).filter(|c| c.tx.len() < high && self.core.ext.may_send(c.id)).map(|c| c.id)
                 }
                 None => {
-                    // Every carrier, those without room too: a scheduler may wait for a fast
-                    // path rather than send on a slow one (`Scheduler::pick_any`).
+                    // A scheduler that may wait for a fast path rather than send on a slow one
+                    // sees every carrier, those without room too (`Scheduler::pick_any`).
+                    let all = self.core.paths.scheduler().waits_for_paths();
                     views.clear();
                     views.extend(
                         self.conns
                             .iter()
                             .filter(|c| carries_unsteered(c) && self.core.ext.may_send(c.id))
-                            .map(|c| PathView { room: c.tx.len() < high, ..Session::path_view(c) }),
+                            .map(|c| PathView { room: c.tx.len() < high, ..Session::path_view(c) })
+                            .filter(|v| all || v.room),
                     );
                     if !views.iter().any(|v| v.room) {
                         None
                     } else {
-                        let pick = self.core.paths.scheduler().pick_any(id, &views);
+                        let scheduler = self.core.paths.scheduler();
+                        let pick = if all { scheduler.pick_any(id, &views) } else { scheduler.pick(id, &views) };
                         pick.filter(|c| views.iter().any(|v| v.conn == *c && v.room))
                     }
                 }

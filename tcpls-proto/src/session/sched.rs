@@ -49,10 +49,16 @@ pub trait Scheduler: Send {
     /// Picks among the connections that can take a record now.
     fn pick(&mut self, stream: StreamId, paths: &[PathView]) -> Option<ConnId>;
 
+    /// Whether the session should call [`Scheduler::pick_any`] (with every carrier) rather
+    /// than [`Scheduler::pick`] (with those that have room).
+    fn waits_for_paths(&self) -> bool {
+        false
+    }
+
     /// Picks among every connection that may carry the stream, those without room included
     /// (`room` false): a policy may return one of those to wait for it (nothing is sent now,
-    /// the stream waits for the next round). The default asks [`Scheduler::pick`] about the
-    /// connections with room.
+    /// the stream waits for the next round). Called when [`Scheduler::waits_for_paths`]; the
+    /// default asks [`Scheduler::pick`] about the connections with room.
     fn pick_any(&mut self, stream: StreamId, paths: &[PathView]) -> Option<ConnId> {
         if paths.iter().all(|p| p.room) {
             return self.pick(stream, paths);
@@ -143,6 +149,10 @@ impl EarliestArrival {
 impl Scheduler for EarliestArrival {
     fn pick(&mut self, stream: StreamId, paths: &[PathView]) -> Option<ConnId> {
         self.pick_any(stream, paths)
+    }
+
+    fn waits_for_paths(&self) -> bool {
+        true
     }
 
     fn pick_any(&mut self, _stream: StreamId, paths: &[PathView]) -> Option<ConnId> {
