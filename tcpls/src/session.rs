@@ -75,6 +75,9 @@ pub struct ConnectionInfo {
     pub bytes_received: u64,
     /// Can carry data now (handshake done, not closing, not failed).
     pub usable: bool,
+    /// Suspect of silence: its records went unacknowledged past their deadline, so it takes no
+    /// new data until it acknowledges again (PROTOCOL.md §5, "Silent paths"); still `usable`.
+    pub suspect: bool,
     /// The kernel's view of the TCP connection (Linux TCP_INFO), while its socket is open.
     pub tcp_info: Option<crate::tcp_info::TcpInfo>,
 }
@@ -158,6 +161,7 @@ impl Session {
                     bytes_sent: stats.bytes_sent,
                     bytes_received: stats.bytes_received,
                     usable: inner.proto.is_connection_usable(id),
+                    suspect: inner.proto.is_connection_suspect(id),
                     tcp_info: inner.tcp_info(id),
                 }
             })

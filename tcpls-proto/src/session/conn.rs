@@ -393,7 +393,13 @@ impl Connection {
 
     /// Can carry stream records: usable, and (for a joining connection) accepted by the server.
     pub(crate) fn carries_streams(&self) -> bool {
-        self.is_usable() && !self.join_pending() && !self.awaiting_join_ack() && !self.is_suspect()
+        self.is_up() && !self.is_suspect()
+    }
+
+    /// Usable, and (for a joining connection) accepted by the server: up as far as TCP and TLS
+    /// say, suspect of silence or not (`loss.rs`).
+    pub(crate) fn is_up(&self) -> bool {
+        self.is_usable() && !self.join_pending() && !self.awaiting_join_ack()
     }
 
     /// Advances the handshake. Returns the outcome's info once, when it completes.

@@ -176,9 +176,18 @@ impl Session {
     }
 
     /// The connection can carry stream data (handshake done, join accepted, not closing, not
-    /// failed).
+    /// failed), suspect of silence or not: a suspect connection is still up (the path manager
+    /// must not replace it) but takes no new data until it acknowledges again
+    /// ([`Session::is_connection_suspect`]).
     pub fn is_connection_usable(&self, conn: ConnId) -> bool {
-        self.conns.get(conn).is_some_and(Connection::carries_streams)
+        self.conns.get(conn).is_some_and(Connection::is_up)
+    }
+
+    /// The connection is suspect of silence: up, but its records went unacknowledged past its
+    /// retransmission deadline, so it carries no new data until it acknowledges again
+    /// (PROTOCOL.md §5, "Silent paths").
+    pub fn is_connection_suspect(&self, conn: ConnId) -> bool {
+        self.conns.get(conn).is_some_and(Connection::is_suspect)
     }
 
     /// Marks `conn` as a backup path (`true`) or a regular one (`false`), here and, with a Path

@@ -26,12 +26,16 @@
 use std::time::{Duration, Instant};
 
 use crate::event::{ConnId, Event};
+use crate::frame::Frame;
 
 use super::conn::{Connection, Loss};
 use super::Session;
 
 /// Most doublings of a connection's deadline after it recovered from a suspicion.
-const MAX_BACKOFF: u32 = 2;
+const MAX_BACKOFF: u32 = 1;
+/// Granularity of the deadlines handed to the IO layer's timer: the progress clock restarts at
+/// every ACK, and a timer moved at every poll costs more than a check a few ms late.
+const TIMER_GRANULARITY: Duration = Duration::from_millis(10);
 /// A connection's deadline returns one doubling towards normal per this long without a
 /// suspicion.
 const BACKOFF_DECAY: Duration = Duration::from_secs(10);
@@ -57,6 +61,11 @@ pub(crate) struct LossState {
 struct Suspicion {
     /// The start of the progress clock when it was suspected: what `silence_timeout` counts from.
     waiting_since: Instant,
+    /// The number of the first record sealed on it after the suspicion (a Ping sent to probe
+    /// it): only an ACK of that record or a later one proves the path carries again. ACKs of
+    /// records sent before (which reached the peer before the silence, acknowledged over
+    /// another connection) do not.
+    probe_from: u64,
 }
 
 impl LossState {
@@ -84,6 +93,10 @@ impl LossState {
         self.acked = Some(highest);
         if let Some(sample) = sample {
             self.on_rtt_sample(sample);
+        }
+        if self.suspect.is_some_and(|s| highest < s.probe_from) {
+            // Late news of records sent before the silence: still suspect.
+            return false;
         }
         self.waiting_since = if still_waiting { now } else { None };
         let recovered = self.suspect.take().is_some();
@@ -137,9 +150,9 @@ impl LossState {
         Some(since + timeout)
     }
 
-    fn suspect(&mut self, now: Instant) {
+    fn suspect(&mut self, now: Instant, probe_from: u64) {
         if let Some(waiting_since) = self.waiting_since {
-            self.suspect = Some(Suspicion { waiting_since });
+            self.suspect = Some(Suspicion { waiting_since, probe_from });
         }
         self.waiting_since = None;
         self.decay(now);
@@ -171,8 +184,18 @@ impl Session {
         }
         let (ack_delay, floor) = (self.core.config.ack_delay, self.core.config.min_retransmit_timeout);
         let silence = self.core.config.silence_timeout;
+        let due = |c: &Connection| {
+            c.is_established()
+                && c.is_tcpls()
+                && (c.loss.suspect_at(ack_delay, floor).is_some_and(|at| at <= now)
+                    || silence.and_then(|t| c.loss.silent_at(t)).is_some_and(|at| at <= now))
+        };
+        // Checked at every `prepare_transmit`: nothing is allocated unless there is work.
+        if !self.conns.iter().any(due) {
+            return;
+        }
         let mut given_up = false;
-        let ids: Vec<ConnId> = self.conns.iter().filter(|c| c.is_established() && c.is_tcpls()).map(|c| c.id).collect();
+        let ids: Vec<ConnId> = self.conns.iter().filter(|c| due(c)).map(|c| c.id).collect();
         for id in ids {
             let Some(c) = self.conns.get(id) else { continue };
             if silence.and_then(|t| c.loss.silent_at(t)).is_some_and(|at| at <= now) {
@@ -191,7 +214,10 @@ impl Session {
                 continue;
             }
             if let Some(c) = self.conns.get_mut(id) {
-                c.loss.suspect(now);
+                // A Ping probes it: the ACK of that Ping (or of anything after it) is what
+                // brings it back, and it comes back on this connection.
+                c.loss.suspect(now, c.next_tx_number());
+                self.core.control.push(&Frame::Ping, Some(id));
                 self.core.stats.paths_suspected += 1;
                 self.core.events.push(Event::PathSuspected { conn: id });
                 self.core.resend_unacked(c);
@@ -238,12 +264,17 @@ impl Session {
         }
         let (ack_delay, floor) = (self.core.config.ack_delay, self.core.config.min_retransmit_timeout);
         let silence = self.core.config.silence_timeout;
-        self.conns
+        let at = self
+            .conns
             .iter()
             .filter(|c| c.is_established() && c.is_tcpls())
             .flat_map(|c| [c.loss.suspect_at(ack_delay, floor), silence.and_then(|t| c.loss.silent_at(t))])
             .flatten()
-            .min()
+            .min()?;
+        // Rounded up to the timer's granularity from the session's first time.
+        let start = self.core.clock.start().unwrap_or(at);
+        let ticks = at.saturating_duration_since(start).as_nanos().div_ceil(TIMER_GRANULARITY.as_nanos());
+        Some(start + TIMER_GRANULARITY * ticks.min(u128::from(u32::MAX)) as u32)
     }
 }
 
@@ -292,18 +323,21 @@ mod tests {
         // Progress restarts the clock.
         s.on_ack(1, Some(10 * MS), true, Some(t0 + 150 * MS));
         assert_eq!(s.suspect_at(25 * MS, 200 * MS), Some(t0 + 350 * MS));
-        s.suspect(t0 + 350 * MS);
+        s.suspect(t0 + 350 * MS, 10);
         assert!(s.is_suspect());
         assert_eq!(s.suspect_at(25 * MS, 200 * MS), None);
         assert_eq!(s.silent_at(Duration::from_secs(5)), Some(t0 + 150 * MS + Duration::from_secs(5)));
-        // Progress ends the suspicion and doubles the next deadline.
-        assert!(s.on_ack(2, None, false, Some(t0 + 400 * MS)));
+        // ACKs of records sent before the suspicion (delivered before the silence) do not end
+        // it; the ACK of the probe (record 10) does, and doubles the next deadline.
+        assert!(!s.on_ack(2, None, false, Some(t0 + 380 * MS)));
+        assert!(s.is_suspect());
+        assert!(s.on_ack(10, None, false, Some(t0 + 400 * MS)));
         assert!(!s.is_suspect());
         assert_eq!(s.deadline(25 * MS, 200 * MS), 400 * MS);
         assert_eq!(s.silent_at(Duration::from_secs(5)), None);
         // The doubling decays after BACKOFF_DECAY without suspicion.
         s.on_record_logged(Some(t0 + BACKOFF_DECAY * 2));
-        s.suspect(t0 + BACKOFF_DECAY * 2);
+        s.suspect(t0 + BACKOFF_DECAY * 2, 20);
         assert_eq!(s.deadline(25 * MS, 200 * MS), 200 * MS);
     }
 }

@@ -20,6 +20,10 @@ use super::{Core, Session};
 /// Below this many bytes of room, a record is not worth starting with stream data.
 const MIN_STREAM_CHUNK: usize = 64;
 
+/// Most bytes sealed ahead per connection while several connections are up
+/// (`Session::transmit_high_water`).
+pub const MULTIPATH_HIGH_WATER: usize = 128 << 10;
+
 /// Encoded size of a Stream Change frame: stream ID, offset, type.
 const STREAM_CHANGE_LEN: usize = 4 + 8 + 1;
 
@@ -118,7 +122,7 @@ impl Session {
     /// shorter than a record waits while its connection still has bytes to write (autocorking),
     /// so that bulk writers' records stay full (zero-copy placement, fewer records).
     fn fill_streams(&mut self) -> bool {
-        let high = self.core.config.transmit_high_water;
+        let high = self.transmit_high_water();
         let mut failed = false;
         let mut skipped = 0;
         let mut views = Vec::new();
@@ -205,18 +209,32 @@ impl Session {
     /// connection opens a new session (PROTOCOL.md §1).
     fn fill_control_and_first_records(&mut self) -> bool {
         let mut failed = false;
+        let high = self.transmit_high_water();
         // The control frames that may travel anywhere go first where they are most likely to
         // arrive.
         let preferred = self.control_carrier();
         if let Some(c) = preferred.and_then(|id| self.conns.get_mut(id)) {
-            failed |= self.core.seal_control_on(c);
+            failed |= self.core.seal_control_on(c, high);
         }
         for c in &mut self.conns {
             if Some(c.id) != preferred {
-                failed |= self.core.seal_control_on(c);
+                failed |= self.core.seal_control_on(c, high);
             }
         }
         failed
+    }
+
+    /// How much is sealed ahead per connection. With several connections up, at most
+    /// [`MULTIPATH_HIGH_WATER`]: what is sealed is committed to its connection (records cannot
+    /// move once encrypted), so a deep queue there delays the re-sending of a path that goes
+    /// silent, and an ACK waits behind it; with one connection there is no choice to keep open.
+    fn transmit_high_water(&self) -> usize {
+        let high = self.core.config.transmit_high_water;
+        if self.conns.iter().filter(|c| c.is_up()).take(2).count() > 1 {
+            high.min(MULTIPATH_HIGH_WATER)
+        } else {
+            high
+        }
     }
 
     /// The connection that takes first the control frames that may travel on any: the one that
@@ -463,13 +481,17 @@ impl Core {
 
     /// Records of control frames on `c` while it has room, and a client's first record.
     /// Returns whether `c` failed.
-    fn seal_control_on(&mut self, c: &mut Connection) -> bool {
-        // A suspect connection takes nothing: what it would carry might never arrive.
-        if !c.is_usable() || !c.is_tcpls() || c.join_pending() || c.is_suspect() {
+    fn seal_control_on(&mut self, c: &mut Connection, high: usize) -> bool {
+        if !c.is_usable() || !c.is_tcpls() || c.join_pending() {
             return false;
         }
-        while c.tx.len() < self.config.transmit_high_water && self.control.has_for(c.id) {
-            match self.seal_control_record(c) {
+        // A suspect connection takes only what is bound to it (its probe): anything else might
+        // never arrive.
+        let bound_only = c.is_suspect();
+        let id = c.id;
+        let waiting = |q: &super::ControlQueue| if bound_only { q.has_bound_for(id) } else { q.has_for(id) };
+        while c.tx.len() < high && waiting(&self.control) {
+            match self.seal_control_record(c, bound_only) {
                 Ok(true) => {}
                 Ok(false) => break,
                 Err(e) => {
@@ -500,11 +522,11 @@ impl Core {
     }
 
     /// A record of control frames only. Returns false when nothing fitted.
-    fn seal_control_record(&mut self, c: &mut Connection) -> Result<bool, Error> {
+    fn seal_control_record(&mut self, c: &mut Connection, bound_only: bool) -> Result<bool, Error> {
         let record_size = self.record_size();
         let mut trailer = std::mem::take(&mut self.scratch);
         trailer.clear();
-        let len = self.control.take_into(c.id, record_size, &mut trailer);
+        let len = self.control.take_into_filtered(c.id, record_size, &mut trailer, bound_only);
         if len == 0 {
             self.scratch = trailer;
             return Ok(false);
