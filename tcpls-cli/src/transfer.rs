@@ -9,7 +9,8 @@
 
 use std::future::Future;
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use tcpls::{RecvStream, SendStream};
@@ -76,6 +77,14 @@ pub enum RecvEnd {
     Stopped,
 }
 
+/// What a receiver reports while it runs: payload bytes verified so far, whether any failed
+/// verification, and when payload was delivered (shared by every stream of a session).
+pub struct Received<'a> {
+    pub bytes: &'a AtomicU64,
+    pub corrupt: &'a AtomicBool,
+    pub stalls: &'a StallMeter,
+}
+
 /// Reads a stream to its end, checking every byte against the pattern of `seed` in place (no
 /// copy out of the session), until FIN, a [`TIME_UP`] reset, or `stop`. Returns (bytes,
 /// verified, how it ended).
@@ -83,11 +92,15 @@ pub async fn receive_pattern(
     recv: &mut RecvStream,
     seed: u64,
     stop: impl Future<Output = ()>,
-    progress: &AtomicU64,
+    progress: &Received<'_>,
 ) -> io::Result<(u64, bool, RecvEnd)> {
     tokio::pin!(stop);
     let mut offset = 0u64;
     let mut verified = true;
+    let ended = |offset, verified, end| {
+        progress.stalls.ended();
+        Ok((offset, verified, end))
+    };
     loop {
         let read = recv.read_chunk_with(|chunk| {
             if verified && !pattern::verify(seed, offset, chunk) {
@@ -97,19 +110,79 @@ pub async fn receive_pattern(
         });
         let n = tokio::select! {
             biased;
-            () = &mut stop => return Ok((offset, verified, RecvEnd::Stopped)),
+            () = &mut stop => return ended(offset, verified, RecvEnd::Stopped),
             n = read => n,
         };
+        if !verified {
+            progress.corrupt.store(true, Ordering::Relaxed);
+        }
         let n = match n {
             Ok(n) => n,
-            Err(e) if is_time_up(&e) => return Ok((offset, verified, RecvEnd::TimeUp)),
-            Err(e) => return Err(e),
+            Err(e) if is_time_up(&e) => return ended(offset, verified, RecvEnd::TimeUp),
+            Err(e) => {
+                progress.stalls.ended();
+                return Err(e);
+            }
         };
         if n == 0 {
-            return Ok((offset, verified, RecvEnd::Finished));
+            return ended(offset, verified, RecvEnd::Finished);
         }
+        progress.stalls.delivered();
         offset += n as u64;
-        progress.fetch_add(n as u64, Ordering::Relaxed);
+        progress.bytes.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
+/// The longest interval during which an end received no payload, over all the streams of its
+/// session, from the first payload byte to the end of the transfer (the last receiving stream
+/// that ended, or now while one is still open). Three atomics: nothing grows with the run.
+#[derive(Default)]
+pub struct StallMeter {
+    /// Nanoseconds since [`epoch`] of the last delivery (0: none yet).
+    last: AtomicU64,
+    longest: AtomicU64,
+    /// Of the last end of a receiving stream (0: none yet).
+    end: AtomicU64,
+}
+
+/// The process's time origin for [`StallMeter`] (an `Instant` cannot live in an atomic).
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// Nanoseconds since [`epoch`], never 0 (0 means "never" in the meter).
+fn now_ns() -> u64 {
+    u64::try_from(epoch().elapsed().as_nanos()).unwrap_or(u64::MAX).max(1)
+}
+
+impl StallMeter {
+    /// Payload was delivered now.
+    pub fn delivered(&self) {
+        let now = now_ns();
+        let before = self.last.swap(now, Ordering::Relaxed);
+        if before != 0 {
+            self.longest.fetch_max(now.saturating_sub(before), Ordering::Relaxed);
+        }
+    }
+
+    /// A receiving stream ended now (FIN, reset, error or stop).
+    pub fn ended(&self) {
+        self.end.fetch_max(now_ns(), Ordering::Relaxed);
+    }
+
+    /// The longest stall so far; None before the first payload byte.
+    pub fn longest(&self) -> Option<Duration> {
+        let last = self.last.load(Ordering::Relaxed);
+        if last == 0 {
+            return None;
+        }
+        let end = match self.end.load(Ordering::Relaxed) {
+            0 => now_ns(),
+            end => end,
+        };
+        let tail = end.saturating_sub(last);
+        Some(Duration::from_nanos(self.longest.load(Ordering::Relaxed).max(tail)))
     }
 }
 
