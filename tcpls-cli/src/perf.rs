@@ -295,6 +295,8 @@ pub async fn run(opts: PerfOptions, interrupted: watch::Receiver<Option<Stop>>) 
             open: c.usable,
         })
         .collect();
+    // Before the stats stream, whose answer is not payload.
+    let payload_stats = session.stats();
     // The last words: the server's stats, then the close, within the deadline's allowance.
     let last_words = match (hard_deadline, *interrupted.borrow()) {
         (Some(d), _) => Some(d.max(Instant::now()) + LAST_WORDS),
@@ -351,8 +353,8 @@ pub async fn run(opts: PerfOptions, interrupted: watch::Receiver<Option<Stop>>) 
         failovers: stats.failovers,
         resumed: info.as_ref().is_some_and(|i| i.resumed),
         early_data_accepted: info.as_ref().is_some_and(|i| i.early_data_accepted),
-        zero_copy_bytes: stats.zero_copy_bytes,
-        copied_bytes: stats.copied_bytes,
+        zero_copy_bytes: payload_stats.zero_copy_bytes,
+        copied_bytes: payload_stats.copied_bytes,
         handshake_ms,
         migration,
         summary,
