@@ -184,6 +184,8 @@ pub async fn run(opts: PerfOptions, interrupted: watch::Receiver<Option<Stop>>) 
     }
 
     let start = Instant::now();
+    let start_unix_seconds =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
     let deadline = opts.time.map(|t| start + t + opts.omit);
     // One counter per stream, in the order they are opened below, with its connection.
     let steered = !opts.aggregate || opts.migrate_at.is_some();
@@ -348,6 +350,7 @@ pub async fn run(opts: PerfOptions, interrupted: watch::Receiver<Option<Stop>>) 
         server_stats,
         server_stats_error,
         omit_seconds,
+        start_unix_seconds,
         fallback: false,
         cipher,
         failovers: stats.failovers,

@@ -156,6 +156,9 @@ pub struct PerfReport {
     pub server_stats: Option<PathStats>,
     pub server_stats_error: Option<String>,
     pub omit_seconds: f64,
+    /// When the transfer started (after the handshake and the joins), in seconds since the
+    /// Unix epoch: the origin of `intervals[]`, to line them up with outside events.
+    pub start_unix_seconds: f64,
     pub fallback: bool,
     pub cipher: String,
     pub failovers: u64,

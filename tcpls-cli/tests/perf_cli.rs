@@ -31,6 +31,7 @@ struct Report {
     server_stats: Option<PathStats>,
     server_stats_error: Option<String>,
     omit_seconds: f64,
+    start_unix_seconds: f64,
     fallback: bool,
     cipher: String,
     failovers: u64,
