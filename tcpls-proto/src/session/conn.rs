@@ -104,6 +104,8 @@ pub(crate) enum Loss<'a> {
     Io(&'a str),
     /// A keepalive Ping went unanswered.
     KeepaliveTimeout,
+    /// Records went unacknowledged, with no progress, for this long (`loss.rs`).
+    Silent(std::time::Duration),
     /// The peer reported the connection as failed (Connection Reset).
     ReportedByPeer,
 }
@@ -114,6 +116,10 @@ impl Loss<'_> {
             Loss::Eof => "TCP connection closed without close_notify".into(),
             Loss::Io(reason) => reason.to_string(),
             Loss::KeepaliveTimeout => "no answer to a keepalive Ping".into(),
+            Loss::Silent(t) => format!(
+                "the path went silent: nothing acknowledged for {:.1} s (no RST: a link down, packets dropped, out of range)",
+                t.as_secs_f64()
+            ),
             Loss::ReportedByPeer => "the peer reported this connection as failed".into(),
         })
     }
@@ -162,6 +168,8 @@ pub(crate) struct Connection {
     pub(crate) sent_log: std::collections::VecDeque<SentRecord>,
     /// Bytes of control frames held in `sent_log`.
     pub(crate) sent_log_control: usize,
+    /// How its records are acknowledged: RTT, progress clock, suspicion (`loss.rs`).
+    pub(crate) loss: super::loss::LossState,
     /// TCPLS records (content type 23) received: the first one may carry a Join.
     pub(crate) app_records: u64,
     /// Client side of a joining connection: the token its first record must carry.
@@ -209,6 +217,8 @@ pub(crate) struct Connection {
 pub(crate) struct SentRecord {
     /// Record number on its connection (see `RecordLayer::tx_base`).
     pub(crate) number: u64,
+    /// When it was sealed: its acknowledgement is an RTT sample (`loss.rs`).
+    pub(crate) sent_at: Option<std::time::Instant>,
     pub(crate) stream: Option<(crate::event::StreamId, u64, usize, bool)>,
     pub(crate) control: Vec<u8>,
 }
@@ -280,6 +290,7 @@ impl Connection {
             records_opened: 0,
             sent_log: std::collections::VecDeque::new(),
             sent_log_control: 0,
+            loss: Default::default(),
             app_records: 0,
             join_token: None,
             rejoin: None,
@@ -379,7 +390,7 @@ impl Connection {
 
     /// Can carry stream records: usable, and (for a joining connection) accepted by the server.
     pub(crate) fn carries_streams(&self) -> bool {
-        self.is_usable() && !self.join_pending() && !self.awaiting_join_ack()
+        self.is_usable() && !self.join_pending() && !self.awaiting_join_ack() && !self.is_suspect()
     }
 
     /// Advances the handshake. Returns the outcome's info once, when it completes.

@@ -37,6 +37,9 @@ pub(crate) struct ControlQueue {
     /// and connection asked about: a newer answer replaces the queued one, so a flood of probes
     /// costs one answer per record we send, never one per probe (issue #14).
     answers: Vec<Answer>,
+    /// Connections that carry the ACKs of their own records (`Session::route_acks`); the ACKs
+    /// of any other connection travel on any connection.
+    ack_homes: Vec<ConnId>,
 }
 
 #[derive(Debug)]
@@ -101,9 +104,21 @@ impl ControlQueue {
         self.frames.is_empty() && self.acks.is_empty() && self.refused.is_empty() && self.answers.is_empty()
     }
 
+    /// Sets the connections that carry their own ACKs.
+    pub(crate) fn set_ack_homes(&mut self, homes: impl Iterator<Item = ConnId>) {
+        self.ack_homes.clear();
+        self.ack_homes.extend(homes);
+    }
+
+    /// Whether the ACK of `acked`'s records may travel on `conn`: on its own connection, or
+    /// anywhere when that cannot carry it (or must not: `bound` to it, it answers a Ping).
+    fn ack_may_travel(&self, acked: ConnId, bound: bool, conn: ConnId) -> bool {
+        acked == conn || (!bound && !self.ack_homes.contains(&acked))
+    }
+
     /// Whether something is waiting that `conn` may carry.
     pub(crate) fn has_for(&self, conn: ConnId) -> bool {
-        self.acks.iter().any(|(c, _, bound)| !bound || *c == conn)
+        self.acks.iter().any(|(c, _, bound)| self.ack_may_travel(*c, *bound, conn))
             || !self.refused.is_empty()
             || self.frames.iter().any(|f| f.conn.is_none_or(|c| c == conn))
             || self.answers.iter().any(|a| a.conn.is_none_or(|c| c == conn))
@@ -118,7 +133,7 @@ impl ControlQueue {
         while i < self.acks.len() {
             let (connection_id, highest_record_seq, bound) = self.acks[i];
             let ack = Frame::Ack { connection_id, highest_record_seq };
-            if (bound && connection_id != conn) || used + ack.encoded_len() > budget {
+            if !self.ack_may_travel(connection_id, bound, conn) || used + ack.encoded_len() > budget {
                 i += 1;
                 continue;
             }

@@ -18,6 +18,7 @@ mod events;
 mod ext;
 mod frames;
 mod lifecycle;
+mod loss;
 mod multipath;
 mod observe;
 mod packetize;
@@ -92,6 +93,8 @@ pub(crate) struct Core {
     /// 0-RTT state (`early.rs`).
     pub(crate) early: early::EarlyState,
     pub(crate) stats: SessionStats,
+    /// The peer has acknowledged a record: loss detection may count on its ACKs (`loss.rs`).
+    pub(crate) peer_acknowledges: bool,
     /// Frame consequences that need the connection table, run after each batch of records
     /// (`receive.rs`).
     pub(crate) actions: Vec<frames::ConnAction>,
@@ -217,6 +220,7 @@ impl Session {
                 ext: Default::default(),
                 early: Default::default(),
                 stats: SessionStats::default(),
+                peer_acknowledges: false,
                 actions: Vec::new(),
                 scratch: Vec::new(),
             },

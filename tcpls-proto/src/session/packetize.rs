@@ -36,6 +36,7 @@ impl Session {
         self.core.flush_delayed_acks(now);
         self.check_orphan_timeout(now);
         self.check_keepalive(now);
+        self.check_silent_paths(now);
         self.check_idle(now);
         if self.core.life.is_closed() {
             return;
@@ -51,6 +52,7 @@ impl Session {
                 }
             }
         } else {
+            self.route_acks();
             failed |= self.seal_join_records();
             failed |= self.fill_streams();
             failed |= self.fill_control_and_first_records();
@@ -195,37 +197,42 @@ impl Session {
     /// connection, which it always sends right after Finished so the server knows the
     /// connection opens a new session (PROTOCOL.md §1).
     fn fill_control_and_first_records(&mut self) -> bool {
-        let high = self.core.config.transmit_high_water;
         let mut failed = false;
+        // The control frames that may travel anywhere go first where they are most likely to
+        // arrive.
+        let preferred = self.control_carrier();
+        if let Some(c) = preferred.and_then(|id| self.conns.get_mut(id)) {
+            failed |= self.core.seal_control_on(c);
+        }
         for c in &mut self.conns {
-            if !c.is_usable() || !c.is_tcpls() || c.join_pending() {
-                continue;
-            }
-            while c.tx.len() < high && self.core.control.has_for(c.id) {
-                match self.core.seal_control_record(c) {
-                    Ok(true) => {}
-                    Ok(false) => break,
-                    Err(e) => {
-                        c.fail(e);
-                        failed = true;
-                        break;
-                    }
-                }
-            }
-            if self.core.side == super::Side::Client && c.stats.records_sent == 0 && c.is_usable() {
-                let padding = [0u8, CT_APPLICATION_DATA];
-                if let ConnState::Tcpls(layer) = &mut c.state {
-                    match layer.tx.seal_scatter(&[], &padding, &mut c.tx) {
-                        Ok(_) => c.stats.records_sent += 1,
-                        Err(e) => {
-                            c.fail(e.into());
-                            failed = true;
-                        }
-                    }
-                }
+            if Some(c.id) != preferred {
+                failed |= self.core.seal_control_on(c);
             }
         }
         failed
+    }
+
+    /// The connection that takes first the control frames that may travel on any: the one that
+    /// heard from the peer last (the most likely to reach it), not a suspect one (its records
+    /// may be lost: `loss.rs`). None with a single connection (it takes them anyway).
+    fn control_carrier(&self) -> Option<ConnId> {
+        if self.conns.len() < 2 {
+            return None;
+        }
+        self.conns
+            .iter()
+            .filter(|c| c.is_usable() && c.is_tcpls() && !c.join_pending() && !c.is_suspect())
+            .max_by_key(|c| (c.last_rx, std::cmp::Reverse(c.id)))
+            .map(|c| c.id)
+    }
+
+    /// Tells the control queue which connections carry their own ACKs: an ACK goes back on the
+    /// connection it acknowledges, so that a path that went silent loses only its own ACKs
+    /// (and is then suspected by the peer), never those of the paths that work. The ACKs of a
+    /// connection that cannot carry them (closing, failed, suspect) go on any other.
+    fn route_acks(&mut self) {
+        let homes = self.conns.iter().filter(|c| c.is_usable() && c.is_tcpls() && !c.is_suspect()).map(|c| c.id);
+        self.core.control.set_ack_homes(homes);
     }
 
     /// When the peer closes one of several connections, we close it too; its streams carry on
@@ -440,6 +447,37 @@ impl Core {
         result?;
         c.maybe_update_key(self.config.key_update_records)?;
         Ok(())
+    }
+
+    /// Records of control frames on `c` while it has room, and a client's first record.
+    /// Returns whether `c` failed.
+    fn seal_control_on(&mut self, c: &mut Connection) -> bool {
+        if !c.is_usable() || !c.is_tcpls() || c.join_pending() {
+            return false;
+        }
+        while c.tx.len() < self.config.transmit_high_water && self.control.has_for(c.id) {
+            match self.seal_control_record(c) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => {
+                    c.fail(e);
+                    return true;
+                }
+            }
+        }
+        if self.side == super::Side::Client && c.stats.records_sent == 0 && c.is_usable() {
+            let padding = [0u8, CT_APPLICATION_DATA];
+            if let ConnState::Tcpls(layer) = &mut c.state {
+                match layer.tx.seal_scatter(&[], &padding, &mut c.tx) {
+                    Ok(_) => c.stats.records_sent += 1,
+                    Err(e) => {
+                        c.fail(e.into());
+                        return true;
+                    }
+                }
+            }
+        }
+        false
     }
 
     fn requeue_control(&mut self, encoded: &[u8]) {
