@@ -217,11 +217,7 @@ fn run_tcpls(p: &Params, pki: &Pki) -> Result<Run, String> {
 }
 
 /// The MPTCP receiver: one connection, read to the end (logging reads), one byte answered.
-fn mptcp_receiver(
-    topo: &Topology,
-    addr: SocketAddr,
-    meter: Meter,
-) -> Result<Receiver<(u64, bool)>, String> {
+fn mptcp_receiver(topo: &Topology, addr: SocketAddr, meter: Meter) -> Result<Receiver<(u64, bool)>, String> {
     let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
     let h = topo
         .spawn_in(Side::Server, move || {

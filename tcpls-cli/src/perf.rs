@@ -275,9 +275,14 @@ pub async fn run(opts: PerfOptions, interrupted: watch::Receiver<Option<Stop>>) 
             }
         }
     }
-    // Streams still running past the deadline (or after a failure) are given up.
+    // Streams still running past the deadline (or after a failure) are given up: their last
+    // gap counts up to now.
     tasks.abort_all();
-    counters.stalls.ended();
+    for (index, c) in counters.streams.iter().enumerate() {
+        if !c.upload && !outcomes.iter().any(|o: &StreamOutcome| o.index == index) {
+            counters.stalls.stream_ended(&c.gaps);
+        }
+    }
     let _ = done_tx.send(());
     let sampled = sampler.await.map_err(|e| format!("interval sampler failed: {e}"))?;
     let end = start.elapsed();
@@ -312,7 +317,7 @@ pub async fn run(opts: PerfOptions, interrupted: watch::Receiver<Option<Stop>>) 
         ask_server_stats(&session, wait).await
     };
     let stats = session.stats();
-    let client_stats = crate::perf_report::path_stats(&stats, counters.stalls.longest());
+    let client_stats = crate::perf_report::path_stats(&stats, &counters.stalls);
     let stop = *interrupted.borrow();
     let close_wait = match (stop, last_words) {
         (Some(_), _) => Duration::from_secs(1),

@@ -21,6 +21,8 @@ pub struct StreamCounter {
     pub bytes: AtomicU64,
     /// A download's payload failed verification.
     pub corrupt: AtomicBool,
+    /// A download's delivery times.
+    pub gaps: crate::transfer::Gaps,
     pub conn: AtomicU32,
 }
 
@@ -40,6 +42,7 @@ impl Counters {
                 upload,
                 bytes: AtomicU64::new(0),
                 corrupt: AtomicBool::new(false),
+                gaps: Default::default(),
                 conn: AtomicU32::new(conn),
             })
             .collect();

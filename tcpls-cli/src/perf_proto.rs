@@ -13,7 +13,7 @@
 //!
 //! Stats (direction 3; the other request fields are 0), asked on a stream of its own once the
 //! transfer is over: the server answers with what its end of the session saw of the paths
-//! ([`PathStats`]: at least [`STATS_LEN`] bytes, eight u64; later versions may append
+//! ([`PathStats`]: at least [`STATS_LEN`] bytes, nine u64; later versions may append
 //! fields, which a client ignores, reading at most [`MAX_STATS_LEN`]), then FIN. A server that
 //! predates it resets the stream with `NOT_A_PERF_REQUEST` (unknown direction): the client
 //! reports the server's numbers as unavailable. The answer has a fixed size and the server
@@ -23,7 +23,7 @@ pub const MAGIC: &[u8; 8] = b"TCPLSPF1";
 pub const REQUEST_LEN: usize = 32;
 pub const REPORT_LEN: usize = 16;
 /// The stats answer of this version.
-pub const STATS_LEN: usize = 64;
+pub const STATS_LEN: usize = 72;
 /// The most a client reads of a stats answer.
 pub const MAX_STATS_LEN: usize = 1024;
 /// Request direction byte of a stats request.
@@ -75,6 +75,8 @@ pub struct PathStats {
     /// The longest interval with no payload delivered to this end, from its first payload byte
     /// to the end of the transfer, in ms; None: it received no payload.
     pub longest_stall_ms: Option<f64>,
+    /// The same for the one stream that stalled longest (from its first byte to its end).
+    pub longest_stream_stall_ms: Option<f64>,
 }
 
 impl PathStats {
@@ -90,7 +92,7 @@ impl PathStats {
     }
 
     pub fn encode(&self) -> [u8; STATS_LEN] {
-        let stall_us = self.longest_stall_ms.map_or(u64::MAX, |ms| (ms * 1e3).clamp(0.0, (u64::MAX - 1) as f64) as u64);
+        let us = |v: Option<f64>| v.map_or(u64::MAX, |ms| (ms * 1e3).clamp(0.0, (u64::MAX - 1) as f64) as u64);
         let fields = [
             self.failovers,
             self.connections_lost,
@@ -99,7 +101,8 @@ impl PathStats {
             self.paths_suspected,
             self.paths_recovered,
             self.duplicate_bytes_received,
-            stall_us,
+            us(self.longest_stall_ms),
+            us(self.longest_stream_stall_ms),
         ];
         let mut b = [0u8; STATS_LEN];
         for (chunk, field) in b.chunks_exact_mut(8).zip(fields) {
@@ -119,6 +122,7 @@ impl PathStats {
             u64::from_be_bytes(x)
         });
         let mut next = || f.next().unwrap_or(0);
+        let ms = |us: u64| (us != u64::MAX).then(|| us as f64 / 1e3);
         Ok(Self {
             failovers: next(),
             connections_lost: next(),
@@ -127,10 +131,8 @@ impl PathStats {
             paths_suspected: next(),
             paths_recovered: next(),
             duplicate_bytes_received: next(),
-            longest_stall_ms: match next() {
-                u64::MAX => None,
-                us => Some(us as f64 / 1e3),
-            },
+            longest_stall_ms: ms(next()),
+            longest_stream_stall_ms: ms(next()),
         })
     }
 }
@@ -226,13 +228,14 @@ mod tests {
             paths_recovered: 6,
             duplicate_bytes_received: 7,
             longest_stall_ms: Some(412.5),
+            longest_stream_stall_ms: Some(980.25),
         };
         assert_eq!(PathStats::decode(&s.encode()).unwrap(), s);
         // A later server's longer answer: the known fields are read, the rest ignored.
         let mut longer = s.encode().to_vec();
         longer.extend_from_slice(&[9; 16]);
         assert_eq!(PathStats::decode(&longer).unwrap(), s);
-        let none = PathStats { longest_stall_ms: None, ..s };
+        let none = PathStats { longest_stall_ms: None, longest_stream_stall_ms: None, ..s };
         assert_eq!(PathStats::decode(&none.encode()).unwrap(), none);
         assert!(PathStats::decode(&s.encode()[..10]).is_err());
     }

@@ -307,7 +307,11 @@ pub fn summary_lines(r: &PerfReport, format: Format) -> Vec<String> {
 
 /// One end's path events, for the summary line.
 fn describe_paths(s: &PathStats, format: Format) -> String {
-    let stall = s.longest_stall_ms.map_or("no payload received".into(), |ms| format!("longest stall {:.0} ms", ms));
+    let stall = match (s.longest_stall_ms, s.longest_stream_stall_ms) {
+        (Some(all), Some(one)) => format!("longest stall {all:.0} ms ({one:.0} ms on one stream)"),
+        (Some(all), None) => format!("longest stall {all:.0} ms"),
+        _ => "no payload received".into(),
+    };
     format!(
         "{} failover{}, {} connection{} lost, {} record{} re-sent ({}), {} path{} suspected, {} recovered, {} received twice, {stall}",
         s.failovers,
@@ -325,7 +329,8 @@ fn describe_paths(s: &PathStats, format: Format) -> String {
 }
 
 /// One end's [`PathStats`] from its session's statistics and its receivers' stall meter.
-pub fn path_stats(stats: &tcpls_proto::SessionStats, longest_stall: Option<std::time::Duration>) -> PathStats {
+pub fn path_stats(stats: &tcpls_proto::SessionStats, stalls: &crate::transfer::StallMeter) -> PathStats {
+    let ms = |d: std::time::Duration| (d.as_secs_f64() * 1e6).round() / 1e3;
     PathStats {
         failovers: stats.failovers,
         connections_lost: stats.connections_lost,
@@ -334,7 +339,8 @@ pub fn path_stats(stats: &tcpls_proto::SessionStats, longest_stall: Option<std::
         paths_suspected: stats.paths_suspected,
         paths_recovered: stats.paths_recovered,
         duplicate_bytes_received: stats.duplicate_bytes_received,
-        longest_stall_ms: longest_stall.map(|d| (d.as_secs_f64() * 1e6).round() / 1e3),
+        longest_stall_ms: stalls.longest().map(ms),
+        longest_stream_stall_ms: stalls.longest_stream().map(ms),
     }
 }
 

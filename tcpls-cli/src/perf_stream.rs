@@ -82,8 +82,12 @@ impl StreamTask {
             Direction::Download => {
                 // Our side stays open: resetting it (Ctrl-C) tells the server to stop sending.
                 let counter = &self.counters.streams[self.index];
-                let progress =
-                    Received { bytes: &counter.bytes, corrupt: &counter.corrupt, stalls: &self.counters.stalls };
+                let progress = Received {
+                    bytes: &counter.bytes,
+                    corrupt: &counter.corrupt,
+                    stalls: &self.counters.stalls,
+                    gaps: &counter.gaps,
+                };
                 let (received, verified, end) = receive_pattern(&mut recv, r.seed.into(), ctrl_c, &progress)
                     .await
                     .map_err(|e| format!("stream {}: receiving failed: {e}", r.seed))?;

@@ -11,7 +11,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Semaphore;
 
 use crate::perf_proto::{decode_ask, encode_report, Ask, Direction, NOT_A_PERF_REQUEST, REQUEST_LEN};
-use crate::transfer::{deadline, receive_pattern, send_pattern, until, Received, StallMeter};
+use crate::transfer::{deadline, receive_pattern, send_pattern, until, Gaps, Received, StallMeter};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Mode {
@@ -249,7 +249,8 @@ async fn perf_stream(
         Direction::Upload => {
             let forever = std::future::pending();
             let corrupt = AtomicBool::new(false);
-            let progress = Received { bytes: &counter, corrupt: &corrupt, stalls };
+            let gaps = Gaps::default();
+            let progress = Received { bytes: &counter, corrupt: &corrupt, stalls, gaps: &gaps };
             let (received, verified, _) = receive_pattern(&mut recv, request.seed.into(), forever, &progress).await?;
             send.write_all(&encode_report(received, verified)).await?;
             send.shutdown().await?;
@@ -261,7 +262,7 @@ async fn perf_stream(
 /// This end's answer to a stats request: the session's path events and the longest stall of
 /// the uploads it received.
 fn path_stats(session: &Session, stalls: &StallMeter) -> crate::perf_proto::PathStats {
-    crate::perf_report::path_stats(&session.stats(), stalls.longest())
+    crate::perf_report::path_stats(&session.stats(), stalls)
 }
 
 async fn echo_stream(mut send: SendStream, mut recv: RecvStream) -> std::io::Result<()> {

@@ -83,6 +83,8 @@ pub struct Received<'a> {
     pub bytes: &'a AtomicU64,
     pub corrupt: &'a AtomicBool,
     pub stalls: &'a StallMeter,
+    /// This stream's own delivery times.
+    pub gaps: &'a Gaps,
 }
 
 /// Reads a stream to its end, checking every byte against the pattern of `seed` in place (no
@@ -98,7 +100,7 @@ pub async fn receive_pattern(
     let mut offset = 0u64;
     let mut verified = true;
     let ended = |offset, verified, end| {
-        progress.stalls.ended();
+        progress.stalls.stream_ended(progress.gaps);
         Ok((offset, verified, end))
     };
     loop {
@@ -120,29 +122,58 @@ pub async fn receive_pattern(
             Ok(n) => n,
             Err(e) if is_time_up(&e) => return ended(offset, verified, RecvEnd::TimeUp),
             Err(e) => {
-                progress.stalls.ended();
+                progress.stalls.stream_ended(progress.gaps);
                 return Err(e);
             }
         };
         if n == 0 {
             return ended(offset, verified, RecvEnd::Finished);
         }
-        progress.stalls.delivered();
+        progress.stalls.delivered(progress.gaps);
         offset += n as u64;
         progress.bytes.fetch_add(n as u64, Ordering::Relaxed);
     }
 }
 
-/// The longest interval during which an end received no payload, over all the streams of its
-/// session, from the first payload byte to the end of the transfer (the last receiving stream
-/// that ended, or now while one is still open). Three atomics: nothing grows with the run.
+/// When one receiver (a stream, or a whole session) got payload: the last time and the longest
+/// gap between two deliveries. Two atomics: nothing grows with the run.
 #[derive(Default)]
-pub struct StallMeter {
+pub struct Gaps {
     /// Nanoseconds since [`epoch`] of the last delivery (0: none yet).
     last: AtomicU64,
     longest: AtomicU64,
+}
+
+impl Gaps {
+    fn delivered(&self, now: u64) {
+        let before = self.last.swap(now, Ordering::Relaxed);
+        if before != 0 {
+            self.longest.fetch_max(now.saturating_sub(before), Ordering::Relaxed);
+        }
+    }
+
+    /// The longest gap (ns), counting the one from the last delivery to `end`; None before the
+    /// first delivery.
+    fn longest_until(&self, end: u64) -> Option<u64> {
+        match self.last.load(Ordering::Relaxed) {
+            0 => None,
+            last => Some(self.longest.load(Ordering::Relaxed).max(end.saturating_sub(last))),
+        }
+    }
+}
+
+/// The stalls of the payload an end received: the longest interval with no payload delivered
+/// on any stream of its session, from the first byte to the end of the transfer (the last
+/// receiving stream that ended, or now while one is still open), and the longest of any one
+/// stream (from its first byte to its end), which a stream steered to a silent path shows
+/// even while the others go on.
+#[derive(Default)]
+pub struct StallMeter {
+    session: Gaps,
     /// Of the last end of a receiving stream (0: none yet).
     end: AtomicU64,
+    /// The longest stall of a stream that ended, plus one (0: none yet).
+    worst_stream: AtomicU64,
 }
 
 /// The process's time origin for [`StallMeter`] (an `Instant` cannot live in an atomic).
@@ -157,32 +188,38 @@ fn now_ns() -> u64 {
 }
 
 impl StallMeter {
-    /// Payload was delivered now.
-    pub fn delivered(&self) {
+    /// Payload was delivered now on the stream of `stream`.
+    pub fn delivered(&self, stream: &Gaps) {
         let now = now_ns();
-        let before = self.last.swap(now, Ordering::Relaxed);
-        if before != 0 {
-            self.longest.fetch_max(now.saturating_sub(before), Ordering::Relaxed);
+        self.session.delivered(now);
+        stream.delivered(now);
+    }
+
+    /// The stream of `stream` ended now (FIN, reset, error, stop, or given up): its last gap
+    /// counts up to now.
+    pub fn stream_ended(&self, stream: &Gaps) {
+        let now = now_ns();
+        self.end.fetch_max(now, Ordering::Relaxed);
+        if let Some(gap) = stream.longest_until(now) {
+            self.worst_stream.fetch_max(gap.saturating_add(1), Ordering::Relaxed);
         }
     }
 
-    /// A receiving stream ended now (FIN, reset, error or stop).
-    pub fn ended(&self) {
-        self.end.fetch_max(now_ns(), Ordering::Relaxed);
-    }
-
-    /// The longest stall so far; None before the first payload byte.
+    /// The session's longest stall so far; None before the first payload byte.
     pub fn longest(&self) -> Option<Duration> {
-        let last = self.last.load(Ordering::Relaxed);
-        if last == 0 {
-            return None;
-        }
         let end = match self.end.load(Ordering::Relaxed) {
             0 => now_ns(),
             end => end,
         };
-        let tail = end.saturating_sub(last);
-        Some(Duration::from_nanos(self.longest.load(Ordering::Relaxed).max(tail)))
+        self.session.longest_until(end).map(Duration::from_nanos)
+    }
+
+    /// The longest stall of one stream, over the streams that ended; None if none received.
+    pub fn longest_stream(&self) -> Option<Duration> {
+        match self.worst_stream.load(Ordering::Relaxed) {
+            0 => None,
+            n => Some(Duration::from_nanos(n - 1)),
+        }
     }
 }
 

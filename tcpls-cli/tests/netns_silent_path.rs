@@ -210,6 +210,7 @@ fn row(net: Net, way: Way, silence: Silence, run: &Run) -> String {
     let r = &run.report;
     let ends = ["client_stats", "server_stats"];
     let per_end = |key: &str| ends.map(|e| stat(r, e, key)).join("/");
+    let stall = |e: &str| format!("{} ({})", stat(r, e, "longest_stall_ms"), stat(r, e, "longest_stream_stall_ms"));
     format!(
         "| {} | {:?} | {} | {} in {:.2} s | {} | {} | {} | {} | {} | {} |",
         net.name(),
@@ -217,7 +218,7 @@ fn row(net: Net, way: Way, silence: Silence, run: &Run) -> String {
         silence.name(),
         if run.success { "exit 0" } else { "FAILED" },
         run.elapsed.as_secs_f64(),
-        per_end("longest_stall_ms"),
+        ends.map(stall).join(" / "),
         per_end("paths_suspected"),
         per_end("paths_recovered"),
         per_end("connections_lost"),
@@ -226,7 +227,8 @@ fn row(net: Net, way: Way, silence: Silence, run: &Run) -> String {
     )
 }
 
-const HEADER: &str = "| paths | way | silence | run | longest stall ms (client/server) | suspected | recovered \
+const HEADER: &str =
+    "| paths | way | silence | run | longest stall ms, client / server (one stream) | suspected | recovered \
                       | lost | records re-sent | duplicate bytes |";
 
 /// The three silences during one transfer direction on one kind of path.
