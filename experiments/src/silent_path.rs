@@ -324,7 +324,7 @@ pub fn run(opts: &Opts) -> Result<Summary, String> {
     let series = |f: &dyn Fn(&Run) -> Vec<(f64, f64)>| {
         vec![
             Series { label: "TCPLS (loss detection from record ACKs)".into(), points: f(&t) },
-            Series { label: "MPTCP (two subflows, default scheduler)".into(), points: f(&m) },
+            Series { label: "MPTCP (two subflows; default scheduler)".into(), points: f(&m) },
         ]
     };
     let markers = vec![Marker { label: "path 0 silent".into(), t: t.silence_t }];

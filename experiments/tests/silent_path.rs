@@ -18,7 +18,7 @@ fn tcpls_and_mptcp_deliver_everything_when_a_path_goes_silent() {
         &out.0,
         "silent-path",
         &s,
-        &["TCPLS (loss detection from record ACKs)", "MPTCP (two subflows, default scheduler)"],
+        &["TCPLS (loss detection from record ACKs)", "MPTCP (two subflows; default scheduler)"],
     );
     assert_eq!(s["verified"], true, "every transfer verified byte by byte");
     for k in ["tcpls", "mptcp"] {

@@ -306,6 +306,9 @@ fn main() -> ExitCode {
             eprintln!("tcpls: writing the trace file: {e}");
         }
     }
+    // The command is over: what is left (a session's driver, a blocked socket call on a
+    // silent path) must not delay the exit.
+    runtime.shutdown_timeout(Duration::from_millis(100));
     match result {
         Ok(Ended::Done) => ExitCode::SUCCESS,
         Ok(Ended::Interrupted) => ExitCode::from(EXIT_INTERRUPTED),

@@ -345,6 +345,7 @@ fn wandering_rtt_is_not_taken_for_a_silent_path() {
     let mut perf = perf_command(&bed, Way::Bidir, TIME, &["--streams", "2"]);
     let mut p = Proc::spawn(&mut perf, false);
     let status = p.wait(TIME + Duration::from_secs(30));
+    assert!(p.stdout.wait_eof(SHORT), "perf's output did not end: {}", p.diagnostics());
     let r: Value = serde_json::from_slice(p.stdout.bytes()).unwrap_or(Value::Null);
     assert!(status.success() && r["verified"] == Value::Bool(true), "{}", p.diagnostics());
     let line = |end: &str| {
