@@ -4,7 +4,9 @@
 //! not steered (the scheduler spreads its records over both connections), its loss detection
 //! from record ACKs on (the default). MPTCP: the kernel's, two subflows, default scheduler.
 //! Measured at the receiver: delivered bytes over time, the longest stall (the longest time
-//! without a byte delivered, from the first byte to the last), and the total time.
+//! without a byte delivered, from the first byte to the last), how long after the silence the
+//! goodput is back at half a path's rate (a trickle of data shortens the first measure, not
+//! this one), and the total time.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
@@ -63,8 +65,28 @@ impl Run {
         round(gaps.fold(0.0, f64::max) * 1e3, 1)
     }
 
+    /// From the silence to the first 100 ms bin with goodput back at half a path's rate, after
+    /// the dip it caused (ms; 0 without a dip): a trickle of data does not end a stall in this
+    /// measure, and what was in flight at the silence does not hide it.
+    fn back_to_half_rate_ms(&self) -> Option<f64> {
+        let half = RATE_MBPS / 2.0;
+        let bins: Vec<(f64, f64)> = goodput_series(&self.reads, BIN, last_read(&self.reads) + BIN)
+            .into_iter()
+            .map(|(end, mbps)| (end - BIN, mbps))
+            .filter(|&(start, _)| start >= self.silence_t - BIN)
+            .collect();
+        let Some(dip) = bins.iter().position(|&(_, mbps)| mbps < half) else {
+            return Some(0.0);
+        };
+        bins[dip..]
+            .iter()
+            .find(|&&(_, mbps)| mbps >= half)
+            .map(|(start, _)| round((start - self.silence_t).max(0.0) * 1e3, 0))
+    }
+
     fn summary(&self) -> serde_json::Value {
         json!({
+            "back_to_half_rate_ms": self.back_to_half_rate_ms(),
             "verified": self.verified,
             "bytes": self.bytes,
             "silence_at_s": round(self.silence_t, 3),
@@ -314,6 +336,8 @@ pub fn run(opts: &Opts) -> Result<Summary, String> {
         "bytes": p.bytes,
         "tcpls_longest_stall_ms": t.longest_stall_ms(),
         "mptcp_longest_stall_ms": m.longest_stall_ms(),
+        "tcpls_back_to_half_rate_ms": t.back_to_half_rate_ms(),
+        "mptcp_back_to_half_rate_ms": m.back_to_half_rate_ms(),
         "tcpls_completed_s": round(last_read(&t.reads), 3),
         "mptcp_completed_s": round(last_read(&m.reads), 3),
         "tcpls": t.summary(),
@@ -345,7 +369,11 @@ pub fn run(opts: &Opts) -> Result<Summary, String> {
             dashed: Vec::new(),
         },
         Panel {
-            title: "Goodput at the receiver".into(),
+            title: format!(
+                "Goodput at the receiver — back at half a path's rate {} ms (TCPLS) and {} ms (MPTCP) after the silence",
+                t.back_to_half_rate_ms().map_or("never".into(), |v| v.to_string()),
+                m.back_to_half_rate_ms().map_or("never".into(), |v| v.to_string()),
+            ),
             y_label: "goodput (Mbit/s)".into(),
             series: series(&|r| goodput_series(&r.reads, BIN, end)),
             markers,
