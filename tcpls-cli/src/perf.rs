@@ -164,6 +164,9 @@ pub async fn run(opts: PerfOptions, interrupted: watch::Receiver<Option<Stop>>) 
     }
     let sends = matches!(opts.mode, Mode::Upload | Mode::Bidir);
     opts.ext.apply(&session, &conns, sends, opts.mode != Mode::Upload)?;
+    // The path manager's later joins get them too (a path that comes back is not unpaced).
+    let ext_follower = (opts.path_manager.is_some() && !opts.ext.is_empty())
+        .then(|| opts.ext.clone().follow(session.clone(), conns.clone(), sends, opts.mode != Mode::Upload));
     let info = session.handshake_info();
     let cipher = info.as_ref().map(|i| i.cipher_suite.clone()).unwrap_or_default();
     if let Some(output) = opts.output.as_ref().filter(|o| !o.json) {
@@ -302,6 +305,9 @@ pub async fn run(opts: PerfOptions, interrupted: watch::Receiver<Option<Stop>>) 
             open: c.usable,
         })
         .collect();
+    if let Some(f) = ext_follower {
+        f.abort();
+    }
     // Before the stats stream, whose answer is not payload.
     let payload_stats = session.stats();
     // The last words: the server's stats, then the close, within the deadline's allowance.
