@@ -153,6 +153,18 @@ impl SessionState {
         read_tcp_info(&self.fds, conn)
     }
 
+    /// TCP_INFO of a connection with the bytes its kernel holds unsent, for the scheduler.
+    pub(crate) fn path_info(&self, conn: ConnId) -> Option<tcpls_proto::PathInfo> {
+        let fd = self.fds.get(&conn)?;
+        let (info, unsent) = tcp_info::read_with_unsent(*fd).ok()?;
+        Some(tcpls_proto::PathInfo {
+            rtt_us: Some(info.rtt_us),
+            cwnd: Some(info.cwnd),
+            delivery_rate: Some(info.delivery_rate).filter(|r| *r > 0),
+            kernel_unsent: Some(unsent),
+        })
+    }
+
     /// The application changed something the driver must act on (new data, credit, close).
     pub(crate) fn wake_driver(&mut self) {
         if let Some(w) = &self.wakers.driver {

@@ -106,6 +106,8 @@ pub(crate) enum Loss<'a> {
     KeepaliveTimeout,
     /// Records went unacknowledged, with no progress, for this long (`loss.rs`).
     Silent(std::time::Duration),
+    /// Suspect of silence when the session closed: given up rather than waited for.
+    SilentAtClose,
     /// The peer reported the connection as failed (Connection Reset).
     ReportedByPeer,
 }
@@ -116,6 +118,9 @@ impl Loss<'_> {
             Loss::Eof => "TCP connection closed without close_notify".into(),
             Loss::Io(reason) => reason.to_string(),
             Loss::KeepaliveTimeout => "no answer to a keepalive Ping".into(),
+            Loss::SilentAtClose => {
+                "given up at close: the path had gone silent (its records were re-sent on the others)".into()
+            }
             Loss::Silent(t) => format!(
                 "the path went silent: nothing acknowledged for {:.1} s (no RST: a link down, packets dropped, out of range)",
                 t.as_secs_f64()
@@ -190,9 +195,8 @@ pub(crate) struct Connection {
     pub(crate) ping_sent: Option<std::time::Instant>,
     /// Server: accepted early-data plaintexts, for the session (see `early.rs`).
     pub(crate) early_received: Vec<Vec<u8>>,
-    /// Path information from the IO layer, for the scheduler.
-    pub(crate) rtt_us: Option<u32>,
-    pub(crate) cwnd: Option<u32>,
+    /// Path information from the IO layer (TCP_INFO), for the scheduler.
+    pub(crate) path: super::sched::PathInfo,
     /// Zero-copy receive: where the next stream record is expected to go (`placement.rs`).
     pub(crate) expect: Expectation,
     /// A record decrypted into a stream's buffer but belonging elsewhere, moved here to take
@@ -297,8 +301,7 @@ impl Connection {
             secret: None,
             backup: false,
             paused: false,
-            rtt_us: None,
-            cwnd: None,
+            path: Default::default(),
             last_rx: None,
             ping_sent: None,
             early_received: Vec::new(),

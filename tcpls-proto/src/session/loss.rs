@@ -182,7 +182,7 @@ impl Session {
                 }
                 continue;
             }
-            if !c.loss.suspect_at(ack_delay, floor).is_some_and(|at| at <= now) {
+            if c.loss.suspect_at(ack_delay, floor).is_none_or(|at| at > now) {
                 continue;
             }
             // Someone else must be able to carry what it holds.
@@ -200,6 +200,35 @@ impl Session {
         if given_up {
             self.after_connection_change();
         }
+    }
+
+    /// The session is closing: a suspect connection could only hold the close up (its
+    /// close_notify would not arrive) until `silence_timeout`. It is given up now, before the
+    /// others send close_notify, so that the peer learns it by Connection Reset; what it
+    /// carried goes out again on the others. Returns whether any was (the Connection Reset
+    /// then goes out first).
+    pub(crate) fn give_up_suspects_at_close(&mut self) -> bool {
+        let others = |id: ConnId, conns: &super::connections::Connections| {
+            conns.iter().any(|o| o.id != id && o.is_usable() && !o.is_suspect())
+        };
+        let suspects: Vec<ConnId> = self
+            .conns
+            .iter()
+            .filter(|c| c.is_suspect() && c.is_usable())
+            .map(|c| c.id)
+            .filter(|id| others(*id, &self.conns))
+            .collect();
+        for id in &suspects {
+            if let Some(c) = self.conns.get_mut(*id) {
+                self.core.resend_unacked(c);
+                c.lose(Loss::SilentAtClose);
+            }
+        }
+        if suspects.is_empty() {
+            return false;
+        }
+        self.after_connection_change();
+        true
     }
 
     /// The next time [`Session::check_silent_paths`] has something to do.

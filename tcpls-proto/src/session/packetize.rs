@@ -13,6 +13,7 @@ use crate::frame::{write_stream_trailer, Frame, FrameReader, STREAM_FRAME_OVERHE
 use crate::record::{CT_APPLICATION_DATA, MAX_PLAINTEXT};
 
 use super::conn::{ConnState, Connection};
+use super::sched::PathView;
 use super::streams::Stream;
 use super::{Core, Session};
 
@@ -63,7 +64,8 @@ impl Session {
         if self.peer_closed() && self.core.all_send_halves_finished() {
             self.core.life.begin_closing();
         }
-        if self.core.life.is_closing() && self.core.all_sent() {
+        let gave_up = self.core.life.is_closing() && self.give_up_suspects_at_close();
+        if self.core.life.is_closing() && self.core.all_sent() && !gave_up {
             for c in &mut self.conns {
                 if let Err(e) = c.send_close_notify() {
                     c.fail(e);
@@ -160,18 +162,23 @@ impl Session {
                     self.conns.get(conn).filter(|c| c.tx.len() < high && self.core.ext.may_send(c.id)).map(|c| c.id)
                 }
                 None => {
+                    // A scheduler that may wait for a fast path rather than send on a slow one
+                    // sees every carrier, those without room too (`Scheduler::pick_any`).
+                    let all = self.core.paths.scheduler().waits_for_paths();
                     views.clear();
                     views.extend(
                         self.conns
                             .iter()
-                            .filter(|c| carries_unsteered(c) && c.tx.len() < high)
-                            .filter(|c| self.core.ext.may_send(c.id))
-                            .map(Session::path_view),
+                            .filter(|c| carries_unsteered(c) && self.core.ext.may_send(c.id))
+                            .map(|c| PathView { room: c.tx.len() < high, ..Session::path_view(c) })
+                            .filter(|v| all || v.room),
                     );
-                    if views.is_empty() {
+                    if !views.iter().any(|v| v.room) {
                         None
                     } else {
-                        self.core.paths.scheduler().pick(id, &views).filter(|c| views.iter().any(|v| v.conn == *c))
+                        let scheduler = self.core.paths.scheduler();
+                        let pick = if all { scheduler.pick_any(id, &views) } else { scheduler.pick(id, &views) };
+                        pick.filter(|c| views.iter().any(|v| v.conn == *c && v.room))
                     }
                 }
             };
@@ -236,9 +243,11 @@ impl Session {
     }
 
     /// When the peer closes one of several connections, we close it too; its streams carry on
-    /// over the others.
+    /// over the others (not over a suspect one: when the peer closed all but that one, the
+    /// session is closing, see `peer_closed`).
     fn answer_connection_closes(&mut self) {
-        let others_usable = self.conns.iter().filter(|c| c.is_usable() && !c.close_received()).count();
+        let others_usable =
+            self.conns.iter().filter(|c| c.is_usable() && !c.close_received() && !c.is_suspect()).count();
         if others_usable == 0 {
             return;
         }
@@ -251,11 +260,14 @@ impl Session {
         }
     }
 
-    /// The peer sent close_notify on every live connection: it will open no more streams.
+    /// The peer sent close_notify on every live connection: it will open no more streams. A
+    /// connection we suspect of silence (`loss.rs`) is not waited for (its close_notify may
+    /// never arrive) as long as one of the others brought one.
     pub fn peer_closed(&self) -> bool {
         self.core.life.is_established()
             && self.core.life.orphaned_since().is_none()
-            && self.conns.iter().all(|c| c.close_received() || c.is_finished())
+            && self.conns.iter().all(|c| c.close_received() || c.is_finished() || c.is_suspect())
+            && (self.conns.iter().any(|c| c.close_received()) || self.conns.iter().all(|c| !c.is_suspect()))
     }
 
     /// Something is queued that the next `prepare_transmit` would seal (the IO layer uses this
@@ -452,7 +464,8 @@ impl Core {
     /// Records of control frames on `c` while it has room, and a client's first record.
     /// Returns whether `c` failed.
     fn seal_control_on(&mut self, c: &mut Connection) -> bool {
-        if !c.is_usable() || !c.is_tcpls() || c.join_pending() {
+        // A suspect connection takes nothing: what it would carry might never arrive.
+        if !c.is_usable() || !c.is_tcpls() || c.join_pending() || c.is_suspect() {
             return false;
         }
         while c.tx.len() < self.config.transmit_high_water && self.control.has_for(c.id) {
