@@ -251,6 +251,8 @@ enum Ended {
     Done,
     /// Ctrl-C: what was done is reported; the exit status is 130.
     Interrupted,
+    /// SIGTERM (`perf`): what was done is reported; the exit status is 143.
+    Terminated,
 }
 
 fn main() -> ExitCode {
@@ -304,9 +306,13 @@ fn main() -> ExitCode {
             eprintln!("tcpls: writing the trace file: {e}");
         }
     }
+    // The command is over: what is left (a session's driver, a blocked socket call on a
+    // silent path) must not delay the exit.
+    runtime.shutdown_timeout(Duration::from_millis(100));
     match result {
         Ok(Ended::Done) => ExitCode::SUCCESS,
         Ok(Ended::Interrupted) => ExitCode::from(EXIT_INTERRUPTED),
+        Ok(Ended::Terminated) => ExitCode::from(interrupt::Stop::Terminate.exit_status()),
         Err(e) => {
             eprintln!("tcpls: {e}");
             ExitCode::FAILURE
@@ -469,23 +475,15 @@ async fn serve_cmd(a: ServeArgs) -> Result<Ended, String> {
 
 /// Turns true at the first Ctrl-C (the command then winds down and reports); a second Ctrl-C
 /// ends the process at once, with the same exit status.
-pub(crate) fn interrupt_watch(command: &'static str, what: &'static str) -> tokio::sync::watch::Receiver<bool> {
-    let (tx, rx) = tokio::sync::watch::channel(false);
-    let mut ctrl_c = interrupt::listen();
-    tokio::spawn(async move {
-        ctrl_c.recv().await;
-        logging::info(command, &format!("interrupted: {what} (Ctrl-C again to quit at once)"));
-        let _ = tx.send(true);
-        ctrl_c.recv().await;
-        exit_interrupted();
-    });
-    rx
-}
-
 /// Exits at once with status 130, the `--trace` file written out first.
 pub(crate) fn exit_interrupted() -> ! {
+    exit_on_signal(interrupt::Stop::Interrupt)
+}
+
+/// Exits at once with the status of `signal` (130 or 143), the `--trace` file written out first.
+pub(crate) fn exit_on_signal(signal: interrupt::Stop) -> ! {
     let _ = tcpls::flush_default_trace();
-    std::process::exit(i32::from(EXIT_INTERRUPTED))
+    std::process::exit(i32::from(signal.exit_status()))
 }
 
 /// A loopback server and client in one process: the quickest way to see TCPLS work.
@@ -540,9 +538,12 @@ async fn demo(bytes: u64, json: bool) -> Result<(), String> {
                 zero_rtt: false,
                 output: None,
             },
-            tokio::sync::watch::channel(false).1,
+            tokio::sync::watch::channel(None).1,
         )
         .await?;
+        if let Some(e) = &report.error {
+            return Err(format!("demo transfer failed: {e}"));
+        }
         if !report.verified {
             return Err("demo transfer failed verification".into());
         }

@@ -9,9 +9,10 @@ use clap::Args;
 use tcpls::SessionConfig;
 
 use crate::args::{host_of, parse_duration, parse_rate, parse_size, resolve};
+use crate::interrupt::{stop_watch, Stop};
 use crate::perf_report::{Out, Output};
 use crate::units::Format;
-use crate::{client_setup, interrupt_watch, logging, perf, perf_report, probe, Ended, TrustArgs};
+use crate::{client_setup, logging, perf, perf_report, probe, Ended, TrustArgs};
 
 #[derive(Args)]
 pub struct PerfArgs {
@@ -256,13 +257,26 @@ pub async fn run(a: PerfArgs) -> Result<Ended, String> {
         zero_rtt: a.zero_rtt,
         output: Some(output.clone()),
     };
-    let interrupted = interrupt_watch("perf", "stopping the transfer and printing what was done");
-    let report = perf::run(opts, interrupted).await?;
+    let stop = stop_watch("perf", "stopping the transfer and printing what was done");
+    let report = perf::run(opts, stop.clone()).await?;
     perf_report::print(&report, &output)?;
+    if let Some(e) = &report.error {
+        return Err(format!("{e} (the summary above covers what was done until then)"));
+    }
     if !report.verified {
         return Err("payload verification failed: bytes were lost, duplicated or corrupted".into());
     }
-    Ok(if report.interrupted { Ended::Interrupted } else { Ended::Done })
+    let signal = *stop.borrow();
+    match signal {
+        Some(Stop::Interrupt) => Ok(Ended::Interrupted),
+        Some(Stop::Terminate) => Ok(Ended::Terminated),
+        None if !report.undelivered.is_empty() => Err(format!(
+            "the run ended at its deadline ({:.1} s after --time) with data not delivered: {}",
+            perf::DEADLINE_GRACE.as_secs_f64(),
+            report.undelivered.join("; ")
+        )),
+        None => Ok(Ended::Done),
+    }
 }
 
 /// `ADDR` with its port replaced by `port` (`-p`).

@@ -3,7 +3,7 @@
 //! JSON. It also marks the end of the `--omit` warm-up, from which the summary counts.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,12 +19,18 @@ pub const SPREAD: u32 = u32::MAX;
 pub struct StreamCounter {
     pub upload: bool,
     pub bytes: AtomicU64,
+    /// A download's payload failed verification.
+    pub corrupt: AtomicBool,
+    /// A download's delivery times.
+    pub gaps: crate::transfer::Gaps,
     pub conn: AtomicU32,
 }
 
 /// The payload counters of every stream of the run.
 pub struct Counters {
     pub streams: Vec<StreamCounter>,
+    /// When the downloads delivered payload (the client's longest stall).
+    pub stalls: crate::transfer::StallMeter,
 }
 
 impl Counters {
@@ -32,9 +38,15 @@ impl Counters {
     pub fn new(streams: impl IntoIterator<Item = (bool, u32)>) -> Self {
         let streams = streams
             .into_iter()
-            .map(|(upload, conn)| StreamCounter { upload, bytes: AtomicU64::new(0), conn: AtomicU32::new(conn) })
+            .map(|(upload, conn)| StreamCounter {
+                upload,
+                bytes: AtomicU64::new(0),
+                corrupt: AtomicBool::new(false),
+                gaps: Default::default(),
+                conn: AtomicU32::new(conn),
+            })
             .collect();
-        Self { streams }
+        Self { streams, stalls: Default::default() }
     }
 
     /// `--migrate-at`: the streams on `from` now go over `to`.

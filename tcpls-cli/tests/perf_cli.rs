@@ -23,7 +23,15 @@ struct Report {
     goodput_bps: f64,
     verified: bool,
     interrupted: bool,
+    signal: Option<String>,
+    ended_at_deadline: bool,
+    undelivered: Vec<String>,
+    error: Option<String>,
+    client_stats: PathStats,
+    server_stats: Option<PathStats>,
+    server_stats_error: Option<String>,
     omit_seconds: f64,
+    start_unix_seconds: f64,
     fallback: bool,
     cipher: String,
     failovers: u64,
@@ -36,6 +44,21 @@ struct Report {
     summary: Vec<DirectionSummary>,
     intervals: Vec<Interval>,
     connections: Vec<Connection>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct PathStats {
+    failovers: u64,
+    connections_lost: u64,
+    records_resent: u64,
+    stream_bytes_resent: u64,
+    paths_suspected: u64,
+    paths_recovered: u64,
+    duplicate_bytes_received: u64,
+    longest_stall_ms: Option<f64>,
+    longest_stream_stall_ms: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -366,4 +389,71 @@ fn migrate_at_beyond_the_run_warns() {
     assert!(done.stderr.contains("warning") && done.stderr.contains("--migrate-at"), "{}", done.describe());
     assert!(report(&done.stdout).migration.is_none());
     server.expect_exit();
+}
+
+/// Both ends' path statistics: the server's come on a stats stream at the end of the run. On a
+/// healthy loopback nothing fails over; each receiving end measured its longest stall (the
+/// client's downloads, the server's uploads).
+#[test]
+fn both_ends_report_their_path_statistics() {
+    let mut server = perf_server(1);
+    let done = run(perf(&server).args(["--bidir", "--time", "1", "-P", "2", "--json"]), None, TIMEOUT).success();
+    let r = report(&done.stdout);
+    assert!(r.verified && r.undelivered.is_empty() && !r.ended_at_deadline && r.error.is_none(), "{r:#?}");
+    let server_stats = r.server_stats.as_ref().unwrap_or_else(|| panic!("no server stats: {r:#?}"));
+    assert!(r.server_stats_error.is_none(), "{r:#?}");
+    for s in [&r.client_stats, server_stats] {
+        assert_eq!((s.failovers, s.connections_lost, s.paths_suspected), (0, 0, 0), "{r:#?}");
+        let stall = s.longest_stall_ms.unwrap_or_else(|| panic!("no stall measured: {r:#?}"));
+        let one_stream = s.longest_stream_stall_ms.unwrap_or_else(|| panic!("no stream stall measured: {r:#?}"));
+        assert!(stall > 0.0 && stall <= one_stream && one_stream < 1000.0, "{r:#?}");
+    }
+    // The stats stream is not a transfer: the server's session report does not count it.
+    server.expect_exit();
+}
+
+/// SIGTERM ends a run as Ctrl-C does: the summary is printed, the exit status is 143 (128 +
+/// SIGTERM), and the run says so.
+#[test]
+fn sigterm_prints_the_summary_and_exits_143() {
+    let mut server = perf_server(1);
+    let mut p = Proc::spawn(perf(&server).args(["--upload", "-i", "0.2"]), false);
+    p.stdout.wait_for(b"[SUM]", SHORT).unwrap_or_else(|e| panic!("{e}\n{}", p.diagnostics()));
+    let status = std::process::Command::new("kill").args(["-TERM", &p.id().to_string()]).status();
+    assert!(status.is_ok_and(|s| s.success()), "cannot send SIGTERM");
+    let status = p.wait(SHORT);
+    assert_eq!(status.code(), Some(143), "exit status after SIGTERM: {}", p.diagnostics());
+    assert!(p.elapsed() < Duration::from_secs(8), "ended long after SIGTERM: {}", p.diagnostics());
+    let out = p.stdout.text();
+    assert!(
+        out.contains(" receiver  (verified byte for byte)") && out.contains("interrupted (SIGTERM)"),
+        "{}",
+        p.diagnostics()
+    );
+    server.expect_exit();
+}
+
+/// A server that stops answering mid-run (SIGSTOP: its sockets stay open, nothing moves): a
+/// timed run still ends within its time plus 2 s, prints its summary with what was not
+/// delivered, and fails with one line that says why.
+#[test]
+fn a_timed_run_ends_at_its_deadline_when_the_server_stops_answering() {
+    let server = perf_server(1);
+    const TIME: Duration = Duration::from_secs(2);
+    let mut p = Proc::spawn(perf(&server).args(["--bidir", "-i", "0.2", "--time", "2"]), false);
+    p.stdout.wait_for(b"[ RX]", SHORT).unwrap_or_else(|e| panic!("{e}\n{}", p.diagnostics()));
+    let stop = |signal: &str| {
+        let status = std::process::Command::new("kill").args([signal, &server.proc.id().to_string()]).status();
+        assert!(status.is_ok_and(|s| s.success()), "cannot send {signal} to the server");
+    };
+    stop("-STOP");
+    let status = p.wait(TIMEOUT);
+    stop("-CONT");
+    assert!(p.elapsed() <= TIME + Duration::from_secs(2), "ended after {:?}: {}", p.elapsed(), p.diagnostics());
+    assert_eq!(status.code(), Some(1), "{}", p.diagnostics());
+    let (out, err) = (p.stdout.text(), p.stderr.text());
+    assert!(out.contains("not delivered: stream 0 (upload)") && out.contains(" receiver"), "{}", p.diagnostics());
+    assert!(out.contains("server stats unavailable"), "{}", p.diagnostics());
+    let last = err.trim().lines().last().unwrap_or_default();
+    assert!(last.starts_with("tcpls: the run ended at its deadline"), "{}", p.diagnostics());
 }
