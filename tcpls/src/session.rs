@@ -453,6 +453,21 @@ impl Session {
         self.shared.lock().proto.is_connection_backup(conn)
     }
 
+    /// Gives up a connection suspect of silence (`ConnectionInfo::suspect`), e.g. once a new
+    /// connection over the same path is up: its unacknowledged records go out on the others and
+    /// the peer is told (Connection Reset). Returns false if it was not suspect.
+    pub fn give_up_silent_connection(&self, conn: ConnId) -> bool {
+        let mut inner = self.shared.lock();
+        let given_up = inner.proto.give_up_silent_connection(conn);
+        inner.wake_driver();
+        given_up
+    }
+
+    /// Whether a connection is suspect of silence (PROTOCOL.md §5, "Silent paths").
+    pub fn is_connection_suspect(&self, conn: ConnId) -> bool {
+        self.shared.lock().proto.is_connection_suspect(conn)
+    }
+
     /// Closes one TCP connection gracefully; the session continues on the others.
     pub fn close_connection(&self, conn: ConnId) -> io::Result<()> {
         let mut inner = self.shared.lock();

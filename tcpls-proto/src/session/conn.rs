@@ -108,6 +108,8 @@ pub(crate) enum Loss<'a> {
     Silent(std::time::Duration),
     /// Suspect of silence when the session closed: given up rather than waited for.
     SilentAtClose,
+    /// Suspect of silence, and replaced by a new connection over the same path.
+    Replaced,
     /// The peer reported the connection as failed (Connection Reset).
     ReportedByPeer,
 }
@@ -118,6 +120,9 @@ impl Loss<'_> {
             Loss::Eof => "TCP connection closed without close_notify".into(),
             Loss::Io(reason) => reason.to_string(),
             Loss::KeepaliveTimeout => "no answer to a keepalive Ping".into(),
+            Loss::Replaced => {
+                "given up: the path had gone silent and a new connection replaced this one".into()
+            }
             Loss::SilentAtClose => {
                 "given up at close: the path had gone silent (its records were re-sent on the others)".into()
             }

@@ -257,6 +257,19 @@ impl Session {
         true
     }
 
+    /// Gives up a connection that went silent (the application or its path manager has a new
+    /// one on the same path): what it carried goes out again on the others, and the peer is
+    /// told with Connection Reset. Only a suspect connection is given up; returns whether it was.
+    pub fn give_up_silent_connection(&mut self, conn: ConnId) -> bool {
+        let Some(c) = self.conns.get_mut(conn).filter(|c| c.is_suspect()) else {
+            return false;
+        };
+        self.core.resend_unacked(c);
+        c.lose(Loss::Replaced);
+        self.after_connection_change();
+        true
+    }
+
     /// The next time [`Session::check_silent_paths`] has something to do.
     pub(crate) fn loss_deadline(&self) -> Option<Instant> {
         if !self.detects_loss() {
