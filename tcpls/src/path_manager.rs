@@ -345,7 +345,9 @@ impl PathManager {
     /// Resolves when the manager is stopped or its session ends.
     pub(crate) async fn ended(&self) {
         loop {
-            if self.shared.stopped.load(std::sync::atomic::Ordering::Relaxed) || self.session.is_closed() {
+            // A closing session takes no new connection: a join now would only be refused,
+            // and its failure could outlast the clean close of the others.
+            if self.shared.stopped.load(std::sync::atomic::Ordering::Relaxed) || self.session.is_closing() {
                 return;
             }
             tokio::time::sleep(TICK).await;

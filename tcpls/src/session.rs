@@ -423,6 +423,12 @@ impl Session {
         self.shared.lock().proto.peer_addresses().to_vec()
     }
 
+    /// The session is closing or over: a path manager starts no new connection for it.
+    pub fn is_closing(&self) -> bool {
+        let inner = self.shared.lock();
+        inner.driver_done || inner.proto.is_closing()
+    }
+
     /// The session is over (closed, failed, or its driver ended).
     pub fn is_closed(&self) -> bool {
         let inner = self.shared.lock();

@@ -251,6 +251,12 @@ impl Session {
         self.core.life.is_closed()
     }
 
+    /// The session is closing (`close` was called, or the peer closed and our streams are
+    /// done) or closed: no new connection should join it.
+    pub fn is_closing(&self) -> bool {
+        self.core.life.is_closing() || self.core.life.is_closed()
+    }
+
     /// Why the session failed, if it did.
     pub fn error(&self) -> Option<&Error> {
         self.core.life.error()
