@@ -21,6 +21,7 @@ mod tm3;
 mod transfer;
 mod tunnel;
 mod tunnel_config;
+mod tunnel_config_values;
 mod units;
 
 /// The perf payload, shared with the benchmarks and the experiments.
@@ -259,7 +260,13 @@ fn main() -> ExitCode {
         eprintln!("tcpls perf: {hint}");
         return ExitCode::from(2);
     }
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    if let Command::Tunnel(t) = &cli.command {
+        // The configuration file's keys for the global flags; the command line wins.
+        let (keylog, trace) = tunnel::file_globals(t);
+        cli.keylog = cli.keylog.or(keylog);
+        cli.trace = cli.trace.or(trace);
+    }
     if let Some(file) = &cli.keylog {
         // rustls' KeyLogFile (tlsconf.rs) writes where SSLKEYLOGFILE says. Set before any
         // thread starts, so nothing reads the environment concurrently.

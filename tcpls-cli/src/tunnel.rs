@@ -231,6 +231,22 @@ pub async fn run(args: TunnelArgs) -> Result<(), String> {
     }
 }
 
+/// The configuration file's `keylog` and `trace` keys (the global `--keylog` and `--trace`
+/// flags), for `main` to apply before the runtime starts, as it does the flags. Nothing when
+/// there is no file or it does not load: the command then says why.
+pub fn file_globals(args: &TunnelArgs) -> (Option<PathBuf>, Option<PathBuf>) {
+    let config = match &args.cmd {
+        TunnelCommand::Server(a) => a.config.as_deref(),
+        TunnelCommand::Client(a) => a.config.as_deref(),
+        TunnelCommand::CheckConfig { .. } => None,
+    };
+    let Some(Ok(file)) = config.map(tunnel_config::load) else { return (None, None) };
+    match &args.cmd {
+        TunnelCommand::Server(_) => file.server.map(|s| (s.keylog, s.trace)).unwrap_or_default(),
+        _ => file.client.map(|c| (c.keylog, c.trace)).unwrap_or_default(),
+    }
+}
+
 /// The server's settings: the command line over the configuration file over the defaults.
 /// Rebuilt from the same command line on SIGHUP, with the file read again.
 #[derive(Clone)]
@@ -247,6 +263,8 @@ struct ServerSettings {
     max_lookups: usize,
     client_policy: ClientPolicy,
     json: bool,
+    metrics: Option<String>,
+    rejoin_timeout: Option<u64>,
     verbose: bool,
 }
 
@@ -310,6 +328,8 @@ impl ServerSettings {
             max_lookups: positive_or(pick(a.max_lookups, f.max_lookups), "max-lookups", MAX_LOOKUPS)?,
             client_policy,
             json: a.json || f.json.unwrap_or(false),
+            metrics: pick(a.metrics.clone(), f.metrics),
+            rejoin_timeout: pick(a.rejoin_timeout, f.rejoin_timeout),
             verbose: f.verbose.unwrap_or(false),
         })
     }
@@ -424,6 +444,10 @@ fn count_server_keys(f: &ServerFile) -> usize {
         f.max_lookups.is_some(),
         f.unknown_clients.is_some(),
         f.json.is_some(),
+        f.metrics.is_some(),
+        f.rejoin_timeout.is_some(),
+        f.keylog.is_some(),
+        f.trace.is_some(),
         f.verbose.is_some(),
     ]
     .iter()
@@ -451,11 +475,12 @@ async fn server(args: ServerArgs, a: ServerSettings) -> Result<(), String> {
         ..TunnelConfig::default()
     };
     let mut cfg = cfg;
-    if let Some(secs) = args.rejoin_timeout {
+    if let Some(secs) = a.rejoin_timeout {
         cfg.session.rejoin_timeout = Duration::from_secs(secs);
     }
+    let rejoin_timeout = cfg.session.rejoin_timeout;
     let mut conc = Concentrator::bind(&addrs, Arc::new(tls), cfg).await.map_err(|e| e.to_string())?;
-    if let (Some(addr), Some(registry)) = (args.metrics.as_deref(), conc.registry()) {
+    if let (Some(addr), Some(registry)) = (a.metrics.as_deref(), conc.registry()) {
         crate::metrics::attach_to_concentrator(&mut conc, addr, registry).await?;
     }
     let mut ctrl_c = crate::interrupt::listen();
@@ -470,8 +495,11 @@ async fn server(args: ServerArgs, a: ServerSettings) -> Result<(), String> {
         }
     }
     eprintln!(
-        "tcpls tunnel server: destinations: {dest_policy}; at most {} session(s), {} stream(s) per session, {} name lookup(s) at once",
-        a.max_sessions, a.max_streams, a.max_lookups
+        "tcpls tunnel server: destinations: {dest_policy}; at most {} session(s), {} stream(s) per session, {} name lookup(s) at once; rejoin timeout {} s",
+        a.max_sessions,
+        a.max_streams,
+        a.max_lookups,
+        rejoin_timeout.as_secs()
     );
     if !a.client_policy.is_off() {
         eprintln!("tcpls tunnel server: {}", describe_clients(&a.client_policy));
@@ -636,8 +664,8 @@ impl ClientSettings {
             concentrator: pick(a.concentrator, f.concentrator)
                 .ok_or("--concentrator is required (or `concentrator` in the [client] table of --config)")?,
             path: pick_list(a.path, f.path),
-            bind: a.bind,
-            path_manager: a.path_manager,
+            bind: pick(a.bind, f.bind),
+            path_manager: pick(a.path_manager, f.path_manager),
             ca: pick(a.ca, f.ca),
             insecure: a.insecure || f.insecure.unwrap_or(false),
             server_name: pick(a.server_name, f.server_name),
