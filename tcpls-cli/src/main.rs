@@ -16,6 +16,7 @@ mod perf_stream;
 mod probe;
 mod serve;
 mod session_info;
+mod stop_signal;
 mod tlsconf;
 mod tm3;
 mod transfer;

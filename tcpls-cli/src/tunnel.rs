@@ -174,7 +174,8 @@ struct ClientArgs {
     #[arg(long, value_name = "SECS", value_parser = seconds)]
     reconnect_wait: Option<f64>,
     /// Longest delay between reconnection attempts (exponential backoff from 0.2 s, with
-    /// jitter) [default: 30].
+    /// jitter) [default: 30]. While the concentrator refuses connections (restarting), attempts
+    /// are at most 1 s apart.
     #[arg(long, value_name = "SECS", value_parser = seconds)]
     reconnect_max: Option<f64>,
     /// Ping the concentrator after SECS without traffic on a connection; no answer within 1 s
@@ -758,7 +759,7 @@ async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
         crate::metrics::attach_to_tunnel_client(client.clone(), addr).await?;
     }
     let conns = client.session().usable_connections().len();
-    let mut ctrl_c = crate::interrupt::listen();
+    let mut stop = crate::stop_signal::listen();
     let mut what: Vec<String> = listeners.iter().map(|(_, l, f)| format!("{l} ({})", describe(f))).collect();
     what.extend(udp.iter().map(|(_, l, t)| format!("{l}/udp (forward to {t})")));
     what.extend(reverse.iter().map(|(r, l)| format!("{r} on the concentrator (reverse to {l})")));
@@ -785,14 +786,19 @@ async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
             Some(Err(e)) => Err(e.to_string()),
             _ => Err("stopped".into()),
         },
-        () = ctrl_c.recv() => {
-            // Close the session properly (close_notify), so the concentrator ends it at once.
-            crate::logging::info("tunnel client", "interrupted (Ctrl-C): closing the session");
-            let session = client.session();
-            if tokio::time::timeout(Duration::from_secs(2), session.close()).await.is_err() {
-                session.abort();
-            }
-            crate::exit_interrupted();
+        signal = stop.recv() => {
+            // Close the session properly (close_notify), so the concentrator ends it at once,
+            // and never reconnect: the one line below is all a stop logs.
+            crate::logging::info(
+                "tunnel client",
+                &format!(
+                    "{}: closing the session to {concentrator} (close_notify), not reconnecting",
+                    signal.name()
+                ),
+            );
+            client.shutdown(Duration::from_secs(2)).await;
+            let _ = tcpls::flush_default_trace();
+            std::process::exit(i32::from(signal.exit_status()));
         }
     }
 }
