@@ -58,7 +58,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Write a self-signed certificate and key (for localhost, 127.0.0.1, ::1 and --name).
-    #[command(after_help = "Example:\n  tcpls cert --out ./tcpls-cert --name myhost.example")]
+    #[command(
+        after_help = "Examples:\n  tcpls cert --out ./tcpls-cert --name myhost.example\n  tcpls cert --out ./short-lived --days 30"
+    )]
     Cert {
         /// Directory for cert.pem and key.pem.
         #[arg(long, default_value = "tcpls-cert")]
@@ -69,6 +71,10 @@ enum Command {
         /// Replace cert.pem and key.pem if they exist (default: refuse).
         #[arg(long)]
         force: bool,
+        /// Days the certificate is valid from now (1 to 3650).
+        #[arg(long, value_name = "N", default_value_t = tlsconf::CERT_DAYS,
+              value_parser = clap::value_parser!(u32).range(1..=3650))]
+        days: u32,
     },
     /// Run a TCPLS server (plain TLS clients are served too, through fallback).
     #[command(
@@ -325,7 +331,7 @@ fn main() -> ExitCode {
 async fn run(command: Command) -> Result<Ended, String> {
     let done = |r: Result<(), String>| r.map(|()| Ended::Done);
     match command {
-        Command::Cert { out, name, force } => done(cert(&out, &name, force)),
+        Command::Cert { out, name, force, days } => done(cert(&out, &name, force, days)),
         Command::Serve(a) => serve_cmd(a).await,
         Command::Connect { addr, trust, alpn, show_session, paths } => {
             let (target, name, tls) = client_setup(&addr, &trust, &alpn)?;
@@ -348,7 +354,7 @@ async fn run(command: Command) -> Result<Ended, String> {
     }
 }
 
-fn cert(out: &Path, names: &[String], force: bool) -> Result<(), String> {
+fn cert(out: &Path, names: &[String], force: bool, days: u32) -> Result<(), String> {
     let (cert_path, key_path) = (out.join("cert.pem"), out.join("key.pem"));
     if !force {
         if let Some(existing) = [&cert_path, &key_path].into_iter().find(|p| p.exists()) {
@@ -358,11 +364,11 @@ fn cert(out: &Path, names: &[String], force: bool) -> Result<(), String> {
             ));
         }
     }
-    let (cert, key) = tlsconf::self_signed(names)?;
+    let (cert, key) = tlsconf::self_signed_for_days(names, days)?;
     std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     std::fs::write(&cert_path, cert).map_err(|e| format!("cannot write {}: {e}", cert_path.display()))?;
     write_private(&key_path, key.as_bytes())?;
-    println!("wrote {} and {}", cert_path.display(), key_path.display());
+    println!("wrote {} and {} (valid for {days} days)", cert_path.display(), key_path.display());
     Ok(())
 }
 

@@ -750,8 +750,13 @@ async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
         cfg.bind = crate::args::parse_local(b).map_err(|e| format!("--bind {b}: {e}"))?;
     }
     cfg.path_manager = a.path_manager.as_deref().map(crate::args::parse_policy).transpose()?;
-    let client =
-        TunnelClient::connect_paths(concentrator, name, Arc::new(tls), &paths, cfg).await.map_err(|e| e.to_string())?;
+    let client = TunnelClient::connect_paths(concentrator, name, Arc::new(tls), &paths, cfg).await.map_err(|e| {
+        match crate::tlsconf::advice(&e) {
+            // An untrusted certificate asks for --ca or --insecure, as for connect and perf.
+            Some(advice) => format!("cannot open a TCPLS session to {concentrator}: {advice}"),
+            None => e.to_string(),
+        }
+    })?;
     let _reconnect = (!a.no_reconnect).then(|| {
         client.keep_connected(Backoff { max: Duration::from_secs_f64(a.reconnect_max), ..Backoff::default() })
     });

@@ -133,6 +133,12 @@ fn sigint_and_sigterm_close_the_session_once_without_reconnecting() {
         assert!(!log.contains("lost (") && !log.contains("re-established"), "{signal}: no reconnection:\n{log}");
         let summary = server.stdout.text();
         assert!(summary.contains("\"error\":null"), "{signal}: a clean end (close_notify): {summary}");
+        // The concentrator's log line for the session is a sentence, not a debug struct.
+        server.stderr.wait_for(b"ended after", SHORT).unwrap_or_else(|e| panic!("{e}\n{}", server.diagnostics()));
+        let log = server.stderr.text();
+        let ended = log.lines().find(|l| l.contains("ended after")).unwrap();
+        assert!(ended.contains(": 0 connections (0 connected, 0 failed, 0 refused by policy"), "{ended}");
+        assert!(!ended.contains('{') && !ended.contains("StatsSnapshot"), "{ended}");
     }
 }
 

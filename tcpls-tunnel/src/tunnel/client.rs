@@ -108,11 +108,10 @@ impl Dial {
     /// Opens the session and joins one more TCP connection per path.
     async fn session(&self) -> io::Result<Session> {
         let concentrator = self.concentrator;
-        let session = self
-            .connector
-            .connect(concentrator, self.server_name.clone())
-            .await
-            .map_err(|e| io::Error::new(e.kind(), format!("cannot open a TCPLS session to {concentrator}: {e}")))?;
+        let session = self.connector.connect(concentrator, self.server_name.clone()).await.map_err(|e| {
+            let what = format!("cannot open a TCPLS session to {concentrator}");
+            io::Error::new(e.kind(), WithContext { what, source: e })
+        })?;
         if session.is_fallback() {
             session.abort();
             return Err(io::Error::new(
@@ -144,6 +143,26 @@ impl Dial {
             }
         }
         Ok(session)
+    }
+}
+
+/// An error with what was being done, the original kept as its source: a caller can still find
+/// the TLS error inside (to advise on an untrusted certificate, say).
+#[derive(Debug)]
+struct WithContext {
+    what: String,
+    source: io::Error,
+}
+
+impl fmt::Display for WithContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.what, self.source)
+    }
+}
+
+impl std::error::Error for WithContext {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
     }
 }
 
