@@ -44,10 +44,10 @@ pub fn openssl() -> Command {
     Command::new("openssl")
 }
 
-/// A free TCP port on `ip` (bound to port 0 and released; callers retry on a lost race).
+/// A free TCP port on `ip` and on the wildcard address, outside the kernel's ephemeral range
+/// (`tcpls_test::free_port`); callers retry the start of what binds it on a lost race.
 pub fn free_port(ip: IpAddr) -> u16 {
-    let l = TcpListener::bind(SocketAddr::new(ip, 0)).unwrap_or_else(|e| panic!("cannot bind {ip}:0: {e}"));
-    l.local_addr().unwrap().port()
+    tcpls_test::free_port(ip)
 }
 
 /// Whether `::1` can be used on this machine.
