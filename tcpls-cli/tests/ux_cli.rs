@@ -128,8 +128,7 @@ fn servers_exit_130_on_ctrl_c() {
     server.proc.interrupt();
     assert_eq!(server.proc.wait(SHORT).code(), Some(130), "{}", server.proc.diagnostics());
 
-    let port = support::free_port(LOCALHOST_V4);
-    let mut conc = Proc::spawn(tcpls().args(["tunnel", "server", "--listen", &format!("127.0.0.1:{port}")]), false);
+    let mut conc = Proc::spawn(tcpls().args(["tunnel", "server", "--listen", "127.0.0.1:0"]), false);
     conc.stderr.wait_for(b"listening on", SHORT).unwrap_or_else(|e| panic!("{e}\n{}", conc.diagnostics()));
     conc.interrupt();
     assert_eq!(conc.wait(SHORT).code(), Some(130), "{}", conc.diagnostics());
@@ -139,11 +138,10 @@ fn servers_exit_130_on_ctrl_c() {
 /// at once instead of timing out a connection closed without close_notify.
 #[test]
 fn tunnel_client_ctrl_c_closes_the_session() {
-    let port = support::free_port(LOCALHOST_V4);
-    let mut conc =
-        Proc::spawn(tcpls().args(["tunnel", "server", "--json", "--listen", &format!("127.0.0.1:{port}")]), false);
-    conc.stderr.wait_for(b"listening on", SHORT).unwrap_or_else(|e| panic!("{e}\n{}", conc.diagnostics()));
-    let forward = format!("127.0.0.1:{}=127.0.0.1:9", support::free_port(LOCALHOST_V4));
+    // Port 0: the concentrator says which port it got.
+    let mut conc = Proc::spawn(tcpls().args(["tunnel", "server", "--json", "--listen", "127.0.0.1:0"]), false);
+    let port = support::listening_port(&mut conc, "tcpls tunnel server: listening on ");
+    let forward = "127.0.0.1:0=127.0.0.1:9";
     let mut client = Proc::spawn(
         tcpls()
             .args(["tunnel", "client", "--insecure", "--concentrator", &format!("127.0.0.1:{port}")])

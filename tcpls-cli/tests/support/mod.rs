@@ -440,6 +440,25 @@ impl Server {
 #[allow(unused_imports)]
 pub use tcpls_test::payload;
 
+/// The port of the address printed after `prefix` on `p`'s stderr (a server started on port 0
+/// says which port it got: `tcpls tunnel server: listening on 127.0.0.1:41234`).
+pub fn listening_port(p: &mut Proc, prefix: &str) -> u16 {
+    p.stderr.wait_for(prefix.as_bytes(), SHORT).unwrap_or_else(|e| panic!("{e}\n{}", p.diagnostics()));
+    let deadline = Instant::now() + SHORT;
+    loop {
+        let text = p.stderr.text();
+        let line = text.lines().find(|l| l.contains(prefix) && text.contains(&format!("{l}\n")));
+        if let Some(addr) = line.and_then(|l| l.split(prefix).nth(1)) {
+            let addr = addr.split_whitespace().next().unwrap_or(addr);
+            let parsed: SocketAddr =
+                addr.parse().unwrap_or_else(|_| panic!("not an address after {prefix:?}: {addr:?}"));
+            return parsed.port();
+        }
+        assert!(Instant::now() < deadline, "no complete line after {prefix:?}\n{}", p.diagnostics());
+        p.stderr.pump(deadline);
+    }
+}
+
 /// Spawns `make(port)` on a fresh port until its stderr shows `ready`; retries with another port
 /// when someone else took it between `free_port` and the bind ("cannot listen").
 pub fn start_on_free_port(what: &str, ready: &[u8], make: impl Fn(u16) -> Command) -> (Proc, u16) {
