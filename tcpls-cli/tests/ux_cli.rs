@@ -145,7 +145,7 @@ fn tunnel_client_ctrl_c_closes_the_session() {
     let mut client = Proc::spawn(
         tcpls()
             .args(["tunnel", "client", "--insecure", "--concentrator", &format!("127.0.0.1:{port}")])
-            .args(["--forward", &forward]),
+            .args(["--forward", forward]),
         false,
     );
     client.stderr.wait_for(b"accepting on", SHORT).unwrap_or_else(|e| panic!("{e}\n{}", client.diagnostics()));
