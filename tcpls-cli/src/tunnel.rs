@@ -59,7 +59,9 @@ enum TunnelCommand {
         tcpls tunnel client --concentrator 203.0.113.5 --ca cert.pem --forward-udp 127.0.0.1:5353=9.9.9.9:53\n  \
         tcpls tunnel client --concentrator 203.0.113.5 --ca cert.pem --reverse 127.0.0.1:8022=127.0.0.1:22\n  \
         tcpls tunnel client --config /etc/tcpls/tunnel.toml   (the [client] table; docs/TUNNEL.md)\n\
-        The client re-establishes a lost session by itself (exponential backoff); --no-reconnect exits.\n\
+        The client re-establishes a lost session by itself (exponential backoff; a restarting concentrator\n\
+        is retried at least once a second); --no-reconnect exits. Ctrl-C or SIGTERM closes the session\n\
+        (close_notify) without reconnecting, exit status 130 or 143.\n\
         Transparent mode takes connections redirected by iptables, e.g.:\n  \
         iptables -t nat -A OUTPUT -p tcp -d 198.51.100.7 --dport 80 -j REDIRECT --to-ports 7000\n\
         (keep the session's own traffic to the concentrator out of the rule)")]

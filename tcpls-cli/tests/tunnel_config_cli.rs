@@ -39,7 +39,8 @@ fn server_keys_metrics_and_rejoin_timeout_are_accepted_and_used() {
     let file = write(
         &dir,
         "tunnel.toml",
-        "[server]\nlisten = [\"127.0.0.1:0\"]\nmetrics = \"127.0.0.1:0\"\nrejoin-timeout = 30\n",
+        "[server]\nlisten = [\"127.0.0.1:0\"]\nmetrics = \"127.0.0.1:0\"\nrejoin-timeout = 30\n\
+         keylog = \"keys.log\"\ntrace = \"trace.jsonl\"\n",
     );
     let check = run(tcpls().args(["tunnel", "check-config"]).arg(&file), None, SHORT).success();
     assert!(check.stdout_text().contains("[server]: OK"), "{}", check.describe());
@@ -60,4 +61,11 @@ fn server_keys_metrics_and_rejoin_timeout_are_accepted_and_used() {
     http.read_to_string(&mut answer).unwrap();
     assert!(answer.starts_with("HTTP/1.") && answer.contains(" 200 "), "{answer}");
     assert!(answer.contains("tcpls_"), "Prometheus metrics: {answer}");
+    // The global flags' keys, relative to the file's directory: the trace is created at start,
+    // the key log gets the secrets of a handshake.
+    assert!(dir.path().join("trace.jsonl").exists(), "trace = \"trace.jsonl\"");
+    let port = support::listening_port(&mut server, "tcpls tunnel server: listening on ");
+    let _ = run(tcpls().args(["connect", &format!("127.0.0.1:{port}"), "--insecure"]), Some(Vec::new()), SHORT);
+    let keys = std::fs::read_to_string(dir.path().join("keys.log")).unwrap_or_default();
+    assert!(keys.contains("CLIENT_HANDSHAKE_TRAFFIC_SECRET"), "keylog = \"keys.log\": {keys:?}");
 }
