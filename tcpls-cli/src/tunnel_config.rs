@@ -296,7 +296,7 @@ mod tests {
             ("[client]\nforward = [\"8080=example.org\"]\n", 2, "[client] forward"),
             ("[client]\nreverse = [\"name:1=h:2\"]\n", 2, "[client] reverse"),
             ("[client]\npath = [\"eth0@h:1\"]\n", 2, "[client] path"),
-            ("[server]\n[clients.a]\nonly-dest = [\"x\"]\n", 3, "[clients.\"a\"] only-dest"),
+            ("[server]\n[clients.a]\nonly-dest = [\"x\"]\n", 3, "[clients] client \"a\": only-dest"),
         ] {
             let e = parse(text).unwrap_err();
             assert!(e.contains(".toml: ") && e.contains(&format!("line {line}: {what}: ")), "{text:?}: {e}");

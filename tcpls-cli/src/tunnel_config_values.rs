@@ -88,9 +88,10 @@ impl Values {
             each("[client] metrics", c.metrics.iter(), |v| host_port(v, None))?;
         }
         for (name, entry) in &self.clients {
-            each(&format!("[clients.\"{name}\"] allow-dest"), &entry.allow_dest, cidr)?;
-            each(&format!("[clients.\"{name}\"] deny-dest"), &entry.deny_dest, cidr)?;
-            each(&format!("[clients.\"{name}\"] only-dest"), &entry.only_dest, cidr)?;
+            // As the policy's own errors name them: `[clients] client "alice": only-dest: ...`.
+            each(&format!("[clients] client \"{name}\": allow-dest"), &entry.allow_dest, cidr)?;
+            each(&format!("[clients] client \"{name}\": deny-dest"), &entry.deny_dest, cidr)?;
+            each(&format!("[clients] client \"{name}\": only-dest"), &entry.only_dest, cidr)?;
         }
         Ok(())
     }
