@@ -16,11 +16,13 @@ mod perf_stream;
 mod probe;
 mod serve;
 mod session_info;
+mod stop_signal;
 mod tlsconf;
 mod tm3;
 mod transfer;
 mod tunnel;
 mod tunnel_config;
+mod tunnel_config_values;
 mod units;
 
 /// The perf payload, shared with the benchmarks and the experiments.
@@ -56,7 +58,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Write a self-signed certificate and key (for localhost, 127.0.0.1, ::1 and --name).
-    #[command(after_help = "Example:\n  tcpls cert --out ./tcpls-cert --name myhost.example")]
+    #[command(
+        after_help = "Examples:\n  tcpls cert --out ./tcpls-cert --name myhost.example\n  tcpls cert --out ./short-lived --days 30"
+    )]
     Cert {
         /// Directory for cert.pem and key.pem.
         #[arg(long, default_value = "tcpls-cert")]
@@ -67,6 +71,10 @@ enum Command {
         /// Replace cert.pem and key.pem if they exist (default: refuse).
         #[arg(long)]
         force: bool,
+        /// Days the certificate is valid from now (1 to 3650).
+        #[arg(long, value_name = "N", default_value_t = tlsconf::CERT_DAYS,
+              value_parser = clap::value_parser!(u32).range(1..=3650))]
+        days: u32,
     },
     /// Run a TCPLS server (plain TLS clients are served too, through fallback).
     #[command(
@@ -261,7 +269,13 @@ fn main() -> ExitCode {
         eprintln!("tcpls perf: {hint}");
         return ExitCode::from(2);
     }
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    if let Command::Tunnel(t) = &cli.command {
+        // The configuration file's keys for the global flags; the command line wins.
+        let (keylog, trace) = tunnel::file_globals(t);
+        cli.keylog = cli.keylog.or(keylog);
+        cli.trace = cli.trace.or(trace);
+    }
     if let Some(file) = &cli.keylog {
         // rustls' KeyLogFile (tlsconf.rs) writes where SSLKEYLOGFILE says. Set before any
         // thread starts, so nothing reads the environment concurrently.
@@ -323,7 +337,7 @@ fn main() -> ExitCode {
 async fn run(command: Command) -> Result<Ended, String> {
     let done = |r: Result<(), String>| r.map(|()| Ended::Done);
     match command {
-        Command::Cert { out, name, force } => done(cert(&out, &name, force)),
+        Command::Cert { out, name, force, days } => done(cert(&out, &name, force, days)),
         Command::Serve(a) => serve_cmd(a).await,
         Command::Connect { addr, trust, alpn, show_session, paths } => {
             let (target, name, tls) = client_setup(&addr, &trust, &alpn)?;
@@ -346,7 +360,7 @@ async fn run(command: Command) -> Result<Ended, String> {
     }
 }
 
-fn cert(out: &Path, names: &[String], force: bool) -> Result<(), String> {
+fn cert(out: &Path, names: &[String], force: bool, days: u32) -> Result<(), String> {
     let (cert_path, key_path) = (out.join("cert.pem"), out.join("key.pem"));
     if !force {
         if let Some(existing) = [&cert_path, &key_path].into_iter().find(|p| p.exists()) {
@@ -356,11 +370,11 @@ fn cert(out: &Path, names: &[String], force: bool) -> Result<(), String> {
             ));
         }
     }
-    let (cert, key) = tlsconf::self_signed(names)?;
+    let (cert, key) = tlsconf::self_signed_for_days(names, days)?;
     std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     std::fs::write(&cert_path, cert).map_err(|e| format!("cannot write {}: {e}", cert_path.display()))?;
     write_private(&key_path, key.as_bytes())?;
-    println!("wrote {} and {}", cert_path.display(), key_path.display());
+    println!("wrote {} and {} (valid for {days} days)", cert_path.display(), key_path.display());
     Ok(())
 }
 

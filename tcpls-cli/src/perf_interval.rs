@@ -121,8 +121,10 @@ pub struct Sampled {
     pub at_end: Snapshot,
 }
 
-/// A final interval shorter than this fraction of `-i` is not printed (its rate would mislead);
-/// the JSON has it.
+/// A final interval shorter than this fraction of `-i` (a timed run ends a moment after its last
+/// boundary) is no interval of its own: its rate would mislead. Its bytes join the interval
+/// before in the JSON, so that the intervals still add up to the summary; the lines, printed
+/// as intervals end, leave it out.
 const SHORTEST_LAST_INTERVAL: f64 = 0.1;
 
 impl Sampler {
@@ -133,6 +135,9 @@ impl Sampler {
         let mut at_omit = self.omit.is_zero().then(|| prev.clone());
         let mut intervals = Vec::new();
         let mut boundary = Duration::ZERO;
+        // Where the last interval began, and whether it was omitted: a short remainder at the
+        // end is merged into it.
+        let mut last_start: Option<(Snapshot, bool)> = None;
         loop {
             let next = self.next_boundary(boundary);
             let ended = match next {
@@ -149,14 +154,25 @@ impl Sampler {
             let length = now.at - prev.at;
             let shown = !ended || self.interval.is_some_and(|i| length >= SHORTEST_LAST_INTERVAL * i.as_secs_f64());
             if self.interval.is_some() {
-                let interval = self.interval_between(&prev, &now, boundary < self.omit);
-                // The JSON keeps every interval, so that they add up to the summary.
-                if let Some(output) = self.live.as_ref().filter(|_| shown) {
-                    for line in interval_lines(&interval, output.format) {
-                        output.out.line(&line);
+                let omitted = boundary < self.omit;
+                match last_start.as_ref().filter(|_| !shown) {
+                    // The JSON keeps every byte, so that the intervals add up to the summary.
+                    Some((start, was_omitted)) => {
+                        if let Some(last) = intervals.last_mut() {
+                            *last = self.interval_between(start, &now, *was_omitted);
+                        }
+                    }
+                    None => {
+                        let interval = self.interval_between(&prev, &now, omitted);
+                        if let Some(output) = self.live.as_ref().filter(|_| shown) {
+                            for line in interval_lines(&interval, output.format) {
+                                output.out.line(&line);
+                            }
+                        }
+                        intervals.push(interval);
+                        last_start = Some((prev.clone(), omitted));
                     }
                 }
-                intervals.push(interval);
             }
             if at_omit.is_none() && !ended && next.is_some_and(|t| t >= self.omit) {
                 at_omit = Some(now.clone());

@@ -169,6 +169,28 @@ fn paced_timed_runs_end_near_their_deadline_both_ways() {
     server.expect_exit();
 }
 
+/// A timed run whose deadline falls on an interval boundary (`-t 1 -i 0.5`) ends a moment after
+/// that boundary: the moment is no interval of its own (a 1 ms slice with 0 bytes), its bytes
+/// are in the last interval, and the intervals still add up.
+#[test]
+fn a_timed_run_ends_without_a_sliver_of_an_interval() {
+    let mut server = perf_server(3);
+    for args in [["-t", "1", "-i", "0.5"], ["-t", "1", "-i", "0.25"], ["-t", "0.5", "-i", "0.5"]] {
+        let done = run(perf(&server).args(args).arg("--json"), None, TIMEOUT).success();
+        let r = report(&done.stdout);
+        let i: f64 = args[3].parse().unwrap();
+        for interval in &r.intervals {
+            assert!(interval.end - interval.start >= 0.1 * i, "{args:?}: a sliver: {:#?}", r.intervals);
+        }
+        let last = r.intervals.last().unwrap();
+        assert!(last.end >= 0.9 * args[1].parse::<f64>().unwrap(), "{args:?}: the run's end: {:#?}", r.intervals);
+        for pair in r.intervals.windows(2) {
+            assert!((pair[1].start - pair[0].end).abs() < 1e-6, "contiguous: {:#?}", r.intervals);
+        }
+    }
+    server.expect_exit();
+}
+
 /// iperf3's spelling: -c ADDR -p PORT -t -P -R -J -i -O, durations with units.
 #[test]
 fn iperf3_short_options_and_json_intervals() {
@@ -325,8 +347,17 @@ fn ctrl_c_prints_the_summary_and_exits_130() {
 #[test]
 fn usage_errors_and_iperf3_hints_are_one_line() {
     let target = format!("127.0.0.1:{}", free_port(LOCALHOST_V4));
-    let done = run(tcpls().args(["perf", &target, "--insecure", "--bytes", "0"]), None, SHORT);
-    done.one_line_error("--bytes must be above 0");
+    for (args, needle) in [
+        (vec!["--bytes", "0"], "--bytes must be above 0"),
+        (vec!["-n", "0"], "--bytes must be above 0"),
+        (vec!["-t", "0"], "--time must be above 0"),
+        (vec!["-P", "0"], "--streams must be at least 1"),
+        (vec!["--record-size", "100"], "--record-size 100 is out of range"),
+    ] {
+        let done = run(tcpls().args(["perf", &target, "--insecure"]).args(&args), None, SHORT);
+        done.one_line_error(needle);
+        assert_eq!(done.status.code(), Some(2), "a bad value is a usage error (docs/CLI.md): {}", done.describe());
+    }
     for (args, needle) in [
         (vec!["-b", "10M"], "--rate-limit"),
         (vec!["-u"], "UDP"),
@@ -336,6 +367,7 @@ fn usage_errors_and_iperf3_hints_are_one_line() {
         let done = run(tcpls().args(["perf", "-c", "127.0.0.1"]).args(&args), None, SHORT);
         done.one_line_error(needle);
         assert_eq!(done.status.code(), Some(2), "a usage error: {}", done.describe());
+        assert_eq!(done.stderr.matches(args[0]).count(), 1, "the option is named once: {}", done.describe());
     }
     let done = run(tcpls().args(["perf", &target, "--time", "soon"]), None, SHORT);
     assert_eq!(done.status.code(), Some(2), "{}", done.describe());
