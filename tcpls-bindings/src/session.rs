@@ -231,6 +231,18 @@ impl SessionCore {
         self.session.migrate(from, to).map_err(|e| Error::io(&format!("cannot migrate from {from} to {to}"), &e))
     }
 
+    /// How streams that are not steered spread over the connections: by lowest RTT (the
+    /// default) or round-robin (every connection carries data, e.g. to use two paths at once).
+    pub fn set_round_robin(&self, round_robin: bool) -> Result<()> {
+        self.check_open()?;
+        if round_robin {
+            self.session.set_scheduler(Box::new(tcpls::RoundRobin::default()));
+        } else {
+            self.session.set_scheduler(Box::new(tcpls::LowestRtt));
+        }
+        Ok(())
+    }
+
     pub fn is_fallback(&self) -> bool {
         self.session.is_fallback()
     }

@@ -122,6 +122,13 @@
 // The session is over; `detail` is its error, empty after a clean close. The last event.
 #define TCPLS_EVENT_SESSION_CLOSED 7
 
+// Schedulers (tcpls_session_set_scheduler): unsteered data goes to the path with the lowest
+// RTT (the default) ...
+#define TCPLS_SCHEDULER_LOWEST_RTT 0
+
+// ... or to every path in turn.
+#define TCPLS_SCHEDULER_ROUND_ROBIN 1
+
 // Bytes of tcpls_event.detail (NUL included).
 #define TCPLS_EVENT_DETAIL_LEN 256
 
@@ -312,6 +319,11 @@ int tcpls_session_abandon_path(struct tcpls_session *session, uint32_t conn);
 
 // Moves the streams steered to path `from` over to path `to` and closes `from` gracefully.
 int tcpls_session_migrate(struct tcpls_session *session, uint32_t from, uint32_t to);
+
+// How streams that are not steered spread over the session's paths:
+// TCPLS_SCHEDULER_LOWEST_RTT (the default) or TCPLS_SCHEDULER_ROUND_ROBIN (every path carries
+// data).
+int tcpls_session_set_scheduler(struct tcpls_session *session, int scheduler);
 
 // 1 if the peer speaks plain TLS only (one stream, one path), 0 if TCPLS, or a negative code.
 int tcpls_session_is_fallback(struct tcpls_session *session);

@@ -83,6 +83,12 @@ pub const TCPLS_EVENT_ALL_PATHS_LOST: i32 = 6;
 /// The session is over; `detail` is its error, empty after a clean close. The last event.
 pub const TCPLS_EVENT_SESSION_CLOSED: i32 = 7;
 
+/// Schedulers (tcpls_session_set_scheduler): unsteered data goes to the path with the lowest
+/// RTT (the default) ...
+pub const TCPLS_SCHEDULER_LOWEST_RTT: i32 = 0;
+/// ... or to every path in turn.
+pub const TCPLS_SCHEDULER_ROUND_ROBIN: i32 = 1;
+
 /// Bytes of tcpls_event.detail (NUL included).
 pub const TCPLS_EVENT_DETAIL_LEN: usize = 256;
 /// Bytes of the address strings of tcpls_conn_stats (NUL included).

@@ -153,6 +153,21 @@ pub extern "C" fn tcpls_session_migrate(session: *mut tcpls_session, from: u32, 
     guard::status("tcpls_session_migrate", || handles::session(session)?.migrate(from, to))
 }
 
+/// How streams that are not steered spread over the session's paths:
+/// TCPLS_SCHEDULER_LOWEST_RTT (the default) or TCPLS_SCHEDULER_ROUND_ROBIN (every path carries
+/// data).
+#[no_mangle]
+pub extern "C" fn tcpls_session_set_scheduler(session: *mut tcpls_session, scheduler: c_int) -> c_int {
+    guard::status("tcpls_session_set_scheduler", || {
+        let round_robin = match scheduler {
+            crate::TCPLS_SCHEDULER_LOWEST_RTT => false,
+            crate::TCPLS_SCHEDULER_ROUND_ROBIN => true,
+            other => return Err(tcpls_bindings::Error::invalid(format!("{other} is not a TCPLS_SCHEDULER_* value"))),
+        };
+        handles::session(session)?.set_round_robin(round_robin)
+    })
+}
+
 /// 1 if the peer speaks plain TLS only (one stream, one path), 0 if TCPLS, or a negative code.
 #[no_mangle]
 pub extern "C" fn tcpls_session_is_fallback(session: *mut tcpls_session) -> c_int {
