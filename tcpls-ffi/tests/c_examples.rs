@@ -158,3 +158,62 @@ fn the_pkg_config_file_points_at_the_header_and_the_release_library() {
     );
     assert!(flags.contains("-ltcpls"), "{flags}");
 }
+
+/// Why `ss -K` cannot reset connections here, if it cannot (it needs root and a kernel with
+/// socket destroy support; without CAP_NET_ADMIN it silently does nothing).
+fn cannot_kill_sockets() -> Option<String> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let root = status.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"));
+    if !root {
+        return Some("not root: `ss -K` needs CAP_NET_ADMIN".into());
+    }
+    match Command::new("ss").args(["-K", "dst", "127.0.0.254"]).output() {
+        Ok(out) if out.status.success() => None,
+        Ok(out) => Some(format!("ss -K failed: {}", String::from_utf8_lossy(&out.stderr).trim())),
+        Err(e) => Some(format!("ss is not installed: {e}")),
+    }
+}
+
+/// Bytes the kernel says were acknowledged on the TCP connections to `dst` (`ss -tin`).
+fn bytes_acked_to(dst: &str) -> u64 {
+    let (ip, port) = dst.rsplit_once(':').unwrap();
+    let out = Command::new("ss").args(["-tinH", "dst", ip, "dport", "=", &format!(":{port}")]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter_map(|w| w.strip_prefix("bytes_acked:"))
+        .filter_map(|n| n.parse::<u64>().ok())
+        .sum()
+}
+
+#[test]
+fn c_client_upload_survives_the_kernel_resetting_one_path_mid_transfer() {
+    let Some(ex) = skip("c_client_upload_survives_the_kernel_resetting_one_path") else { return };
+    if let Some(why) = cannot_kill_sockets() {
+        eprintln!("SKIPPED: c_client_upload_survives_the_kernel_resetting_one_path: {why}");
+        return;
+    }
+    let (server, first, second) =
+        tcpls_serve(&["--cert", ex.cert().to_str().unwrap(), "--key", ex.key().to_str().unwrap()]);
+    let mut client = Command::new(&ex.client);
+    client
+        .arg("--ca")
+        .arg(ex.cert())
+        .args(["--server-name", "localhost", "--path", &format!("127.0.0.2@{second}")])
+        .args(["--streams", "4", "--bytes", BULK, "--mode", "upload", "--round-robin", "--json", &first]);
+    let client = std::thread::spawn(move || run(&mut client, b""));
+    // Once the second path carried 10 MB, the kernel resets it (an RST both ways), as a dying
+    // middlebox or interface would; the transfer must finish over the first path, verified.
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while bytes_acked_to(&second) < 10 << 20 {
+        assert!(std::time::Instant::now() < deadline && !client.is_finished(), "the second path never carried 10 MB");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    let (ip, port) = second.rsplit_once(':').unwrap();
+    let killed = Command::new("ss").args(["-K", "dst", ip, "dport", "=", &format!(":{port}")]).output().unwrap();
+    assert!(killed.status.success(), "ss -K: {}", String::from_utf8_lossy(&killed.stderr));
+    let out = client.join().unwrap();
+    assert!(out.status.success(), "{}\n--- server:\n{}", describe(&out), server.stderr_text());
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(report.contains(&format!("\"bytes\": {BULK_BYTES}")) && report.contains("\"verified\": true"), "{report}");
+    assert!(report.contains("\"paths_down\": 1"), "the reset path went down: {report}");
+}

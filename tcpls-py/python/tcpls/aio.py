@@ -37,7 +37,8 @@ class Session:
     async def _readiness(self) -> None:
         """Waits until the readiness descriptor says a non-blocking call may now progress."""
         loop = asyncio.get_running_loop()
-        if self._watching is None:
+        if self._watching is not loop:
+            self._stop_watching()  # a session moved to another event loop
             loop.add_reader(self._fd, self._ready)
             self._watching = loop
         waiter = loop.create_future()
@@ -48,15 +49,14 @@ class Session:
             self._waiters.discard(waiter)
 
     def _ready(self) -> None:
-        # Cleared before the waiters try again, so that a readiness during their calls is not lost.
+        # Cleared before the waiters try again, so that a readiness during their calls is not
+        # lost. The descriptor stays watched while the session is open: it is signalled only
+        # after a call found nothing to do, so an idle session costs no wake-ups.
         self._native.clear_fd()
         waiters, self._waiters = self._waiters, set()
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
-        if not self._waiters and self._watching is not None:
-            self._watching.remove_reader(self._fd)
-            self._watching = None
 
     async def open_stream(self) -> "Stream":
         """Opens a stream."""
@@ -111,7 +111,8 @@ class Session:
 
     def _stop_watching(self) -> None:
         if self._watching is not None:
-            self._watching.remove_reader(self._fd)
+            if not self._watching.is_closed():
+                self._watching.remove_reader(self._fd)
             self._watching = None
 
     async def __aenter__(self) -> "Session":
