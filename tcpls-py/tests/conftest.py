@@ -17,7 +17,8 @@ def make_cert(directory, name):
     cert, key = directory / f"{name}-cert.pem", directory / f"{name}-key.pem"
     subprocess.run(
         ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-         "-subj", f"/CN={name}", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-days", "2",
+         "-subj", f"/CN={name}", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+         "-addext", "basicConstraints=critical,CA:FALSE", "-days", "2",
          "-keyout", str(key), "-out", str(cert)],
         check=True,
         capture_output=True,
