@@ -108,6 +108,28 @@ impl StreamCore {
         read.map_err(|e| Error::io("reading failed", &e))
     }
 
+    /// Reads without a copy: `consume` sees the bytes that have arrived, in the session's own
+    /// buffer, and returns how many it used (at least one). Waits at most `wait` for the first
+    /// byte; returns the count used, 0 at the end of the stream (`consume` not called).
+    pub fn read_with(&self, wait: Wait, mut consume: impl FnMut(&[u8]) -> usize) -> Result<usize> {
+        let mut guard = take(&self.recv, "reading from")?;
+        let recv = guard.as_mut().ok_or_else(read_closed)?;
+        let mut offered = false;
+        let used = block_on(
+            wait,
+            "reading",
+            recv.read_chunk_with(|chunk| {
+                offered = !chunk.is_empty();
+                consume(chunk)
+            }),
+        )?
+        .map_err(|e| Error::io("reading failed", &e))?;
+        if offered && used == 0 {
+            return Err(Error::invalid("the read callback used none of the bytes offered: it must use at least one"));
+        }
+        Ok(used)
+    }
+
     /// Queues what fits of `buf` now, without blocking; `WouldBlock` when nothing does (the
     /// readiness descriptor is signalled once there is room).
     pub fn try_write(&self, buf: &[u8]) -> Result<usize> {

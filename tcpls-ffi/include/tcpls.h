@@ -184,6 +184,10 @@ typedef struct tcpls_conn_stats {
   char remote[TCPLS_ADDR_LEN];
 } tcpls_conn_stats;
 
+// The callback of tcpls_stream_read_with: gets `len` bytes that arrived at `data` (valid only
+// during the call) and returns how many it used, 1 to `len`. (NULL is refused.)
+typedef size_t (*tcpls_read_callback)(void *userdata, const uint8_t *data, size_t len);
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -386,6 +390,20 @@ int64_t tcpls_stream_write(struct tcpls_stream *stream,
 // # Safety
 // `buf` is NULL or points to `cap` writable bytes.
 int64_t tcpls_stream_read(struct tcpls_stream *stream, void *buf, size_t cap, int64_t timeout_ms);
+
+// Reads without a copy: calls `callback(userdata, data, len)` with the bytes that have arrived,
+// in the library's own buffer, waiting at most `timeout_ms` for the first one. The callback
+// returns how many bytes it used (1 to `len`); the rest is offered again by the next read.
+// Returns the bytes used, 0 at the end of the stream (the callback is not called), or a
+// negative code. The callback runs on the calling thread with the session locked: it must not
+// call the library for the same session, keep `data`, or leave by longjmp.
+//
+// # Safety
+// `callback` honours the contract above; `userdata` is whatever it expects.
+int64_t tcpls_stream_read_with(struct tcpls_stream *stream,
+                               tcpls_read_callback callback,
+                               void *userdata,
+                               int64_t timeout_ms);
 
 // Non-blocking write: queues what fits now and returns how much, or TCPLS_ERR_WOULD_BLOCK
 // when nothing fits (tcpls_session_fd becomes readable when there is room).

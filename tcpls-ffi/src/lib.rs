@@ -20,7 +20,7 @@ mod stream;
 #[cfg(test)]
 mod tests;
 
-use std::ffi::c_char;
+use std::ffi::{c_char, c_void};
 
 use tcpls_bindings::ErrorKind;
 
@@ -152,6 +152,10 @@ pub struct tcpls_conn_stats {
     pub local: [c_char; TCPLS_ADDR_LEN],
     pub remote: [c_char; TCPLS_ADDR_LEN],
 }
+
+/// The callback of tcpls_stream_read_with: gets `len` bytes that arrived at `data` (valid only
+/// during the call) and returns how many it used, 1 to `len`. (NULL is refused.)
+pub type tcpls_read_callback = Option<extern "C" fn(userdata: *mut c_void, data: *const u8, len: usize) -> usize>;
 
 /// Copies `text` into a fixed C string buffer, cut to fit, NUL-terminated.
 pub(crate) fn fill_c_string<const N: usize>(out: &mut [c_char; N], text: &str) {

@@ -3,7 +3,7 @@
 //! alignment, UTF-8) and states what it must trust the caller for.
 #![allow(unsafe_code)]
 
-use std::ffi::{c_char, CStr};
+use std::ffi::{c_char, c_void, CStr};
 
 use tcpls_bindings::{Error, ErrorKind, Result, MAX_IO_LEN};
 
@@ -123,4 +123,20 @@ pub(crate) unsafe fn write_array<T>(ptr: *mut T, cap: usize, items: Vec<T>, what
         stored += 1;
     }
     Ok(stored)
+}
+
+/// Calls a C read callback on `chunk`; what it returns is capped at `chunk.len()`.
+///
+/// # Safety
+/// `callback` is a C function that honours the contract of `tcpls_stream_read_with`: it reads
+/// at most `len` bytes at `data`, does not keep the pointer, returns normally (no longjmp), and
+/// makes no call on the same session.
+pub(crate) unsafe fn call_read_callback(
+    callback: extern "C" fn(*mut c_void, *const u8, usize) -> usize,
+    userdata: *mut c_void,
+    chunk: &[u8],
+) -> usize {
+    // The callback is a safe `extern "C" fn` type to Rust; what makes the call sound is the
+    // caller's promise above about what the C function does.
+    callback(userdata, chunk.as_ptr(), chunk.len()).min(chunk.len())
 }

@@ -89,6 +89,31 @@ pub unsafe extern "C" fn tcpls_stream_read(
     })
 }
 
+/// Reads without a copy: calls `callback(userdata, data, len)` with the bytes that have arrived,
+/// in the library's own buffer, waiting at most `timeout_ms` for the first one. The callback
+/// returns how many bytes it used (1 to `len`); the rest is offered again by the next read.
+/// Returns the bytes used, 0 at the end of the stream (the callback is not called), or a
+/// negative code. The callback runs on the calling thread with the session locked: it must not
+/// call the library for the same session, keep `data`, or leave by longjmp.
+///
+/// # Safety
+/// `callback` honours the contract above; `userdata` is whatever it expects.
+#[no_mangle]
+pub unsafe extern "C" fn tcpls_stream_read_with(
+    stream: *mut tcpls_stream,
+    callback: crate::tcpls_read_callback,
+    userdata: *mut c_void,
+    timeout_ms: i64,
+) -> i64 {
+    guard::count("tcpls_stream_read_with", || {
+        let callback = callback.ok_or_else(|| Error::new(ErrorKind::NullPointer, "callback is NULL"))?;
+        handles::stream(stream)?.read_with(Wait::from_millis(timeout_ms), |chunk| {
+            // SAFETY: the caller's promise on `callback`.
+            unsafe { raw::call_read_callback(callback, userdata, chunk) }
+        })
+    })
+}
+
 /// Non-blocking write: queues what fits now and returns how much, or TCPLS_ERR_WOULD_BLOCK
 /// when nothing fits (tcpls_session_fd becomes readable when there is room).
 ///

@@ -481,3 +481,47 @@ fn poll(fds: &mut [PollFd], timeout_ms: i32) -> i32 {
     // SAFETY: `fds` is a valid array of pollfd for its length.
     unsafe { c_poll(fds.as_mut_ptr(), fds.len() as u64, timeout_ms) }
 }
+
+extern "C" fn collect(userdata: *mut c_void, data: *const u8, len: usize) -> usize {
+    // SAFETY: userdata is the Vec passed by the test below; data has len readable bytes.
+    let (out, chunk) = unsafe { (&mut *userdata.cast::<Vec<u8>>(), std::slice::from_raw_parts(data, len)) };
+    let take = len.min(1000); // uses part of what is offered: the rest must come again
+    out.extend_from_slice(&chunk[..take]);
+    take
+}
+
+extern "C" fn use_nothing(_: *mut c_void, _: *const u8, _: usize) -> usize {
+    0
+}
+
+#[test]
+fn zero_copy_reads_get_every_byte_once_and_refuse_a_callback_that_uses_none() {
+    let certs = Certs::new("read-with");
+    let addr = echo_server(&certs);
+    let session = connect(&certs, &addr);
+    let mut stream = null_mut();
+    // SAFETY: valid out-pointer.
+    assert_eq!(unsafe { tcpls_stream_open(session, &mut stream) }, 0);
+    let data = tcpls_test::payload(200_000, 3);
+    write_all(stream, &data);
+    // SAFETY (all calls): the callbacks honour the contract; userdata is what they expect.
+    unsafe {
+        assert_eq!(tcpls_stream_read_with(stream, None, null_mut(), 1000), i64::from(TCPLS_ERR_NULL));
+        let rc = tcpls_stream_read_with(stream, Some(use_nothing), null_mut(), 10_000);
+        assert_eq!(rc, i64::from(TCPLS_ERR_INVALID_ARGUMENT), "{}", last_error());
+        assert_eq!(tcpls_stream_shutdown(stream), 0);
+        let mut got: Vec<u8> = Vec::new();
+        loop {
+            let n = tcpls_stream_read_with(stream, Some(collect), (&mut got as *mut Vec<u8>).cast(), 10_000);
+            assert!(n >= 0, "{}", last_error());
+            if n == 0 {
+                break;
+            }
+            assert!(n <= 1000);
+        }
+        assert!(got == data, "{} bytes back of {}", got.len(), data.len());
+    }
+    tcpls_stream_free(stream);
+    tcpls_session_close(session);
+    tcpls_session_free(session);
+}

@@ -72,25 +72,24 @@ static void *send_pattern(void *arg) {
     return NULL;
 }
 
-/* Reads the stream to its end, verifying the pattern; returns the byte count or -1. */
+/* Reads the stream to its end, verifying the pattern in the library's buffer (no copy);
+ * returns the byte count or -1. */
 static int64_t receive_pattern(struct job *j) {
-    static _Thread_local uint8_t buf[CHUNK];
-    uint64_t off = 0;
+    struct pattern_verifier v = {j->seed, 0, 1};
     for (;;) {
-        int64_t n = tcpls_stream_read(j->stream, buf, sizeof buf, IO_TIMEOUT_MS);
+        int64_t n = tcpls_stream_read_with(j->stream, pattern_verify_chunk, &v, IO_TIMEOUT_MS);
         if (n < 0) {
             fail_job(j, "read", n);
             return -1;
         }
-        if (n == 0) {
-            return (int64_t)off;
-        }
-        if (!pattern_verify(j->seed, off, buf, (size_t)n)) {
-            snprintf(j->error, sizeof j->error, "stream %u: wrong bytes at offset %" PRIu64, j->seed, off);
+        if (!v.ok) {
+            snprintf(j->error, sizeof j->error, "stream %u: wrong bytes before offset %" PRIu64, j->seed, v.offset);
             j->ok = 0;
             return -1;
         }
-        off += (uint64_t)n;
+        if (n == 0) {
+            return (int64_t)v.offset;
+        }
         atomic_fetch_add(&moved, (uint64_t)n);
     }
 }

@@ -48,4 +48,20 @@ static inline int pattern_verify(uint64_t seed, uint64_t offset, const uint8_t *
     return 1;
 }
 
+/* Checks a stream piece by piece: a tcpls_stream_read_with callback (zero-copy reads). */
+struct pattern_verifier {
+    uint64_t seed;
+    uint64_t offset;
+    int ok;
+};
+
+static inline size_t pattern_verify_chunk(void *userdata, const uint8_t *data, size_t len) {
+    struct pattern_verifier *v = userdata;
+    if (v->ok && !pattern_verify(v->seed, v->offset, data, len)) {
+        v->ok = 0;
+    }
+    v->offset += len;
+    return len;
+}
+
 #endif
