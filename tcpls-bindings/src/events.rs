@@ -12,7 +12,7 @@ pub const MAX_QUEUED_EVENTS: usize = 1024;
 pub enum EventKind {
     /// The peer opened a stream: `stream` is its ID; accept it with `tcpls_stream_accept`.
     StreamOpened = 1,
-    /// A TCP connection (path) of the session can carry data: `conn`.
+    /// A TCP connection (path) added after the first can carry data: `conn`.
     PathUp = 2,
     /// A TCP connection ended: `conn`; `detail` says why ("" after a clean close).
     PathDown = 3,

@@ -104,7 +104,8 @@
 // The peer opened a stream (`stream`); accept it with tcpls_stream_accept.
 #define TCPLS_EVENT_STREAM_OPENED 1
 
-// A path (TCP connection `conn`) can carry data.
+// A path added after the first (tcpls_session_add_path; on a server, a client's join) can
+// carry data: `conn` is its connection ID.
 #define TCPLS_EVENT_PATH_UP 2
 
 // A path (`conn`) ended; `detail` says why, empty after a clean close.

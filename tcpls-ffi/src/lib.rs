@@ -70,7 +70,8 @@ pub const TCPLS_MAX_IO_LEN: usize = 1 << 30;
 /// Event kinds (tcpls_event.kind).
 /// The peer opened a stream (`stream`); accept it with tcpls_stream_accept.
 pub const TCPLS_EVENT_STREAM_OPENED: i32 = 1;
-/// A path (TCP connection `conn`) can carry data.
+/// A path added after the first (tcpls_session_add_path; on a server, a client's join) can
+/// carry data: `conn` is its connection ID.
 pub const TCPLS_EVENT_PATH_UP: i32 = 2;
 /// A path (`conn`) ended; `detail` says why, empty after a clean close.
 pub const TCPLS_EVENT_PATH_DOWN: i32 = 3;
