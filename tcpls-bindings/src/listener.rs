@@ -21,7 +21,8 @@ pub struct ListenerCore {
     registry: JoinRegistry,
     addresses: Mutex<Vec<SocketAddr>>,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
-    sender: mpsc::Sender<tcpls::Session>,
+    /// None once closed: with the accept tasks gone too, a waiting `accept` returns.
+    sender: Mutex<Option<mpsc::Sender<tcpls::Session>>>,
     sessions: tokio::sync::Mutex<mpsc::Receiver<tcpls::Session>>,
 }
 
@@ -44,7 +45,7 @@ impl ListenerCore {
             registry: JoinRegistry::new(),
             addresses: Mutex::new(Vec::new()),
             tasks: Mutex::new(Vec::new()),
-            sender,
+            sender: Mutex::new(Some(sender)),
             sessions: tokio::sync::Mutex::new(receiver),
         });
         core.add_address(addr)?;
@@ -56,13 +57,18 @@ impl ListenerCore {
         let addr: SocketAddr = addr
             .parse()
             .map_err(|_| Error::invalid(format!("'{addr}' is not IP:PORT (e.g. 127.0.0.1:4443, port 0 for any)")))?;
+        let sender = self
+            .sender
+            .lock()
+            .map_err(|_| poisoned())?
+            .clone()
+            .ok_or_else(|| Error::new(ErrorKind::Closed, "the listener was closed"))?;
         let (config, registry) = (self.config.clone(), self.registry.clone());
         let listener = block_on(Wait::Forever, "listening", async move {
             TcplsListener::bind_with_registry(addr, config, SessionConfig::default(), registry).await
         })?
         .map_err(|e| Error::new(ErrorKind::Io, format!("cannot listen on {addr}: {e}")))?;
         let local = listener.local_addr();
-        let sender = self.sender.clone();
         let task = runtime()?.spawn(async move {
             while let Some((session, _peer)) = listener.accept().await {
                 if sender.send(session).await.is_err() {
@@ -95,12 +101,16 @@ impl ListenerCore {
         SessionCore::new(session)
     }
 
-    /// Stops listening; sessions already accepted go on.
+    /// Stops listening; sessions already accepted go on. A thread waiting in `accept` gets
+    /// `Closed` once the sessions already queued are taken.
     pub fn close(&self) {
         if let Ok(tasks) = self.tasks.lock() {
             for task in tasks.iter() {
                 task.abort();
             }
+        }
+        if let Ok(mut sender) = self.sender.lock() {
+            sender.take();
         }
     }
 }

@@ -271,7 +271,8 @@ int tcpls_accept(struct tcpls_listener *listener,
                  int64_t timeout_ms,
                  struct tcpls_session **session);
 
-// Stops listening and frees the listener; accepted sessions go on.
+// Stops listening and frees the listener; accepted sessions go on. A thread waiting in
+// tcpls_accept on it returns TCPLS_ERR_CLOSED.
 int tcpls_listener_free(struct tcpls_listener *listener);
 
 // Connects to `addr` ("HOST:PORT"; a name is resolved, its addresses raced) and completes the

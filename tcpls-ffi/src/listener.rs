@@ -118,7 +118,8 @@ pub unsafe extern "C" fn tcpls_accept(
     })
 }
 
-/// Stops listening and frees the listener; accepted sessions go on.
+/// Stops listening and frees the listener; accepted sessions go on. A thread waiting in
+/// tcpls_accept on it returns TCPLS_ERR_CLOSED.
 #[no_mangle]
 pub extern "C" fn tcpls_listener_free(listener: *mut tcpls_listener) -> c_int {
     guard::status("tcpls_listener_free", || {

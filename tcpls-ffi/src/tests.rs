@@ -525,3 +525,36 @@ fn zero_copy_reads_get_every_byte_once_and_refuse_a_callback_that_uses_none() {
     tcpls_session_close(session);
     tcpls_session_free(session);
 }
+
+#[test]
+fn freeing_a_listener_ends_an_accept_waiting_on_another_thread() {
+    let certs = Certs::new("listener-free");
+    let cfg = tcpls_config_new();
+    let mut listener = null_mut();
+    // SAFETY: valid strings and out-pointer.
+    unsafe {
+        assert_eq!(
+            tcpls_config_set_certificate(cfg, certs.path("cert.pem").as_ptr(), certs.path("key.pem").as_ptr()),
+            0
+        );
+        assert_eq!(tcpls_listen(cfg, c("127.0.0.1:0").as_ptr(), &mut listener), 0, "{}", last_error());
+    }
+    tcpls_config_free(cfg);
+    let waiting = {
+        let listener = Sendable(listener);
+        std::thread::spawn(move || {
+            let listener = listener;
+            let mut session = null_mut();
+            // SAFETY: valid out-pointer.
+            let rc = unsafe { tcpls_accept(listener.0, 20_000, &mut session) };
+            (rc, last_error())
+        })
+    };
+    // Whether the accept is already waiting or not yet started, it must end with an error
+    // (closed, or the handle gone), well before its 20 s timeout.
+    assert_eq!(tcpls_listener_free(listener), 0);
+    let started = std::time::Instant::now();
+    let (rc, message) = waiting.join().unwrap();
+    assert!(rc == TCPLS_ERR_CLOSED || rc == TCPLS_ERR_INVALID_HANDLE, "{rc}: {message}");
+    assert!(started.elapsed() < Duration::from_secs(10), "the accept waited for its timeout");
+}

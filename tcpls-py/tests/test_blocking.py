@@ -4,6 +4,7 @@ TLS fallback, and the errors a user meets."""
 import socket
 import ssl
 import threading
+import time
 
 import pytest
 
@@ -150,19 +151,32 @@ def test_bad_input_raises(echo_server, certs):
         stream.read(10, timeout=0.05)
 
     # One reader at a time: a second concurrent reader is refused.
-    first = threading.Thread(target=lambda: pytest.raises(tcpls.TimeoutError, stream.read, 10, 2.0))
+    first_result = []
+
+    def first_reader():
+        while True:
+            try:
+                stream.read(10, timeout=3.0)
+            except tcpls.BusyError:
+                continue  # the main thread's quick attempt held the reading side for a moment
+            except tcpls.Error as e:
+                first_result.append(e)
+                return
+
+    first = threading.Thread(target=first_reader)
     first.start()
     busy = None
-    for _ in range(200):
+    deadline = time.monotonic() + 2.5
+    while busy is None and time.monotonic() < deadline:
         try:
             stream.read(10, timeout=0)
         except tcpls.BusyError as e:
             busy = e
-            break
         except tcpls.TimeoutError:
-            continue
+            pass
     first.join()
     assert busy is not None and "one reader and one writer" in str(busy)
+    assert isinstance(first_result[0], tcpls.TimeoutError), first_result
 
     stream.finish()
     with pytest.raises(tcpls.ClosedError):
