@@ -166,6 +166,15 @@ impl StreamCore {
         }
     }
 
+    /// Sends this stream's data on connection `conn` from now on (steering); `None` gives it
+    /// back to the session's scheduler.
+    pub fn steer(&self, conn: Option<u32>) -> Result<()> {
+        let guard = take(&self.send, "writing to")?;
+        let send = guard.as_ref().ok_or_else(write_closed)?;
+        let _entered = runtime()?.enter();
+        send.steer(conn).map_err(|e| Error::io("cannot steer the stream", &e))
+    }
+
     /// Sends FIN after the queued bytes; the sending half is gone afterwards (writes: `Closed`).
     pub fn shutdown(&self) -> Result<()> {
         let mut guard = take(&self.send, "writing to")?;

@@ -425,6 +425,10 @@ int64_t tcpls_stream_try_read(struct tcpls_stream *stream, void *buf, size_t cap
 // afterwards: TCPLS_ERR_CLOSED.
 int tcpls_stream_shutdown(struct tcpls_stream *stream);
 
+// Sends the stream's data on path `conn` from now on (steering); a negative `conn` gives it
+// back to the session's scheduler. tcpls_session_migrate moves steered streams.
+int tcpls_stream_steer(struct tcpls_stream *stream, int64_t conn);
+
 // Aborts the sending side: unsent bytes are dropped and the peer's reads fail with
 // TCPLS_ERR_RESET (`code` is the application's reason).
 int tcpls_stream_reset(struct tcpls_stream *stream, uint32_t code);

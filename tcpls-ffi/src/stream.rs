@@ -149,6 +149,19 @@ pub extern "C" fn tcpls_stream_shutdown(stream: *mut tcpls_stream) -> c_int {
     guard::status("tcpls_stream_shutdown", || handles::stream(stream)?.shutdown())
 }
 
+/// Sends the stream's data on path `conn` from now on (steering); a negative `conn` gives it
+/// back to the session's scheduler. tcpls_session_migrate moves steered streams.
+#[no_mangle]
+pub extern "C" fn tcpls_stream_steer(stream: *mut tcpls_stream, conn: i64) -> c_int {
+    guard::status("tcpls_stream_steer", || {
+        let conn = match conn {
+            c if c < 0 => None,
+            c => Some(u32::try_from(c).map_err(|_| Error::invalid(format!("{c} is not a connection ID")))?),
+        };
+        handles::stream(stream)?.steer(conn)
+    })
+}
+
 /// Aborts the sending side: unsent bytes are dropped and the peer's reads fail with
 /// TCPLS_ERR_RESET (`code` is the application's reason).
 #[no_mangle]

@@ -558,3 +558,80 @@ fn freeing_a_listener_ends_an_accept_waiting_on_another_thread() {
     assert!(rc == TCPLS_ERR_CLOSED || rc == TCPLS_ERR_INVALID_HANDLE, "{rc}: {message}");
     assert!(started.elapsed() < Duration::from_secs(10), "the accept waited for its timeout");
 }
+
+/// The next event of `session` (5 s at most), as (kind, conn, stream).
+fn next_event(session: *mut tcpls_session) -> (i32, u32, u32) {
+    let mut event = std::mem::MaybeUninit::<tcpls_event>::uninit();
+    // SAFETY: room for one event.
+    let rc = unsafe { tcpls_next_event(session, event.as_mut_ptr(), 5000) };
+    assert_eq!(rc, 0, "{}", last_error());
+    // SAFETY: filled by the library on success.
+    let e = unsafe { event.assume_init_ref() };
+    (e.kind, e.conn, e.stream)
+}
+
+#[test]
+fn a_second_path_comes_up_takes_a_migrated_stream_and_the_first_goes_down() {
+    let certs = Certs::new("migrate");
+    let cfg = tcpls_config_new();
+    let mut listener = null_mut();
+    // SAFETY: valid strings and out-pointer.
+    unsafe {
+        assert_eq!(
+            tcpls_config_set_certificate(cfg, certs.path("cert.pem").as_ptr(), certs.path("key.pem").as_ptr()),
+            0
+        );
+        assert_eq!(tcpls_listen(cfg, c("127.0.0.1:0").as_ptr(), &mut listener), 0, "{}", last_error());
+        assert_eq!(tcpls_listener_add_address(listener, c("127.0.0.2:0").as_ptr()), 0, "{}", last_error());
+    }
+    tcpls_config_free(cfg);
+    let mut second = [0 as c_char; 64];
+    // SAFETY: 64 writable bytes.
+    assert!(unsafe { tcpls_listener_address(listener, 1, second.as_mut_ptr(), 64) } > 0);
+    // SAFETY: NUL-terminated by the library.
+    let second = unsafe { CStr::from_ptr(second.as_ptr()) }.to_str().unwrap().to_string();
+    let first = format!("127.0.0.1:{}", tcpls_listener_port(listener, 0));
+    let server = {
+        let listener = Sendable(listener);
+        std::thread::spawn(move || {
+            let listener = listener;
+            let mut session = null_mut();
+            // SAFETY: valid out-pointer.
+            assert_eq!(unsafe { tcpls_accept(listener.0, 10_000, &mut session) }, 0, "{}", last_error());
+            let mut stream = null_mut();
+            // SAFETY: valid out-pointer.
+            assert_eq!(unsafe { tcpls_stream_accept(session, 10_000, &mut stream) }, 0, "{}", last_error());
+            let got = read_to_end(stream);
+            tcpls_stream_free(stream);
+            tcpls_session_close(session);
+            tcpls_session_free(session);
+            tcpls_listener_free(listener.0);
+            got
+        })
+    };
+    let session = connect(&certs, &first);
+    let mut conn = u32::MAX;
+    // SAFETY: valid string and out-pointer.
+    let rc = unsafe { tcpls_session_add_path(session, c(&format!("127.0.0.2@{second}")).as_ptr(), 10_000, &mut conn) };
+    assert_eq!(rc, 0, "{}", last_error());
+    assert_eq!(conn, 1);
+    assert_eq!(next_event(session), (TCPLS_EVENT_PATH_UP, 1, 0));
+    let mut stream = null_mut();
+    // SAFETY: valid out-pointer.
+    assert_eq!(unsafe { tcpls_stream_open(session, &mut stream) }, 0);
+    let id = tcpls_stream_id(stream) as u32;
+    assert_eq!(tcpls_stream_steer(stream, 0), 0, "{}", last_error());
+    assert_eq!(next_event(session), (TCPLS_EVENT_MIGRATION, 0, id));
+    write_all(stream, b"before ");
+    assert_eq!(tcpls_session_migrate(session, 0, 1), 0, "{}", last_error());
+    assert_eq!(next_event(session), (TCPLS_EVENT_MIGRATION, 1, id));
+    write_all(stream, b"after");
+    assert_eq!(tcpls_stream_shutdown(stream), 0);
+    let (kind, conn, _) = next_event(session);
+    assert_eq!((kind, conn), (TCPLS_EVENT_PATH_DOWN, 0), "the first path closed after the migration");
+    assert_eq!(server.join().unwrap(), b"before after");
+    assert_eq!(tcpls_stream_steer(stream, 1), TCPLS_ERR_CLOSED, "the sending side is shut down");
+    tcpls_stream_free(stream);
+    tcpls_session_close(session);
+    tcpls_session_free(session);
+}

@@ -108,6 +108,11 @@ impl Session {
         self.core.abandon_path(conn).py()
     }
 
+    /// Moves the streams steered to `from_conn` to `to_conn` and closes `from_conn`.
+    fn migrate(&self, from_conn: u32, to_conn: u32) -> PyResult<()> {
+        self.core.migrate(from_conn, to_conn).py()
+    }
+
     /// Spreads unsteered data over every path in turn (True) or by lowest RTT (False).
     fn set_round_robin(&self, round_robin: bool) -> PyResult<()> {
         self.core.set_round_robin(round_robin).py()

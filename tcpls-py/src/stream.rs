@@ -106,6 +106,12 @@ impl Stream {
         }
     }
 
+    /// Sends this stream's data on connection `conn` from now on; None: the scheduler decides.
+    #[pyo3(signature = (conn))]
+    fn steer(&self, conn: Option<u32>) -> PyResult<()> {
+        self.core.steer(conn).py()
+    }
+
     /// Sends FIN after what was written; writing afterwards raises ClosedError.
     fn finish(&self) -> PyResult<()> {
         self.core.shutdown().py()

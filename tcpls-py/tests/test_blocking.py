@@ -213,3 +213,21 @@ def test_server_and_client_in_python_exchange_events(certs):
             assert stream.read() == b"answer"
             done.set()
         server.join()
+
+
+def test_migration_events(echo_server, certs):
+    first, second = echo_server
+    with tcpls.connect(first, ca=certs[0], server_name="localhost", paths=[f"127.0.0.2@{second}"]) as session:
+        assert session.next_event(timeout=5) == tcpls.Event("path_up", 1, 0, "")
+        stream = session.open_stream()
+        stream.steer(0)
+        assert session.next_event(timeout=5) == tcpls.Event("migration", 0, stream.id, "")
+        stream.write(b"before ")
+        session.migrate(0, 1)
+        assert session.next_event(timeout=5) == tcpls.Event("migration", 1, stream.id, "")
+        stream.write(b"after")
+        stream.finish()
+        assert stream.read() == b"before after"
+        event = session.next_event(timeout=5)
+        assert (event.kind, event.conn) == ("path_down", 0), event
+        assert [c["id"] for c in session.connections() if c["usable"]] == [1]

@@ -69,6 +69,11 @@ class Stream:
             left -= len(chunk)
         return b"".join(parts)
 
+    def steer(self, conn: Optional[int]) -> None:
+        """Sends this stream's data on path ``conn`` from now on (None: the scheduler decides);
+        :meth:`Session.migrate` moves steered streams."""
+        self._native.steer(conn)
+
     def finish(self) -> None:
         """Sends FIN after what was written (reading goes on); writing afterwards raises
         :class:`ClosedError`."""
@@ -122,6 +127,10 @@ class Session:
     def abandon_path(self, conn: int) -> None:
         """Drops path ``conn`` at once, as if it had failed (its data goes on the others)."""
         self._native.abandon_path(conn)
+
+    def migrate(self, from_conn: int, to_conn: int) -> None:
+        """Moves the streams steered to path ``from_conn`` to ``to_conn`` and closes ``from_conn``."""
+        self._native.migrate(from_conn, to_conn)
 
     def set_round_robin(self, round_robin: bool = True) -> None:
         """Spreads data over every path in turn (True) or by lowest RTT (False, the default)."""

@@ -89,6 +89,10 @@ class Session:
     def abandon_path(self, conn: int) -> None:
         self._native.abandon_path(conn)
 
+    def migrate(self, from_conn: int, to_conn: int) -> None:
+        """Moves the streams steered to path ``from_conn`` to ``to_conn`` and closes ``from_conn``."""
+        self._native.migrate(from_conn, to_conn)
+
     def set_round_robin(self, round_robin: bool = True) -> None:
         self._native.set_round_robin(round_robin)
 
@@ -189,6 +193,10 @@ class Stream:
         self._native.finish()
 
     write_eof = finish
+
+    def steer(self, conn: Optional[int]) -> None:
+        """Sends this stream's data on path ``conn`` from now on (None: the scheduler decides)."""
+        self._native.steer(conn)
 
     def reset(self, code: int = 0) -> None:
         self._native.reset(code)
