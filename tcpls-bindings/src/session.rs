@@ -48,7 +48,8 @@ pub struct ConnectionStats {
 /// A session with its pump.
 pub struct SessionCore {
     session: Session,
-    closed: AtomicBool,
+    /// Closed by the application; shared with the session's streams, whose calls fail then.
+    closed: Arc<AtomicBool>,
     readiness: Arc<Readiness>,
     streams: tokio::sync::Mutex<mpsc::Receiver<(SendStream, RecvStream)>>,
     events: tokio::sync::Mutex<mpsc::Receiver<AppEvent>>,
@@ -84,7 +85,7 @@ impl SessionCore {
         let pump = runtime()?.spawn(pump.run());
         Ok(Arc::new(SessionCore {
             session,
-            closed: AtomicBool::new(false),
+            closed: Arc::new(AtomicBool::new(false)),
             readiness,
             streams: tokio::sync::Mutex::new(stream_rx),
             events: tokio::sync::Mutex::new(event_rx),
@@ -143,7 +144,7 @@ impl SessionCore {
     pub fn open_stream(self: &Arc<Self>) -> Result<Arc<StreamCore>> {
         self.check_open()?;
         let (send, recv) = self.session.open_stream().map_err(|e| Error::io("cannot open a stream", &e))?;
-        Ok(StreamCore::new(send, recv, self.readiness.clone()))
+        Ok(StreamCore::new(send, recv, self.readiness.clone(), self.closed.clone()))
     }
 
     /// The next stream the peer opened, waiting at most `wait` (a zero wait: `WouldBlock` when
@@ -156,7 +157,7 @@ impl SessionCore {
             .map_err(|_| Error::new(ErrorKind::Busy, "another thread is accepting a stream on this session"))?;
         if wait == Wait::For(Duration::ZERO) {
             return match streams.try_recv() {
-                Ok((send, recv)) => Ok(StreamCore::new(send, recv, self.readiness.clone())),
+                Ok((send, recv)) => Ok(StreamCore::new(send, recv, self.readiness.clone(), self.closed.clone())),
                 Err(mpsc::error::TryRecvError::Empty) => {
                     Err(Error::new(ErrorKind::WouldBlock, "no stream opened by the peer is waiting"))
                 }
@@ -164,7 +165,7 @@ impl SessionCore {
             };
         }
         match block_on(wait, "no stream opened by the peer", streams.recv())? {
-            Some((send, recv)) => Ok(StreamCore::new(send, recv, self.readiness.clone())),
+            Some((send, recv)) => Ok(StreamCore::new(send, recv, self.readiness.clone(), self.closed.clone())),
             None => Err(ended("no more streams")),
         }
     }

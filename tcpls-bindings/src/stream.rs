@@ -3,6 +3,7 @@
 
 use std::future::poll_fn;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::task::{Context, Poll};
 
@@ -23,6 +24,8 @@ pub struct StreamCore {
     send: Mutex<Option<SendStream>>,
     recv: Mutex<Option<RecvStream>>,
     readiness: Arc<Readiness>,
+    /// The session was closed by the application: every call fails with `Closed`.
+    session_closed: Arc<AtomicBool>,
 }
 
 /// One half, taken for a call; `Busy` if another thread has it.
@@ -47,8 +50,28 @@ fn check_len(len: usize) -> Result<()> {
 }
 
 impl StreamCore {
-    pub(crate) fn new(send: SendStream, recv: RecvStream, readiness: Arc<Readiness>) -> Arc<StreamCore> {
-        Arc::new(StreamCore { id: send.id(), send: Mutex::new(Some(send)), recv: Mutex::new(Some(recv)), readiness })
+    pub(crate) fn new(
+        send: SendStream,
+        recv: RecvStream,
+        readiness: Arc<Readiness>,
+        session_closed: Arc<AtomicBool>,
+    ) -> Arc<StreamCore> {
+        Arc::new(StreamCore {
+            id: send.id(),
+            send: Mutex::new(Some(send)),
+            recv: Mutex::new(Some(recv)),
+            readiness,
+            session_closed,
+        })
+    }
+
+    /// One half for a call: `Closed` once the application closed the session, `Busy` if
+    /// another thread has it.
+    fn half<'a, T>(&self, half: &'a Mutex<Option<T>>, what: &str) -> Result<MutexGuard<'a, Option<T>>> {
+        if self.session_closed.load(Ordering::Acquire) {
+            return Err(Error::new(ErrorKind::Closed, "the stream's session was closed by the application"));
+        }
+        take(half, what)
     }
 
     pub fn id(&self) -> u32 {
@@ -59,7 +82,7 @@ impl StreamCore {
     /// fewer when the time ran out after some (none: `Timeout`).
     pub fn write(&self, buf: &[u8], wait: Wait) -> Result<usize> {
         check_len(buf.len())?;
-        let mut guard = take(&self.send, "writing to")?;
+        let mut guard = self.half(&self.send, "writing to")?;
         let send = guard.as_mut().ok_or_else(write_closed)?;
         let mut written = 0;
         let all = block_on(
@@ -91,7 +114,7 @@ impl StreamCore {
         if buf.is_empty() {
             return Err(Error::invalid("a read needs room for at least one byte"));
         }
-        let mut guard = take(&self.recv, "reading from")?;
+        let mut guard = self.half(&self.recv, "reading from")?;
         let recv = guard.as_mut().ok_or_else(read_closed)?;
         let read = block_on(
             wait,
@@ -112,7 +135,7 @@ impl StreamCore {
     /// buffer, and returns how many it used (at least one). Waits at most `wait` for the first
     /// byte; returns the count used, 0 at the end of the stream (`consume` not called).
     pub fn read_with(&self, wait: Wait, mut consume: impl FnMut(&[u8]) -> usize) -> Result<usize> {
-        let mut guard = take(&self.recv, "reading from")?;
+        let mut guard = self.half(&self.recv, "reading from")?;
         let recv = guard.as_mut().ok_or_else(read_closed)?;
         let mut offered = false;
         let used = block_on(
@@ -134,7 +157,7 @@ impl StreamCore {
     /// readiness descriptor is signalled once there is room).
     pub fn try_write(&self, buf: &[u8]) -> Result<usize> {
         check_len(buf.len())?;
-        let mut guard = take(&self.send, "writing to")?;
+        let mut guard = self.half(&self.send, "writing to")?;
         let send = guard.as_mut().ok_or_else(write_closed)?;
         let waker = self.readiness.waker();
         let mut cx = Context::from_waker(&waker);
@@ -153,7 +176,7 @@ impl StreamCore {
         if buf.is_empty() {
             return Err(Error::invalid("a read needs room for at least one byte"));
         }
-        let mut guard = take(&self.recv, "reading from")?;
+        let mut guard = self.half(&self.recv, "reading from")?;
         let recv = guard.as_mut().ok_or_else(read_closed)?;
         let waker = self.readiness.waker();
         let mut cx = Context::from_waker(&waker);
@@ -169,7 +192,7 @@ impl StreamCore {
     /// Sends this stream's data on connection `conn` from now on (steering); `None` gives it
     /// back to the session's scheduler.
     pub fn steer(&self, conn: Option<u32>) -> Result<()> {
-        let guard = take(&self.send, "writing to")?;
+        let guard = self.half(&self.send, "writing to")?;
         let send = guard.as_ref().ok_or_else(write_closed)?;
         let _entered = runtime()?.enter();
         send.steer(conn).map_err(|e| Error::io("cannot steer the stream", &e))
@@ -177,7 +200,7 @@ impl StreamCore {
 
     /// Sends FIN after the queued bytes; the sending half is gone afterwards (writes: `Closed`).
     pub fn shutdown(&self) -> Result<()> {
-        let mut guard = take(&self.send, "writing to")?;
+        let mut guard = self.half(&self.send, "writing to")?;
         let mut send = guard.take().ok_or_else(write_closed)?;
         let _entered = runtime()?.enter();
         send.finish().map_err(|e| Error::io("cannot finish the stream", &e))
@@ -185,7 +208,7 @@ impl StreamCore {
 
     /// Aborts the sending half: queued bytes are dropped, the peer's reader gets `code`.
     pub fn reset(&self, code: u32) -> Result<()> {
-        let mut guard = take(&self.send, "writing to")?;
+        let mut guard = self.half(&self.send, "writing to")?;
         let mut send = guard.take().ok_or_else(write_closed)?;
         let _entered = runtime()?.enter();
         send.reset(code).map_err(|e| Error::io("cannot reset the stream", &e))

@@ -328,7 +328,21 @@ fn echo_events_stats_and_handles_after_close() {
 
     assert_eq!(tcpls_stream_free(stream), 0);
     assert_eq!(tcpls_stream_free(stream), TCPLS_ERR_INVALID_HANDLE, "a freed stream");
+    let mut orphan = null_mut();
+    // SAFETY: valid out-pointer.
+    assert_eq!(unsafe { tcpls_stream_open(session, &mut orphan) }, 0);
     assert_eq!(tcpls_session_close(session), 0, "{}", last_error());
+    // A stream of a closed session: errors, at once, whatever the timeout.
+    let mut buf = [0u8; 16];
+    // SAFETY: 16 readable and writable bytes.
+    unsafe {
+        let wrote = tcpls_stream_write(orphan, buf.as_ptr().cast(), 16, -1);
+        assert!(wrote < 0, "a write after the session closed: {wrote}");
+        let read = tcpls_stream_read(orphan, buf.as_mut_ptr().cast(), 16, -1);
+        assert!(read < 0, "a read after the session closed: {read}");
+        assert!(tcpls_stream_try_read(orphan, buf.as_mut_ptr().cast(), 16) < 0);
+    }
+    assert_eq!(tcpls_stream_free(orphan), 0);
     assert_eq!(tcpls_session_close(session), TCPLS_ERR_CLOSED, "closed twice");
     // SAFETY: valid out-pointer.
     assert_eq!(unsafe { tcpls_stream_open(session, &mut stream) }, TCPLS_ERR_CLOSED);
