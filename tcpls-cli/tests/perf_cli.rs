@@ -327,12 +327,16 @@ fn ctrl_c_prints_the_summary_and_exits_130() {
         if !json {
             p.stdout.wait_for(b"[SUM]", SHORT).unwrap_or_else(|e| panic!("{e}\n{}", p.diagnostics()));
         } else {
-            std::thread::sleep(Duration::from_millis(1500));
+            // No output until the end: wait until the download is under way (a megabyte
+            // received on the connection to the server), however slow the machine.
+            downloading(server.addr.port(), &mut p);
         }
         p.interrupt();
         let status = p.wait(SHORT);
         assert_eq!(status.code(), Some(130), "exit status after Ctrl-C: {}", p.diagnostics());
         assert!(p.elapsed() < Duration::from_secs(8), "ended long after Ctrl-C: {}", p.diagnostics());
+        // All of the output: the pipe's reader may lag behind the exit on a loaded machine.
+        assert!(p.stdout.wait_eof(SHORT), "stdout did not end: {}", p.diagnostics());
         let out = p.stdout.text();
         if json {
             let r = report(out.as_bytes());
@@ -342,6 +346,27 @@ fn ctrl_c_prints_the_summary_and_exits_130() {
         }
     }
     server.expect_exit();
+}
+
+/// Waits until a connection to `port` on loopback has received a megabyte (`ss -ti`).
+fn downloading(port: u16, p: &mut Proc) {
+    let deadline = std::time::Instant::now() + SHORT;
+    loop {
+        let filter = format!("( dport = :{port} )");
+        let out = std::process::Command::new("ss").args(["-Htni", "state", "established", &filter]).output();
+        let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+        let received = text
+            .split_whitespace()
+            .filter_map(|w| w.strip_prefix("bytes_received:"))
+            .filter_map(|n| n.parse::<u64>().ok())
+            .max()
+            .unwrap_or(0);
+        if received > 1 << 20 {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "no download under way: {text}\n{}", p.diagnostics());
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]

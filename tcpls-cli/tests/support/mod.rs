@@ -253,11 +253,16 @@ impl Proc {
         self.child.try_wait().unwrap_or_else(|e| panic!("waiting for {}: {e}", self.name))
     }
 
-    /// Waits for the child to end; on timeout kills it and fails the test.
+    /// Waits for the child to end; on timeout kills it and fails the test. Its output is then
+    /// read to the end: the pipes' reader threads can lag behind the exit on a loaded machine,
+    /// and what it printed last is what a test reads after this.
     pub fn wait(&mut self, timeout: Duration) -> ExitStatus {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.try_status() {
+                // Bounded: a grandchild holding a pipe open must not hang the test.
+                self.stdout.wait_eof(SHORT);
+                self.stderr.wait_eof(SHORT);
                 return status;
             }
             if Instant::now() >= deadline {
