@@ -50,4 +50,5 @@ pub use session::{
     tcpls_client_config, tcpls_server_config, Accepted, ConnStats, JoiningConnection, MemoryUse, Session, SessionStats,
     Side, StreamProgress, MIN_READ_CHUNK, READ_CHUNK, REJOIN_ID_BASE,
 };
+pub use session::{MULTIPATH_HIGH_WATER, MULTIPATH_QUEUE_TIME};
 pub use tls::{crypto_provider, HandshakeInfo, TicketStats, TicketStore, ALPN_TCPLS, MAX_EARLY_DATA};

@@ -53,6 +53,7 @@ fn update_path_info(inner: &mut SessionState) {
     for conn in conns {
         if let Some(info) = inner.path_info(conn) {
             inner.proto.set_path(conn, info);
+            inner.tune_notsent_lowat(conn, info.delivery_rate);
         }
     }
 }

@@ -74,6 +74,8 @@ pub(crate) struct SessionState {
     /// Socket descriptors of live connections (the driver adds and removes them, under this
     /// lock), for TCP_INFO and socket options.
     fds: HashMap<ConnId, RawFd>,
+    /// TCP_NOTSENT_LOWAT set per connection by `tune_notsent_lowat`.
+    notsent_lowat: HashMap<ConnId, u32>,
     /// Server: this session's entries in its listeners' join registry.
     registration: Option<Registration>,
     /// Client: the server address the session was opened to (a rejoin's last resort).
@@ -103,6 +105,7 @@ impl SessionState {
             driver_done: false,
             new_sockets: Vec::new(),
             fds: HashMap::new(),
+            notsent_lowat: HashMap::new(),
             registration,
             origin: None,
             managed: false,
@@ -114,27 +117,38 @@ impl SessionState {
     /// Registers a connection's socket and applies the session's socket options to it
     /// (`SessionConfig::notsent_lowat`), for the initial connection and joined ones alike.
     ///
-    /// Without a configured value, a session with several connections gets
-    /// [`MULTIPATH_NOTSENT_LOWAT`] on all of them from its second one on: bytes handed to a
-    /// kernel are committed to that path, so a deep unsent queue there is what a path that goes
-    /// silent takes with it (re-sent only after its deadline) and what an ACK waits behind.
-    /// With one connection there is nowhere else to send, and the kernel's default is kept.
+    ///
+    /// Without a configured value, the connections of a session with several get a
+    /// TCP_NOTSENT_LOWAT that follows their path ([`SessionState::tune_notsent_lowat`]).
     pub(crate) fn add_fd(&mut self, id: ConnId, fd: RawFd) {
         self.fds.insert(id, fd);
-        // Best effort: a socket without the option (not Linux) still works, only earlier.
-        match self.proto.settings().notsent_lowat {
-            Some(bytes) => {
-                let _ = sockopt::set_notsent_lowat(fd, bytes);
-            }
-            None if self.fds.len() == 2 => {
-                for fd in self.fds.values() {
-                    let _ = sockopt::set_notsent_lowat(*fd, MULTIPATH_NOTSENT_LOWAT);
-                }
-            }
-            None if self.fds.len() > 2 => {
-                let _ = sockopt::set_notsent_lowat(fd, MULTIPATH_NOTSENT_LOWAT);
-            }
-            None => {}
+        if let Some(bytes) = self.proto.settings().notsent_lowat {
+            // Best effort: a socket without the option (not Linux) still works, only earlier.
+            let _ = sockopt::set_notsent_lowat(fd, bytes);
+        }
+    }
+
+    /// Without a configured `notsent_lowat`, while the session has several connections: each
+    /// socket's kernel holds unsent about [`tcpls_proto::MULTIPATH_QUEUE_TIME`] of what its path
+    /// delivers, at least [`MULTIPATH_NOTSENT_LOWAT`] (re-set when that moves by a quarter).
+    /// Bytes handed to a kernel are committed to that path: a deep unsent queue on a slow path
+    /// is what a path that goes silent takes with it (re-sent only after its deadline) and what
+    /// an ACK waits behind; a fast path keeps a queue deep enough for few large writes. With one
+    /// connection there is nowhere else to send, and the kernel's default is kept.
+    pub(crate) fn tune_notsent_lowat(&mut self, conn: ConnId, delivery_rate: Option<u64>) {
+        if self.proto.settings().notsent_lowat.is_some() || self.fds.len() < 2 {
+            return;
+        }
+        let Some(fd) = self.fds.get(&conn).copied() else { return };
+        let time_worth = delivery_rate
+            .map_or(0, |rate| rate.saturating_mul(tcpls_proto::MULTIPATH_QUEUE_TIME.as_millis() as u64) / 1000);
+        let want = time_worth.clamp(u64::from(MULTIPATH_NOTSENT_LOWAT), u64::from(MULTIPATH_NOTSENT_LOWAT_MAX)) as u32;
+        let current = self.notsent_lowat.get(&conn).copied();
+        if current.is_some_and(|c| c.abs_diff(want) <= c / 4) {
+            return;
+        }
+        if sockopt::set_notsent_lowat(fd, want).is_ok() {
+            self.notsent_lowat.insert(conn, want);
         }
     }
 
@@ -153,6 +167,7 @@ impl SessionState {
     /// reads TCP_INFO from a descriptor being closed.
     pub(crate) fn remove_fd(&mut self, id: ConnId) {
         self.fds.remove(&id);
+        self.notsent_lowat.remove(&id);
     }
 
     /// The descriptor of connection `conn`'s socket, while it is open.
@@ -424,8 +439,11 @@ impl SessionState {
 
 /// TCP_INFO of connection `conn`'s socket, if it is open (a free function: the tracer borrows
 /// `SessionState` mutably beside the descriptors).
-/// TCP_NOTSENT_LOWAT of every connection of a session with several (`SessionState::add_fd`).
+/// Least TCP_NOTSENT_LOWAT of a connection of a session with several
+/// (`SessionState::tune_notsent_lowat`).
 pub const MULTIPATH_NOTSENT_LOWAT: u32 = 128 << 10;
+/// Most, for fast paths (a loopback or LAN path's 20 ms worth is far more than any queue needs).
+pub const MULTIPATH_NOTSENT_LOWAT_MAX: u32 = 4 << 20;
 
 fn read_tcp_info(fds: &HashMap<ConnId, RawFd>, conn: ConnId) -> Option<tcp_info::TcpInfo> {
     fds.get(&conn).and_then(|fd| tcp_info::read(*fd).ok())

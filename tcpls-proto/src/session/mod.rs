@@ -42,6 +42,7 @@ pub(crate) use control::ControlQueue;
 pub use early::MAX_EARLY_STREAM_BYTES;
 pub use multipath::{Accepted, JoiningConnection, REJOIN_ID_BASE};
 pub use observe::{MemoryUse, StreamProgress};
+pub use packetize::{MULTIPATH_HIGH_WATER, MULTIPATH_QUEUE_TIME};
 
 use crate::config::SessionConfig;
 use crate::error::Error;

@@ -20,9 +20,45 @@ use super::{Core, Session};
 /// Below this many bytes of room, a record is not worth starting with stream data.
 const MIN_STREAM_CHUNK: usize = 64;
 
-/// Most bytes sealed ahead per connection while several connections are up
-/// (`Session::transmit_high_water`).
+/// While several connections are up, each seals ahead what its path delivers in this long
+/// (`HighWater::of`), at least [`MULTIPATH_HIGH_WATER`].
+pub const MULTIPATH_QUEUE_TIME: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// The least a connection may seal ahead while several are up.
 pub const MULTIPATH_HIGH_WATER: usize = 128 << 10;
+
+/// How much each connection may hold sealed and not yet written (`transmit_high_water`),
+/// decided once per `prepare_transmit`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HighWater {
+    configured: usize,
+    multipath: bool,
+}
+
+impl HighWater {
+    /// With one connection, what is configured. With several, about [`MULTIPATH_QUEUE_TIME`]
+    /// of what the connection's path delivers (TCP_INFO's delivery rate), between
+    /// [`MULTIPATH_HIGH_WATER`] and what is configured: what is sealed is committed to its
+    /// connection (records cannot move once encrypted), so a deep queue on a slow path delays
+    /// the re-sending of a path that goes silent and the ACKs that wait behind it, while a
+    /// fast path (loopback, a LAN) keeps its large queue and its few large writes.
+    pub(crate) fn of(&self, c: &Connection) -> usize {
+        if !self.multipath {
+            return self.configured;
+        }
+        match c.path.delivery_rate {
+            Some(rate) => {
+                let time_worth = rate.saturating_mul(MULTIPATH_QUEUE_TIME.as_millis() as u64) / 1000;
+                (time_worth as usize).clamp(MULTIPATH_HIGH_WATER.min(self.configured), self.configured)
+            }
+            None => self.configured,
+        }
+    }
+
+    pub(crate) fn has_room(&self, c: &Connection) -> bool {
+        c.tx.len() < self.of(c)
+    }
+}
 
 /// Encoded size of a Stream Change frame: stream ID, offset, type.
 const STREAM_CHANGE_LEN: usize = 4 + 8 + 1;
@@ -122,7 +158,7 @@ impl Session {
     /// shorter than a record waits while its connection still has bytes to write (autocorking),
     /// so that bulk writers' records stay full (zero-copy placement, fewer records).
     fn fill_streams(&mut self) -> bool {
-        let high = self.transmit_high_water();
+        let high = self.high_water();
         let mut failed = false;
         let mut skipped = 0;
         let mut views = Vec::new();
@@ -141,7 +177,7 @@ impl Session {
             }
             // No connection can take a record: stop here, so that the next pass starts with
             // this stream, as the last record's Stream Change announced.
-            if !self.conns.iter().any(|c| c.carries_streams() && c.tx.len() < high) {
+            if !self.conns.iter().any(|c| c.carries_streams() && high.has_room(c)) {
                 break;
             }
             if self.core.holds_short_tail(id) {
@@ -163,7 +199,7 @@ impl Session {
             let steer = steer.filter(|c| self.conns.get(*c).is_some_and(Connection::carries_streams));
             let target = match steer {
                 Some(conn) => {
-                    self.conns.get(conn).filter(|c| c.tx.len() < high && self.core.ext.may_send(c.id)).map(|c| c.id)
+                    self.conns.get(conn).filter(|c| high.has_room(c) && self.core.ext.may_send(c.id)).map(|c| c.id)
                 }
                 None => {
                     // A scheduler that may wait for a fast path rather than send on a slow one
@@ -174,7 +210,7 @@ impl Session {
                         self.conns
                             .iter()
                             .filter(|c| carries_unsteered(c) && self.core.ext.may_send(c.id))
-                            .map(|c| PathView { room: c.tx.len() < high, ..Session::path_view(c) })
+                            .map(|c| PathView { room: high.has_room(c), ..Session::path_view(c) })
                             .filter(|v| all || v.room),
                     );
                     if !views.iter().any(|v| v.room) {
@@ -209,7 +245,7 @@ impl Session {
     /// connection opens a new session (PROTOCOL.md §1).
     fn fill_control_and_first_records(&mut self) -> bool {
         let mut failed = false;
-        let high = self.transmit_high_water();
+        let high = self.high_water();
         // The control frames that may travel anywhere go first where they are most likely to
         // arrive.
         let preferred = self.control_carrier();
@@ -224,17 +260,10 @@ impl Session {
         failed
     }
 
-    /// How much is sealed ahead per connection. With several connections up, at most
-    /// [`MULTIPATH_HIGH_WATER`]: what is sealed is committed to its connection (records cannot
-    /// move once encrypted), so a deep queue there delays the re-sending of a path that goes
-    /// silent, and an ACK waits behind it; with one connection there is no choice to keep open.
-    fn transmit_high_water(&self) -> usize {
-        let high = self.core.config.transmit_high_water;
-        if self.conns.iter().filter(|c| c.is_up()).take(2).count() > 1 {
-            high.min(MULTIPATH_HIGH_WATER)
-        } else {
-            high
-        }
+    /// How much each connection may hold sealed ahead now ([`HighWater`]).
+    fn high_water(&self) -> HighWater {
+        let multipath = self.conns.iter().filter(|c| c.is_up()).take(2).count() > 1;
+        HighWater { configured: self.core.config.transmit_high_water, multipath }
     }
 
     /// The connection that takes first the control frames that may travel on any: the one that
@@ -481,7 +510,7 @@ impl Core {
 
     /// Records of control frames on `c` while it has room, and a client's first record.
     /// Returns whether `c` failed.
-    fn seal_control_on(&mut self, c: &mut Connection, high: usize) -> bool {
+    fn seal_control_on(&mut self, c: &mut Connection, high: HighWater) -> bool {
         if !c.is_usable() || !c.is_tcpls() || c.join_pending() {
             return false;
         }
@@ -490,7 +519,7 @@ impl Core {
         let bound_only = c.is_suspect();
         let id = c.id;
         let waiting = |q: &super::ControlQueue| if bound_only { q.has_bound_for(id) } else { q.has_for(id) };
-        while c.tx.len() < high && waiting(&self.control) {
+        while high.has_room(c) && waiting(&self.control) {
             match self.seal_control_record(c, bound_only) {
                 Ok(true) => {}
                 Ok(false) => break,
