@@ -19,8 +19,9 @@
  *    TCPLS_ERR_INTERNAL.
  *
  * Threading rules
- *  - Every call may be made from any thread; the library runs one shared tokio runtime (worker
- *    threads started on first use) for all sessions.
+ *  - Every call may be made from any thread; the library runs one shared tokio runtime for all
+ *    sessions, started on first use, with half the cores as worker threads (at least one; the
+ *    environment variable TCPLS_WORKER_THREADS overrides it).
  *  - Configs, sessions and listeners may be used by several threads at once, except that one
  *    thread at a time may wait in tcpls_next_event or tcpls_stream_accept on a session, and in
  *    tcpls_accept on a listener.
