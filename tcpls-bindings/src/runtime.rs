@@ -8,9 +8,9 @@
 //! Worker threads: half the cores (at least one), or `TCPLS_WORKER_THREADS`. The application's
 //! own threads make the calls, and the reading, copying and verifying happen on them; the
 //! runtime drives the sockets and the crypto. With a worker per core, each core also had an
-//! application thread to run and the two woke each other across cores: on 2 cores, one worker
-//! moved 8 GiB over 4 streams 10-25 % faster than two, with 30-40 % fewer context switches
-//! (docs/PERFORMANCE.md, "C and Python bindings").
+//! application thread to run and the two woke each other across cores: on 2 cores, with one
+//! worker instead of two, 8 GiB over 4 streams uploaded 28-30 % faster (a third fewer context
+//! switches) and downloaded 4-8 % faster (docs/PERFORMANCE.md, "C and Python bindings").
 
 use std::future::Future;
 use std::sync::OnceLock;
