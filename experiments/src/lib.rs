@@ -23,6 +23,7 @@ pub use tcpls_pattern as pattern;
 pub mod pki;
 pub mod plot;
 pub mod rtt_probe;
+pub mod silent_path;
 pub mod sswatch;
 pub mod streams;
 pub mod streams_records;

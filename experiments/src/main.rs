@@ -54,6 +54,8 @@ enum Experiment {
     Tunnel,
     /// Issue #15: Wi-Fi -> LTE (backup) handover and back, server with one address, TCPLS path manager vs MPTCP endpoints.
     Mobility,
+    /// A path goes silent (dropped both ways) at 2 s of a 60 MB upload over two 50 Mbit/s paths: TCPLS loss detection vs MPTCP.
+    SilentPath,
     /// Plot one session of a `tcpls --trace FILE` event trace: bytes per connection with joins,
     /// losses and failovers marked, stream progress, RTT and cwnd (docs/OBSERVABILITY.md §4).
     #[command(after_help = "Example:\n  experiments trace-plot client.jsonl -o failover-trace.png")]
@@ -98,6 +100,7 @@ fn main() -> ExitCode {
         Experiment::FlowLimit => experiments::flow_limit::run(&opts),
         Experiment::Tunnel => experiments::tunnel::run(&opts),
         Experiment::Mobility => experiments::mobility::run(&opts),
+        Experiment::SilentPath => experiments::silent_path::run(&opts),
         Experiment::TracePlot { file, output, session } => experiments::trace_plot::run(&file, &output, session),
     };
     if let Some(sink) = trace {

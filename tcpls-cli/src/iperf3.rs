@@ -1,21 +1,19 @@
 //! iperf3 options that `tcpls perf` does not take, each with a one-line hint naming the tcpls
 //! equivalent (docs/CLI.md has the full mapping; the ones it takes are plain clap options).
 
-/// (iperf3 spellings, hint).
+/// (iperf3 spellings, hint). The hint is printed after the option as given (`-b10M: use ...`),
+/// so it does not name the option again.
 const UNSUPPORTED: &[(&[&str], &str)] = &[
-    (&["-s", "--server"], "-s is iperf3's server: run `tcpls serve --mode perf` on the server"),
-    (&["-u", "--udp"], "-u: TCPLS runs over TCP only, there is no UDP test"),
-    (&["-b", "--bitrate", "--bandwidth"], "-b: use --rate-limit RATE (bits per second, e.g. --rate-limit 100M)"),
-    (&["-l", "--length"], "-l: use --record-size BYTES (the TLS record size, 256..=16384)"),
-    (&["-C", "--congestion"], "-C: use --peer-cc NAME (asks the server to switch its TCP congestion control)"),
-    (&["-w", "--window"], "-w: the kernel sizes the socket buffers (net.ipv4.tcp_wmem / tcp_rmem)"),
-    (&["-4", "--version4", "-6", "--version6"], "-4/-6: give an IPv4 or an IPv6 address ([V6]:PORT) as ADDR"),
-    (&["-Z", "--zerocopy"], "-Z: the receive path is zero-copy already (--no-zero-copy to compare)"),
-    (&["-k", "--blockcount"], "-k: use -n/--bytes SIZE"),
-    (
-        &["--get-server-output"],
-        "--get-server-output: the server logs each session on its stderr (`tcpls serve --json` for JSON)",
-    ),
+    (&["-s", "--server"], "iperf3's server mode: run `tcpls serve --mode perf` on the server"),
+    (&["-u", "--udp"], "TCPLS runs over TCP only, there is no UDP test"),
+    (&["-b", "--bitrate", "--bandwidth"], "use --rate-limit RATE (bits per second, e.g. --rate-limit 100M)"),
+    (&["-l", "--length"], "use --record-size BYTES (the TLS record size, 256..=16384)"),
+    (&["-C", "--congestion"], "use --peer-cc NAME (asks the server to switch its TCP congestion control)"),
+    (&["-w", "--window"], "the kernel sizes the socket buffers (net.ipv4.tcp_wmem / tcp_rmem)"),
+    (&["-4", "--version4", "-6", "--version6"], "give an IPv4 or an IPv6 address ([V6]:PORT) as ADDR"),
+    (&["-Z", "--zerocopy"], "the receive path is zero-copy already (--no-zero-copy to compare)"),
+    (&["-k", "--blockcount"], "use -n/--bytes SIZE"),
+    (&["--get-server-output"], "the server logs each session on its stderr (`tcpls serve --json` for JSON)"),
     (
         &[
             "-M",
@@ -79,6 +77,24 @@ mod tests {
         assert!(of("tcpls perf host --bitrate=1G").unwrap().contains("--rate-limit"));
         assert!(of("tcpls perf -s").unwrap().contains("tcpls serve"));
         assert!(of("tcpls perf -u -c host").unwrap().contains("UDP"));
+    }
+
+    /// The option is named once, as given: `-s: iperf3's server mode: ...`.
+    #[test]
+    fn hints_name_the_option_once() {
+        for spellings in UNSUPPORTED.iter().flat_map(|(s, _)| s.iter()) {
+            let line = format!("tcpls perf {spellings}");
+            let hint = of(&line).unwrap();
+            assert!(hint.starts_with(&format!("{spellings}: ")), "{hint}");
+            let rest = &hint[spellings.len() + 2..];
+            assert!(!rest.starts_with('-'), "the hint starts with an option again: {hint}");
+            let repeated = rest.split(|c: char| c.is_whitespace() || c == '/' || c == ':').any(|w| w == *spellings);
+            assert!(!repeated, "{spellings} named twice: {hint}");
+        }
+        assert_eq!(
+            of("tcpls perf -b10M").unwrap(),
+            "-b10M: use --rate-limit RATE (bits per second, e.g. --rate-limit 100M)"
+        );
     }
 
     #[test]

@@ -16,11 +16,13 @@ mod perf_stream;
 mod probe;
 mod serve;
 mod session_info;
+mod stop_signal;
 mod tlsconf;
 mod tm3;
 mod transfer;
 mod tunnel;
 mod tunnel_config;
+mod tunnel_config_values;
 mod units;
 
 /// The perf payload, shared with the benchmarks and the experiments.
@@ -56,7 +58,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Write a self-signed certificate and key (for localhost, 127.0.0.1, ::1 and --name).
-    #[command(after_help = "Example:\n  tcpls cert --out ./tcpls-cert --name myhost.example")]
+    #[command(
+        after_help = "Examples:\n  tcpls cert --out ./tcpls-cert --name myhost.example\n  tcpls cert --out ./short-lived --days 30"
+    )]
     Cert {
         /// Directory for cert.pem and key.pem.
         #[arg(long, default_value = "tcpls-cert")]
@@ -67,6 +71,10 @@ enum Command {
         /// Replace cert.pem and key.pem if they exist (default: refuse).
         #[arg(long)]
         force: bool,
+        /// Days the certificate is valid from now (1 to 3650).
+        #[arg(long, value_name = "N", default_value_t = tlsconf::CERT_DAYS,
+              value_parser = clap::value_parser!(u32).range(1..=3650))]
+        days: u32,
     },
     /// Run a TCPLS server (plain TLS clients are served too, through fallback).
     #[command(
@@ -251,6 +259,8 @@ enum Ended {
     Done,
     /// Ctrl-C: what was done is reported; the exit status is 130.
     Interrupted,
+    /// SIGTERM (`perf`): what was done is reported; the exit status is 143.
+    Terminated,
 }
 
 fn main() -> ExitCode {
@@ -259,7 +269,13 @@ fn main() -> ExitCode {
         eprintln!("tcpls perf: {hint}");
         return ExitCode::from(2);
     }
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    if let Command::Tunnel(t) = &cli.command {
+        // The configuration file's keys for the global flags; the command line wins.
+        let (keylog, trace) = tunnel::file_globals(t);
+        cli.keylog = cli.keylog.or(keylog);
+        cli.trace = cli.trace.or(trace);
+    }
     if let Some(file) = &cli.keylog {
         // rustls' KeyLogFile (tlsconf.rs) writes where SSLKEYLOGFILE says. Set before any
         // thread starts, so nothing reads the environment concurrently.
@@ -304,9 +320,13 @@ fn main() -> ExitCode {
             eprintln!("tcpls: writing the trace file: {e}");
         }
     }
+    // The command is over: what is left (a session's driver, a blocked socket call on a
+    // silent path) must not delay the exit.
+    runtime.shutdown_timeout(Duration::from_millis(100));
     match result {
         Ok(Ended::Done) => ExitCode::SUCCESS,
         Ok(Ended::Interrupted) => ExitCode::from(EXIT_INTERRUPTED),
+        Ok(Ended::Terminated) => ExitCode::from(interrupt::Stop::Terminate.exit_status()),
         Err(e) => {
             eprintln!("tcpls: {e}");
             ExitCode::FAILURE
@@ -317,7 +337,7 @@ fn main() -> ExitCode {
 async fn run(command: Command) -> Result<Ended, String> {
     let done = |r: Result<(), String>| r.map(|()| Ended::Done);
     match command {
-        Command::Cert { out, name, force } => done(cert(&out, &name, force)),
+        Command::Cert { out, name, force, days } => done(cert(&out, &name, force, days)),
         Command::Serve(a) => serve_cmd(a).await,
         Command::Connect { addr, trust, alpn, show_session, paths } => {
             let (target, name, tls) = client_setup(&addr, &trust, &alpn)?;
@@ -340,7 +360,7 @@ async fn run(command: Command) -> Result<Ended, String> {
     }
 }
 
-fn cert(out: &Path, names: &[String], force: bool) -> Result<(), String> {
+fn cert(out: &Path, names: &[String], force: bool, days: u32) -> Result<(), String> {
     let (cert_path, key_path) = (out.join("cert.pem"), out.join("key.pem"));
     if !force {
         if let Some(existing) = [&cert_path, &key_path].into_iter().find(|p| p.exists()) {
@@ -350,11 +370,11 @@ fn cert(out: &Path, names: &[String], force: bool) -> Result<(), String> {
             ));
         }
     }
-    let (cert, key) = tlsconf::self_signed(names)?;
+    let (cert, key) = tlsconf::self_signed_for_days(names, days)?;
     std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     std::fs::write(&cert_path, cert).map_err(|e| format!("cannot write {}: {e}", cert_path.display()))?;
     write_private(&key_path, key.as_bytes())?;
-    println!("wrote {} and {}", cert_path.display(), key_path.display());
+    println!("wrote {} and {} (valid for {days} days)", cert_path.display(), key_path.display());
     Ok(())
 }
 
@@ -469,23 +489,15 @@ async fn serve_cmd(a: ServeArgs) -> Result<Ended, String> {
 
 /// Turns true at the first Ctrl-C (the command then winds down and reports); a second Ctrl-C
 /// ends the process at once, with the same exit status.
-pub(crate) fn interrupt_watch(command: &'static str, what: &'static str) -> tokio::sync::watch::Receiver<bool> {
-    let (tx, rx) = tokio::sync::watch::channel(false);
-    let mut ctrl_c = interrupt::listen();
-    tokio::spawn(async move {
-        ctrl_c.recv().await;
-        logging::info(command, &format!("interrupted: {what} (Ctrl-C again to quit at once)"));
-        let _ = tx.send(true);
-        ctrl_c.recv().await;
-        exit_interrupted();
-    });
-    rx
-}
-
 /// Exits at once with status 130, the `--trace` file written out first.
 pub(crate) fn exit_interrupted() -> ! {
+    exit_on_signal(interrupt::Stop::Interrupt)
+}
+
+/// Exits at once with the status of `signal` (130 or 143), the `--trace` file written out first.
+pub(crate) fn exit_on_signal(signal: interrupt::Stop) -> ! {
     let _ = tcpls::flush_default_trace();
-    std::process::exit(i32::from(EXIT_INTERRUPTED))
+    std::process::exit(i32::from(signal.exit_status()))
 }
 
 /// A loopback server and client in one process: the quickest way to see TCPLS work.
@@ -540,9 +552,12 @@ async fn demo(bytes: u64, json: bool) -> Result<(), String> {
                 zero_rtt: false,
                 output: None,
             },
-            tokio::sync::watch::channel(false).1,
+            tokio::sync::watch::channel(None).1,
         )
         .await?;
+        if let Some(e) = &report.error {
+            return Err(format!("demo transfer failed: {e}"));
+        }
         if !report.verified {
             return Err("demo transfer failed verification".into());
         }

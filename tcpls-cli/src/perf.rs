@@ -2,8 +2,16 @@
 //!
 //! The client opens `--streams` streams (twice as many with `--bidir`), each asking the server
 //! for one direction (perf_proto.rs), steers them over the session's connections, and runs
-//! until the byte count is done, the time is up, or Ctrl-C. An interval sampler prints what
-//! happened every `-i` seconds; the report gives iperf3's sender and receiver lines.
+//! until the byte count is done, the time is up, or Ctrl-C/SIGTERM. An interval sampler prints
+//! what happened every `-i` seconds; the report gives iperf3's sender and receiver lines, and
+//! what each end saw of the paths (the server's asked on a stats stream at the end).
+//!
+//! A timed run always ends: at `--time` the senders reset their streams, and
+//! [`DEADLINE_GRACE`] later whatever is still missing (a report that never came, a download
+//! whose end never arrived, e.g. over a path gone silent) is given up and reported as not
+//! delivered. A `--bytes` run has no deadline: it ends when its bytes are delivered, when the
+//! session fails (its own failure detection: a silent path is given up after
+//! `SessionConfig::silence_timeout`), or after [`NO_PROGRESS_LIMIT`] without any byte moving.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -12,12 +20,29 @@ use std::time::{Duration, Instant};
 use rustls::pki_types::ServerName;
 use tcpls::{RecvStream, SendStream, Session, SessionConfig, TcplsConnector};
 use tcpls_proto::sync::LockExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
+use crate::interrupt::Stop;
 use crate::perf_interval::{Counters, Sampled, Sampler, SenderView, Snapshot, SPREAD};
-use crate::perf_proto::{Direction, Request};
+use crate::perf_proto::{encode_stats_request, Direction, PathStats, Request, MAX_STATS_LEN};
 use crate::perf_report::{ConnectionReport, DirectionSummary, EndSummary, MigrationReport, Output, PerfReport, HEADER};
 use crate::perf_stream::{StreamOutcome, StreamTask};
+use crate::transfer::until;
+
+/// How long after `--time` (and `--omit`) a timed run waits for its streams' last words: the
+/// end-of-run resets, the server's upload reports, a download's end. Then it gives up on what
+/// is missing; asking for the server's stats and closing take at most [`LAST_WORDS`] more.
+pub const DEADLINE_GRACE: Duration = Duration::from_millis(1200);
+/// The longest the stats request and the close may take after the hard deadline.
+const LAST_WORDS: Duration = Duration::from_millis(400);
+/// Without a deadline: the stats request's and the close's own limits.
+const STATS_WAIT: Duration = Duration::from_secs(2);
+const CLOSE_WAIT: Duration = Duration::from_secs(5);
+/// A `--bytes` run ends with an error after this long with no byte written or read on any
+/// connection and no payload moved (the path manager's outage tolerance: it would have
+/// given up by then).
+pub const NO_PROGRESS_LIMIT: Duration = Duration::from_secs(60);
 
 /// Which way the payload goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,13 +119,27 @@ fn stream_bytes(opts: &PerfOptions, i: u32) -> u64 {
     }
 }
 
-/// Runs the measurement; `interrupted` turns true on Ctrl-C, which ends the transfer early.
-pub async fn run(opts: PerfOptions, interrupted: watch::Receiver<bool>) -> Result<PerfReport, String> {
+/// Runs the measurement; `interrupted` turns to the signal on Ctrl-C or SIGTERM, which ends the
+/// transfer early. A failure after the transfer started still gives a report (its `error` set).
+pub async fn run(opts: PerfOptions, interrupted: watch::Receiver<Option<Stop>>) -> Result<PerfReport, String> {
     let shown = opts.addrs.first().map(|a| a.to_string()).unwrap_or_default();
     let millis = opts.time.map(|t| (t + opts.omit).as_millis().max(1) as u64).unwrap_or(0);
     let first_direction = opts.mode.directions()[0];
     let first_request = Request { direction: first_direction, seed: 0, bytes: stream_bytes(&opts, 0), millis };
-    let (session, early_stream, handshake_ms) = connect(&opts, &first_request).await?;
+    // A timed run ends even when the server never answers: the handshake and the joins get
+    // the run's time (then it fails, saying so).
+    let setup_limit = opts.time.map(|t| t + opts.omit + DEADLINE_GRACE);
+    let setup_deadline = setup_limit.map(|l| Instant::now() + l);
+    let too_slow = |what: &str| {
+        format!(
+            "{what} did not complete within {:.1} s (the run's --time and its grace): the server or the path \
+             does not answer",
+            setup_limit.unwrap_or_default().as_secs_f64()
+        )
+    };
+    let (session, early_stream, handshake_ms) = within(setup_deadline, connect(&opts, &first_request))
+        .await
+        .ok_or_else(|| too_slow(&format!("the TCPLS handshake with {shown}")))??;
     if session.is_fallback() {
         session.abort();
         return Err(format!(
@@ -111,9 +150,9 @@ pub async fn run(opts: PerfOptions, interrupted: watch::Receiver<bool>) -> Resul
     match opts.path_manager {
         None => {
             for (remote, local) in &opts.paths {
-                let id = session
-                    .join_with(*remote, local)
+                let id = within(setup_deadline, session.join_with(*remote, local))
                     .await
+                    .ok_or_else(|| too_slow(&format!("adding a connection {local}to {remote}")))?
                     .map_err(|e| format!("cannot add a connection {local}to {remote}: {e}"))?;
                 conns.push(id);
             }
@@ -125,6 +164,9 @@ pub async fn run(opts: PerfOptions, interrupted: watch::Receiver<bool>) -> Resul
     }
     let sends = matches!(opts.mode, Mode::Upload | Mode::Bidir);
     opts.ext.apply(&session, &conns, sends, opts.mode != Mode::Upload)?;
+    // The path manager's later joins get them too (a path that comes back is not unpaced).
+    let ext_follower = (opts.path_manager.is_some() && !opts.ext.is_empty())
+        .then(|| opts.ext.clone().follow(session.clone(), conns.clone(), sends, opts.mode != Mode::Upload));
     let info = session.handshake_info();
     let cipher = info.as_ref().map(|i| i.cipher_suite.clone()).unwrap_or_default();
     if let Some(output) = opts.output.as_ref().filter(|o| !o.json) {
@@ -145,6 +187,8 @@ pub async fn run(opts: PerfOptions, interrupted: watch::Receiver<bool>) -> Resul
     }
 
     let start = Instant::now();
+    let start_unix_seconds =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
     let deadline = opts.time.map(|t| start + t + opts.omit);
     // One counter per stream, in the order they are opened below, with its connection.
     let steered = !opts.aggregate || opts.migrate_at.is_some();
@@ -170,6 +214,8 @@ pub async fn run(opts: PerfOptions, interrupted: watch::Receiver<bool>) -> Resul
 
     let mut early_stream = early_stream;
     let mut tasks = tokio::task::JoinSet::new();
+    // (stream number, direction) of each counter, for what was not delivered.
+    let mut streams = Vec::new();
     let mut index = 0;
     for i in 0..opts.streams {
         for &direction in opts.mode.directions() {
@@ -194,13 +240,37 @@ pub async fn run(opts: PerfOptions, interrupted: watch::Receiver<bool>) -> Resul
                 counters: counters.clone(),
                 index,
             };
+            streams.push((i, direction));
             index += 1;
             tasks.spawn(stream.run(send, recv));
         }
     }
+    let hard_deadline = deadline.map(|d| d + DEADLINE_GRACE);
     let mut outcomes = Vec::new();
     let mut failure = None;
-    while let Some(joined) = tasks.join_next().await {
+    let mut ended_at_deadline = false;
+    let stalled = no_progress(&session, &counters, opts.time.is_none());
+    // After Ctrl-C or SIGTERM the streams get the same grace as at a deadline.
+    let mut stop = interrupted.clone();
+    let stopped = async move {
+        let _ = stop.wait_for(Option::is_some).await;
+        tokio::time::sleep(DEADLINE_GRACE).await;
+    };
+    tokio::pin!(stalled, stopped);
+    loop {
+        let joined = tokio::select! {
+            j = tasks.join_next() => j,
+            () = until(hard_deadline) => {
+                ended_at_deadline = true;
+                None
+            }
+            () = &mut stopped => None,
+            why = &mut stalled => {
+                failure.get_or_insert(why);
+                None
+            }
+        };
+        let Some(joined) = joined else { break };
         match joined.map_err(|e| format!("stream task failed: {e}")).and_then(|r| r) {
             Ok(outcome) => outcomes.push(outcome),
             Err(e) => {
@@ -208,13 +278,18 @@ pub async fn run(opts: PerfOptions, interrupted: watch::Receiver<bool>) -> Resul
             }
         }
     }
+    // Streams still running past the deadline (or after a failure) are given up: their last
+    // gap counts up to now.
+    tasks.abort_all();
+    for (index, c) in counters.streams.iter().enumerate() {
+        if !c.upload && !outcomes.iter().any(|o: &StreamOutcome| o.index == index) {
+            counters.stalls.stream_ended(&c.gaps);
+        }
+    }
     let _ = done_tx.send(());
     let sampled = sampler.await.map_err(|e| format!("interval sampler failed: {e}"))?;
-    if let Some(e) = failure {
-        session.abort();
-        return Err(e);
-    }
     let end = start.elapsed();
+    let undelivered = undelivered(&streams, &outcomes, &counters, end);
     let migration = migration.lock_unpoisoned().take();
     warn_about_migration(&opts, migration.is_some(), end);
 
@@ -230,13 +305,46 @@ pub async fn run(opts: PerfOptions, interrupted: watch::Receiver<bool>) -> Resul
             open: c.usable,
         })
         .collect();
+    if let Some(f) = ext_follower {
+        f.abort();
+    }
+    // Before the stats stream, whose answer is not payload.
+    let payload_stats = session.stats();
+    // The last words: the server's stats, then the close, within the deadline's allowance.
+    let last_words = match (hard_deadline, *interrupted.borrow()) {
+        (Some(d), _) => Some(d.max(Instant::now()) + LAST_WORDS),
+        (None, Some(_)) => Some(Instant::now() + LAST_WORDS),
+        (None, None) => None,
+    };
+    let server_stats = if failure.is_some() {
+        Err("the run failed before it could ask".to_string())
+    } else {
+        let wait = last_words.map_or(STATS_WAIT, |d| d.saturating_duration_since(Instant::now()) * 2 / 3);
+        ask_server_stats(&session, wait).await
+    };
     let stats = session.stats();
-    let was_interrupted = *interrupted.borrow();
-    close(&session, was_interrupted).await?;
+    let client_stats = crate::perf_report::path_stats(&stats, &counters.stalls);
+    let stop = *interrupted.borrow();
+    let close_wait = match (stop, last_words) {
+        (Some(_), _) => Duration::from_secs(1),
+        (None, Some(d)) => d.saturating_duration_since(Instant::now()),
+        (None, None) => CLOSE_WAIT,
+    };
+    if failure.is_some() {
+        session.abort();
+    } else if let Err(e) = close(&session, close_wait).await {
+        failure.get_or_insert(e);
+    }
 
+    // Streams given up at the deadline count what their counters say.
+    let outcomes = with_given_up(outcomes, &streams, &counters);
     let (omit_seconds, summary) = summarize(&opts, &outcomes, &sampled, end);
     let received_after_omit: u64 = summary.iter().filter_map(|d| d.receiver.bytes).sum();
     let seconds = summary.first().map_or(0.0, |d| d.receiver.seconds);
+    let (server_stats, server_stats_error) = match server_stats {
+        Ok(s) => (Some(s), None),
+        Err(e) => (None, Some(e)),
+    };
     Ok(PerfReport {
         direction: opts.mode.name(),
         streams: opts.streams,
@@ -244,21 +352,143 @@ pub async fn run(opts: PerfOptions, interrupted: watch::Receiver<bool>) -> Resul
         seconds,
         goodput_bps: if seconds > 0.0 { received_after_omit as f64 * 8.0 / seconds } else { 0.0 },
         verified: outcomes.iter().all(|o| o.verified),
-        interrupted: was_interrupted,
+        interrupted: stop.is_some(),
+        signal: stop.map(Stop::name),
+        ended_at_deadline,
+        undelivered,
+        error: failure,
+        client_stats,
+        server_stats,
+        server_stats_error,
         omit_seconds,
+        start_unix_seconds,
         fallback: false,
         cipher,
         failovers: stats.failovers,
         resumed: info.as_ref().is_some_and(|i| i.resumed),
         early_data_accepted: info.as_ref().is_some_and(|i| i.early_data_accepted),
-        zero_copy_bytes: stats.zero_copy_bytes,
-        copied_bytes: stats.copied_bytes,
+        zero_copy_bytes: payload_stats.zero_copy_bytes,
+        copied_bytes: payload_stats.copied_bytes,
         handshake_ms,
         migration,
         summary,
         intervals: sampled.intervals,
         connections,
     })
+}
+
+/// Completes (with the reason) when nothing moved for [`NO_PROGRESS_LIMIT`]: no payload
+/// counted and no byte written or read on any connection. Never when `armed` is false (a timed
+/// run has its deadline).
+async fn no_progress(session: &Session, counters: &Counters, armed: bool) -> String {
+    if !armed {
+        return std::future::pending().await;
+    }
+    let moved = || -> u64 {
+        let payload: u64 = counters.streams.iter().map(|s| s.bytes.load(std::sync::atomic::Ordering::Relaxed)).sum();
+        let wire: u64 = session.connections().iter().map(|c| c.bytes_sent + c.bytes_received).sum();
+        payload + wire
+    };
+    let mut last = (moved(), Instant::now());
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = moved();
+        if now != last.0 {
+            last = (now, Instant::now());
+        } else if last.1.elapsed() >= NO_PROGRESS_LIMIT {
+            return format!(
+                "no progress for {} s: no byte sent or received on any connection (every path down or silent?)",
+                NO_PROGRESS_LIMIT.as_secs()
+            );
+        }
+    }
+}
+
+/// One line per stream that did not end by itself: what it had done when it was given up.
+fn undelivered(
+    streams: &[(u32, Direction)],
+    outcomes: &[StreamOutcome],
+    counters: &Counters,
+    end: Duration,
+) -> Vec<String> {
+    let at = end.as_secs_f64();
+    streams
+        .iter()
+        .enumerate()
+        .filter(|(index, _)| !outcomes.iter().any(|o| o.index == *index))
+        .map(|(index, &(number, direction))| {
+            let bytes = counters.streams[index].bytes.load(std::sync::atomic::Ordering::Relaxed);
+            match direction {
+                Direction::Upload => format!(
+                    "stream {number} (upload): {bytes} bytes sent, never confirmed by the server (its report did \
+                     not come by {at:.2} s)"
+                ),
+                Direction::Download => format!(
+                    "stream {number} (download): {bytes} bytes received and verified, the server's end of the \
+                     stream did not come by {at:.2} s"
+                ),
+            }
+        })
+        .collect()
+}
+
+/// The outcomes, plus one for each stream given up, from its counter: a download counts what
+/// it verified, an upload what it sent and nothing received (no report).
+fn with_given_up(
+    mut outcomes: Vec<StreamOutcome>,
+    streams: &[(u32, Direction)],
+    counters: &Counters,
+) -> Vec<StreamOutcome> {
+    use std::sync::atomic::Ordering;
+    for (index, &(_, direction)) in streams.iter().enumerate() {
+        if outcomes.iter().any(|o| o.index == index) {
+            continue;
+        }
+        let c = &counters.streams[index];
+        let bytes = c.bytes.load(Ordering::Relaxed);
+        outcomes.push(match direction {
+            Direction::Upload => StreamOutcome { index, direction, sent: Some(bytes), received: 0, verified: true },
+            Direction::Download => StreamOutcome {
+                index,
+                direction,
+                sent: None,
+                received: bytes,
+                verified: !c.corrupt.load(Ordering::Relaxed),
+            },
+        });
+    }
+    outcomes
+}
+
+/// Asks the server for its end's [`PathStats`] on a stream of its own, within `wait`.
+async fn ask_server_stats(session: &Session, wait: Duration) -> Result<PathStats, String> {
+    let exchange = async {
+        let (mut send, recv) = session.open_stream().map_err(|e| format!("cannot open a stream: {e}"))?;
+        send.write_all(&encode_stats_request()).await.map_err(|e| format!("cannot send the request: {e}"))?;
+        let _ = send.shutdown().await;
+        let mut answer = Vec::new();
+        recv.take(MAX_STATS_LEN as u64).read_to_end(&mut answer).await.map_err(|e| {
+            match e.get_ref().and_then(|i| i.downcast_ref::<tcpls::StreamError>()) {
+                Some(tcpls::StreamError::Reset(crate::perf_proto::NOT_A_PERF_REQUEST)) => {
+                    "the server does not answer stats requests (an older tcpls serve)".to_string()
+                }
+                _ => format!("no answer: {e}"),
+            }
+        })?;
+        PathStats::decode(&answer)
+    };
+    match tokio::time::timeout(wait, exchange).await {
+        Ok(r) => r,
+        Err(_) => Err(format!("no answer within {} ms", wait.as_millis())),
+    }
+}
+
+/// `f`'s output, or None if `deadline` came first.
+async fn within<T>(deadline: Option<Instant>, f: impl std::future::Future<Output = T>) -> Option<T> {
+    match deadline {
+        Some(d) => tokio::time::timeout_at(d.into(), f).await.ok(),
+        None => Some(f.await),
+    }
 }
 
 type EarlyStream = Option<(SendStream, RecvStream)>;
@@ -379,18 +609,14 @@ fn warn_about_migration(opts: &PerfOptions, migrated: bool, end: Duration) {
     }
 }
 
-/// Closes gracefully; after Ctrl-C, gives up after a second (the peer may be gone).
-async fn close(session: &Session, interrupted: bool) -> Result<(), String> {
-    let error = if interrupted {
-        match tokio::time::timeout(Duration::from_secs(1), session.close()).await {
-            Ok(e) => e,
-            Err(_) => {
-                session.abort();
-                None
-            }
+/// Closes gracefully within `wait` (then aborts: the peer may be gone or its paths silent).
+async fn close(session: &Session, wait: Duration) -> Result<(), String> {
+    let error = match tokio::time::timeout(wait, session.close()).await {
+        Ok(e) => e,
+        Err(_) => {
+            session.abort();
+            None
         }
-    } else {
-        session.close().await
     };
     match error {
         Some(e) => Err(format!("session ended with an error: {e}")),

@@ -9,9 +9,10 @@ use clap::Args;
 use tcpls::SessionConfig;
 
 use crate::args::{host_of, parse_duration, parse_rate, parse_size, resolve};
+use crate::interrupt::{stop_watch, Stop};
 use crate::perf_report::{Out, Output};
 use crate::units::Format;
-use crate::{client_setup, interrupt_watch, logging, perf, perf_report, probe, Ended, TrustArgs};
+use crate::{client_setup, logging, perf, perf_report, probe, Ended, TrustArgs};
 
 #[derive(Args)]
 pub struct PerfArgs {
@@ -126,8 +127,8 @@ pub struct PerfArgs {
     json: bool,
 }
 
-/// Runs `tcpls perf`.
-pub async fn run(a: PerfArgs) -> Result<Ended, String> {
+/// The values that no run can take: a usage error each (exit status 2).
+fn usage(a: &PerfArgs) -> Result<(), String> {
     if let Some(file) = &a.session_cache {
         return Err(format!(
             "--session-cache {}: keeping tickets in a file is not supported (rustls 0.23 cannot serialize a \
@@ -146,6 +147,23 @@ pub async fn run(a: PerfArgs) -> Result<Ended, String> {
     }
     if a.time.is_some_and(|t| t.is_zero()) {
         return Err("--time must be above 0 (e.g. --time 10, --time 500ms)".into());
+    }
+    if a.addr.is_none() && a.client.is_none() {
+        return Err("no server address: give ADDR (or -c ADDR)".into());
+    }
+    if let Some(r) = a.record_size.filter(|r| !(256..=16384).contains(r)) {
+        return Err(format!("--record-size {r} is out of range (256..=16384)"));
+    }
+    Ok(())
+}
+
+/// Runs `tcpls perf`.
+pub async fn run(a: PerfArgs) -> Result<Ended, String> {
+    if let Err(e) = usage(&a) {
+        // A bad value is a usage error (exit status 2, docs/CLI.md), like clap's own.
+        eprintln!("tcpls: {e}");
+        let _ = tcpls::flush_default_trace();
+        std::process::exit(2);
     }
     let addr = a.addr.or(a.client).ok_or("no server address: give ADDR (or -c ADDR)")?;
     let addr = match a.port {
@@ -186,9 +204,7 @@ pub async fn run(a: PerfArgs) -> Result<Ended, String> {
         settings.send_budget = b;
     }
     if let Some(r) = a.record_size {
-        if !(256..=16384).contains(&r) {
-            return Err(format!("--record-size {r} is out of range (256..=16384)"));
-        }
+        // Within 256..=16384 (`usage`).
         settings.record_size = r as usize;
     }
     if let Some(bps) = a.rate_limit.filter(|_| !a.download) {
@@ -256,13 +272,26 @@ pub async fn run(a: PerfArgs) -> Result<Ended, String> {
         zero_rtt: a.zero_rtt,
         output: Some(output.clone()),
     };
-    let interrupted = interrupt_watch("perf", "stopping the transfer and printing what was done");
-    let report = perf::run(opts, interrupted).await?;
+    let stop = stop_watch("perf", "stopping the transfer and printing what was done");
+    let report = perf::run(opts, stop.clone()).await?;
     perf_report::print(&report, &output)?;
+    if let Some(e) = &report.error {
+        return Err(format!("{e} (the summary above covers what was done until then)"));
+    }
     if !report.verified {
         return Err("payload verification failed: bytes were lost, duplicated or corrupted".into());
     }
-    Ok(if report.interrupted { Ended::Interrupted } else { Ended::Done })
+    let signal = *stop.borrow();
+    match signal {
+        Some(Stop::Interrupt) => Ok(Ended::Interrupted),
+        Some(Stop::Terminate) => Ok(Ended::Terminated),
+        None if !report.undelivered.is_empty() => Err(format!(
+            "the run ended at its deadline ({:.1} s after --time) with data not delivered: {}",
+            perf::DEADLINE_GRACE.as_secs_f64(),
+            report.undelivered.join("; ")
+        )),
+        None => Ok(Ended::Done),
+    }
 }
 
 /// `ADDR` with its port replaced by `port` (`-p`).

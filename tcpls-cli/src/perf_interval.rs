@@ -3,7 +3,7 @@
 //! JSON. It also marks the end of the `--omit` warm-up, from which the summary counts.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,12 +19,18 @@ pub const SPREAD: u32 = u32::MAX;
 pub struct StreamCounter {
     pub upload: bool,
     pub bytes: AtomicU64,
+    /// A download's payload failed verification.
+    pub corrupt: AtomicBool,
+    /// A download's delivery times.
+    pub gaps: crate::transfer::Gaps,
     pub conn: AtomicU32,
 }
 
 /// The payload counters of every stream of the run.
 pub struct Counters {
     pub streams: Vec<StreamCounter>,
+    /// When the downloads delivered payload (the client's longest stall).
+    pub stalls: crate::transfer::StallMeter,
 }
 
 impl Counters {
@@ -32,9 +38,15 @@ impl Counters {
     pub fn new(streams: impl IntoIterator<Item = (bool, u32)>) -> Self {
         let streams = streams
             .into_iter()
-            .map(|(upload, conn)| StreamCounter { upload, bytes: AtomicU64::new(0), conn: AtomicU32::new(conn) })
+            .map(|(upload, conn)| StreamCounter {
+                upload,
+                bytes: AtomicU64::new(0),
+                corrupt: AtomicBool::new(false),
+                gaps: Default::default(),
+                conn: AtomicU32::new(conn),
+            })
             .collect();
-        Self { streams }
+        Self { streams, stalls: Default::default() }
     }
 
     /// `--migrate-at`: the streams on `from` now go over `to`.
@@ -109,8 +121,10 @@ pub struct Sampled {
     pub at_end: Snapshot,
 }
 
-/// A final interval shorter than this fraction of `-i` is not printed (its rate would mislead);
-/// the JSON has it.
+/// A final interval shorter than this fraction of `-i` (a timed run ends a moment after its last
+/// boundary) is no interval of its own: its rate would mislead. Its bytes join the interval
+/// before in the JSON, so that the intervals still add up to the summary; the lines, printed
+/// as intervals end, leave it out.
 const SHORTEST_LAST_INTERVAL: f64 = 0.1;
 
 impl Sampler {
@@ -121,6 +135,9 @@ impl Sampler {
         let mut at_omit = self.omit.is_zero().then(|| prev.clone());
         let mut intervals = Vec::new();
         let mut boundary = Duration::ZERO;
+        // Where the last interval began, and whether it was omitted: a short remainder at the
+        // end is merged into it.
+        let mut last_start: Option<(Snapshot, bool)> = None;
         loop {
             let next = self.next_boundary(boundary);
             let ended = match next {
@@ -137,14 +154,25 @@ impl Sampler {
             let length = now.at - prev.at;
             let shown = !ended || self.interval.is_some_and(|i| length >= SHORTEST_LAST_INTERVAL * i.as_secs_f64());
             if self.interval.is_some() {
-                let interval = self.interval_between(&prev, &now, boundary < self.omit);
-                // The JSON keeps every interval, so that they add up to the summary.
-                if let Some(output) = self.live.as_ref().filter(|_| shown) {
-                    for line in interval_lines(&interval, output.format) {
-                        output.out.line(&line);
+                let omitted = boundary < self.omit;
+                match last_start.as_ref().filter(|_| !shown) {
+                    // The JSON keeps every byte, so that the intervals add up to the summary.
+                    Some((start, was_omitted)) => {
+                        if let Some(last) = intervals.last_mut() {
+                            *last = self.interval_between(start, &now, *was_omitted);
+                        }
+                    }
+                    None => {
+                        let interval = self.interval_between(&prev, &now, omitted);
+                        if let Some(output) = self.live.as_ref().filter(|_| shown) {
+                            for line in interval_lines(&interval, output.format) {
+                                output.out.line(&line);
+                            }
+                        }
+                        intervals.push(interval);
+                        last_start = Some((prev.clone(), omitted));
                     }
                 }
-                intervals.push(interval);
             }
             if at_omit.is_none() && !ended && next.is_some_and(|t| t >= self.omit) {
                 at_omit = Some(now.clone());

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 use tcpls_proto::sync::LockExt;
 
+use crate::perf_proto::PathStats;
 use crate::units::{Amount, Format, Rate};
 
 /// Where the human lines (or the JSON document) go: stdout, or the `--logfile` file.
@@ -138,9 +139,26 @@ pub struct PerfReport {
     /// Received payload over the measured time, in bits per second.
     pub goodput_bps: f64,
     pub verified: bool,
-    /// Ended by Ctrl-C: the figures cover what was done until then.
+    /// Ended by Ctrl-C or SIGTERM: the figures cover what was done until then.
     pub interrupted: bool,
+    /// The signal that ended it (SIGINT, SIGTERM), if one did.
+    pub signal: Option<&'static str>,
+    /// A timed run that was still waiting for streams at its hard deadline (`--time` plus a
+    /// grace of [`crate::perf::DEADLINE_GRACE`]): `undelivered` says what was missing.
+    pub ended_at_deadline: bool,
+    /// What was not delivered, one line per stream (empty when everything was).
+    pub undelivered: Vec<String>,
+    /// Why the run failed, when the session or a stream did (the figures cover what was done).
+    pub error: Option<String>,
+    /// What each end saw of the paths: the client's, and the server's (asked on a stats stream
+    /// at the end; None when the server could not say, see `server_stats_error`).
+    pub client_stats: PathStats,
+    pub server_stats: Option<PathStats>,
+    pub server_stats_error: Option<String>,
     pub omit_seconds: f64,
+    /// When the transfer started (after the handshake and the joins), in seconds since the
+    /// Unix epoch: the origin of `intervals[]`, to line them up with outside events.
+    pub start_unix_seconds: f64,
     pub fallback: bool,
     pub cipher: String,
     pub failovers: u64,
@@ -254,8 +272,14 @@ pub fn summary_lines(r: &PerfReport, format: Format) -> Vec<String> {
             Some(e) => format!("migration at {:.2} s failed: {e}", m.at_seconds),
         });
     }
-    if r.failovers > 0 {
-        lines.push(format!("failovers: {} (records re-sent on another connection)", r.failovers));
+    let ends = [("client", Some(&r.client_stats)), ("server", r.server_stats.as_ref())];
+    if ends.iter().any(|(_, s)| s.is_some_and(PathStats::any_event)) {
+        let parts: Vec<String> =
+            ends.iter().filter_map(|(end, s)| s.map(|s| format!("{end}: {}", describe_paths(s, format)))).collect();
+        lines.push(format!("path events: {}", parts.join("; ")));
+    }
+    if let Some(e) = &r.server_stats_error {
+        lines.push(format!("server stats unavailable: {e}"));
     }
     for c in &r.connections {
         lines.push(format!(
@@ -269,9 +293,55 @@ pub fn summary_lines(r: &PerfReport, format: Format) -> Vec<String> {
         ));
     }
     if r.interrupted {
-        lines.push("interrupted (Ctrl-C): the figures cover what was done until then".to_string());
+        let by = match r.signal {
+            Some("SIGTERM") => "SIGTERM",
+            _ => "Ctrl-C",
+        };
+        lines.push(format!("interrupted ({by}): the figures cover what was done until then"));
+    }
+    for u in &r.undelivered {
+        lines.push(format!("not delivered: {u}"));
     }
     lines
+}
+
+/// One end's path events, for the summary line.
+fn describe_paths(s: &PathStats, format: Format) -> String {
+    let stall = match (s.longest_stall_ms, s.longest_stream_stall_ms) {
+        (Some(all), Some(one)) => format!("longest stall {all:.0} ms ({one:.0} ms on one stream)"),
+        (Some(all), None) => format!("longest stall {all:.0} ms"),
+        _ => "no payload received".into(),
+    };
+    format!(
+        "{} failover{}, {} connection{} lost, {} record{} re-sent ({}), {} path{} suspected, {} recovered, {} received twice, {stall}",
+        s.failovers,
+        if s.failovers == 1 { "" } else { "s" },
+        s.connections_lost,
+        if s.connections_lost == 1 { "" } else { "s" },
+        s.records_resent,
+        if s.records_resent == 1 { "" } else { "s" },
+        Amount(s.stream_bytes_resent, format),
+        s.paths_suspected,
+        if s.paths_suspected == 1 { "" } else { "s" },
+        s.paths_recovered,
+        Amount(s.duplicate_bytes_received, format),
+    )
+}
+
+/// One end's [`PathStats`] from its session's statistics and its receivers' stall meter.
+pub fn path_stats(stats: &tcpls_proto::SessionStats, stalls: &crate::transfer::StallMeter) -> PathStats {
+    let ms = |d: std::time::Duration| (d.as_secs_f64() * 1e6).round() / 1e3;
+    PathStats {
+        failovers: stats.failovers,
+        connections_lost: stats.connections_lost,
+        records_resent: stats.records_resent,
+        stream_bytes_resent: stats.stream_bytes_resent,
+        paths_suspected: stats.paths_suspected,
+        paths_recovered: stats.paths_recovered,
+        duplicate_bytes_received: stats.duplicate_bytes_received,
+        longest_stall_ms: stalls.longest().map(ms),
+        longest_stream_stall_ms: stalls.longest_stream().map(ms),
+    }
 }
 
 /// Prints the report: the summary lines, or the JSON document.

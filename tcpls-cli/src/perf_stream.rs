@@ -8,12 +8,15 @@ use tcpls::{RecvStream, SendStream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
+use crate::interrupt::Stop;
 use crate::perf_interval::Counters;
 use crate::perf_proto::{decode_report, Direction, Request, REPORT_LEN};
-use crate::transfer::{receive_pattern, send_pattern, until, RecvEnd, SendEnd, TIME_UP};
+use crate::transfer::{receive_pattern, send_pattern, until, Received, RecvEnd, SendEnd, TIME_UP};
 
 /// What one stream did.
 pub struct StreamOutcome {
+    /// The stream's counter in [`Counters`].
+    pub index: usize,
     pub direction: Direction,
     /// Bytes the sender queued (our uploads) or sent (a download: the stream's final size).
     pub sent: Option<u64>,
@@ -28,7 +31,7 @@ pub struct StreamTask {
     /// The request already went as early data.
     pub early: bool,
     pub deadline: Option<Instant>,
-    pub interrupted: watch::Receiver<bool>,
+    pub interrupted: watch::Receiver<Option<Stop>>,
     pub counters: Arc<Counters>,
     /// This stream's counter in `counters`.
     pub index: usize,
@@ -44,7 +47,7 @@ impl StreamTask {
         }
         let mut interrupted = self.interrupted.clone();
         let ctrl_c = async move {
-            let _ = interrupted.wait_for(|&stop| stop).await;
+            let _ = interrupted.wait_for(Option::is_some).await;
         };
         match r.direction {
             Direction::Upload => {
@@ -68,12 +71,24 @@ impl StreamTask {
                     SendEnd::Complete => received == sent,
                     SendEnd::Stopped => received <= sent,
                 };
-                Ok(StreamOutcome { direction: r.direction, sent: Some(sent), received, verified: verified && complete })
+                Ok(StreamOutcome {
+                    index: self.index,
+                    direction: r.direction,
+                    sent: Some(sent),
+                    received,
+                    verified: verified && complete,
+                })
             }
             Direction::Download => {
                 // Our side stays open: resetting it (Ctrl-C) tells the server to stop sending.
-                let progress = &self.counters.streams[self.index].bytes;
-                let (received, verified, end) = receive_pattern(&mut recv, r.seed.into(), ctrl_c, progress)
+                let counter = &self.counters.streams[self.index];
+                let progress = Received {
+                    bytes: &counter.bytes,
+                    corrupt: &counter.corrupt,
+                    stalls: &self.counters.stalls,
+                    gaps: &counter.gaps,
+                };
+                let (received, verified, end) = receive_pattern(&mut recv, r.seed.into(), ctrl_c, &progress)
                     .await
                     .map_err(|e| format!("stream {}: receiving failed: {e}", r.seed))?;
                 let complete = match end {
@@ -93,7 +108,13 @@ impl StreamTask {
                 } else {
                     let _ = send.shutdown().await;
                 }
-                Ok(StreamOutcome { direction: r.direction, sent, received, verified: verified && complete })
+                Ok(StreamOutcome {
+                    index: self.index,
+                    direction: r.direction,
+                    sent,
+                    received,
+                    verified: verified && complete,
+                })
             }
         }
     }

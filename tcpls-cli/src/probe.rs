@@ -191,6 +191,11 @@ pub struct PerfExt {
 }
 
 impl PerfExt {
+    /// Whether any option is set.
+    pub fn is_empty(&self) -> bool {
+        self.rate_limit_bps.is_none() && self.peer_cc.is_none() && self.user_timeout.is_none()
+    }
+
     /// Applies the options to the session's connections before the transfer starts. The rate
     /// limit paces our own sending (`we_send`) and asks the server to pace its (`peer_sends`).
     pub fn apply(&self, session: &Session, conns: &[ConnId], we_send: bool, peer_sends: bool) -> Result<(), String> {
@@ -212,6 +217,35 @@ impl PerfExt {
             }
         }
         Ok(())
+    }
+
+    /// Applies the options to every connection the session gets later (a path manager's joins
+    /// and re-joins), for as long as the session lives; `applied` are those that have them.
+    pub fn follow(
+        self,
+        session: Session,
+        mut applied: Vec<ConnId>,
+        we_send: bool,
+        peer_sends: bool,
+    ) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(50));
+            while !session.is_closed() {
+                tick.tick().await;
+                let new: Vec<ConnId> = session
+                    .connections()
+                    .iter()
+                    .filter(|c| c.usable && !applied.contains(&c.id))
+                    .map(|c| c.id)
+                    .collect();
+                for conn in new {
+                    if let Err(e) = self.apply(&session, &[conn], we_send, peer_sends) {
+                        crate::logging::warn("perf", &format!("connection {conn}: {e}"));
+                    }
+                    applied.push(conn);
+                }
+            }
+        })
     }
 }
 

@@ -1,7 +1,7 @@
 //! `tcpls serve`: a TCPLS server (also serving plain TLS clients) in perf, echo or discard mode.
 
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -10,8 +10,8 @@ use tcpls::{RecvStream, SendStream, Session, SessionConfig, TcplsListener};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Semaphore;
 
-use crate::perf_proto::{encode_report, Direction, Request, NOT_A_PERF_REQUEST, REQUEST_LEN};
-use crate::transfer::{deadline, receive_pattern, send_pattern, until};
+use crate::perf_proto::{decode_ask, encode_report, Ask, Direction, NOT_A_PERF_REQUEST, REQUEST_LEN};
+use crate::transfer::{deadline, receive_pattern, send_pattern, until, Gaps, Received, StallMeter};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Mode {
@@ -141,11 +141,16 @@ async fn serve_session(session: Session, peer: SocketAddr, mode: Mode, json: boo
     let mut streams = 0u64;
     let mut tasks = tokio::task::JoinSet::new();
     let watch = crate::probe::watch_socket_options(session.clone(), quiet);
+    // When the client's uploads delivered payload, for its stats requests.
+    let stalls = Arc::new(StallMeter::default());
+    // Stats requests are not transfers: the report counts the streams without them.
+    let stats_asked = Arc::new(AtomicU64::new(0));
     while let Some((send, recv)) = session.accept_stream().await {
         streams += 1;
+        let (session, stalls, stats_asked) = (session.clone(), stalls.clone(), stats_asked.clone());
         tasks.spawn(async move {
             let r = match mode {
-                Mode::Perf => perf_stream(send, recv).await,
+                Mode::Perf => perf_stream(send, recv, &session, &stalls, &stats_asked).await,
                 Mode::Echo => echo_stream(send, recv).await,
                 Mode::Discard => discard_stream(send, recv).await,
             };
@@ -155,6 +160,7 @@ async fn serve_session(session: Session, peer: SocketAddr, mode: Mode, json: boo
         });
     }
     while tasks.join_next().await.is_some() {}
+    streams = streams.saturating_sub(stats_asked.load(std::sync::atomic::Ordering::Relaxed));
     let error = session.close().await.map(|e| e.to_string());
     watch.abort();
     crate::probe::log_socket_options(&session, quiet);
@@ -187,14 +193,26 @@ async fn serve_session(session: Session, peer: SocketAddr, mode: Mode, json: boo
     }
 }
 
-async fn perf_stream(mut send: SendStream, mut recv: RecvStream) -> std::io::Result<()> {
+async fn perf_stream(
+    mut send: SendStream,
+    mut recv: RecvStream,
+    session: &Session,
+    stalls: &StallMeter,
+    stats_asked: &AtomicU64,
+) -> std::io::Result<()> {
     let mut header = [0u8; REQUEST_LEN];
-    let request = match recv.read_exact(&mut header).await {
-        Ok(_) => Request::decode(&header),
+    let ask = match recv.read_exact(&mut header).await {
+        Ok(_) => decode_ask(&header),
         Err(e) => Err(format!("no perf request ({e})")),
     };
-    let request = match request {
-        Ok(r) => r,
+    let request = match ask {
+        Ok(Ask::Transfer(r)) => r,
+        Ok(Ask::Stats) => {
+            stats_asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            // A fixed-size answer, whatever follows the request (which is not read).
+            send.write_all(&path_stats(session, stalls).encode()).await?;
+            return send.shutdown().await;
+        }
         Err(e) => {
             // Tell the client why (`tcpls connect` explains NOT_A_PERF_REQUEST).
             let _ = send.reset(NOT_A_PERF_REQUEST);
@@ -230,12 +248,21 @@ async fn perf_stream(mut send: SendStream, mut recv: RecvStream) -> std::io::Res
         }
         Direction::Upload => {
             let forever = std::future::pending();
-            let (received, verified, _) = receive_pattern(&mut recv, request.seed.into(), forever, &counter).await?;
+            let corrupt = AtomicBool::new(false);
+            let gaps = Gaps::default();
+            let progress = Received { bytes: &counter, corrupt: &corrupt, stalls, gaps: &gaps };
+            let (received, verified, _) = receive_pattern(&mut recv, request.seed.into(), forever, &progress).await?;
             send.write_all(&encode_report(received, verified)).await?;
             send.shutdown().await?;
         }
     }
     Ok(())
+}
+
+/// This end's answer to a stats request: the session's path events and the longest stall of
+/// the uploads it received.
+fn path_stats(session: &Session, stalls: &StallMeter) -> crate::perf_proto::PathStats {
+    crate::perf_report::path_stats(&session.stats(), stalls)
 }
 
 async fn echo_stream(mut send: SendStream, mut recv: RecvStream) -> std::io::Result<()> {

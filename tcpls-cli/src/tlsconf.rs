@@ -82,14 +82,30 @@ pub fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
 
 /// A self-signed certificate for localhost, 127.0.0.1, ::1 and `names` (PEM cert, PEM key).
 pub fn self_signed(names: &[String]) -> Result<(String, String), String> {
+    self_signed_for_days(names, CERT_DAYS)
+}
+
+/// Validity of the certificates `tcpls cert` writes by default (and of ephemeral ones): a year,
+/// as a TLS scanner expects of a server certificate (rcgen's own default runs to the year 4096).
+pub const CERT_DAYS: u32 = 365;
+
+/// [`self_signed`] valid from an hour ago (a peer whose clock lags a little accepts it at once)
+/// for `days` days.
+pub fn self_signed_for_days(names: &[String], days: u32) -> Result<(String, String), String> {
     let mut all: Vec<String> = names.to_vec();
     for n in ["localhost", "127.0.0.1", "::1"] {
         if !all.iter().any(|x| x == n) {
             all.push(n.to_string());
         }
     }
-    let ck = rcgen::generate_simple_self_signed(all).map_err(|e| format!("certificate generation failed: {e}"))?;
-    Ok((ck.cert.pem(), ck.key_pair.serialize_pem()))
+    let failed = |e: rcgen::Error| format!("certificate generation failed: {e}");
+    let mut params = rcgen::CertificateParams::new(all).map_err(failed)?;
+    let now = time::OffsetDateTime::now_utc();
+    params.not_before = now - time::Duration::hours(1);
+    params.not_after = now + time::Duration::days(i64::from(days));
+    let key = rcgen::KeyPair::generate().map_err(failed)?;
+    let cert = params.self_signed(&key).map_err(failed)?;
+    Ok((cert.pem(), key.serialize_pem()))
 }
 
 /// `client_ca`: require a client certificate that chains to (or is) one in that PEM file (mutual
@@ -183,14 +199,37 @@ pub fn client_config_with_identity(
     Ok(config)
 }
 
-/// A connection error as a user should read it: what failed and, for the usual TLS mistakes,
-/// what to do about it.
+/// A connection error as a user should read it: what failed and, for the usual mistakes (no
+/// server at that address, an untrusted certificate...), what to do about it.
 pub fn explain(e: &std::io::Error) -> String {
+    advice(e).unwrap_or_else(|| e.to_string())
+}
+
+/// The session error inside `e`, through the errors that wrap it (io::Error's inner error,
+/// an error's source).
+fn session_error<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a tcpls::proto::Error> {
+    if let Some(s) = e.downcast_ref::<tcpls::proto::Error>() {
+        return Some(s);
+    }
+    if let Some(inner) = e.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()) {
+        return session_error(inner);
+    }
+    e.source().and_then(session_error)
+}
+
+/// What to do about `e`, when it is one of the usual mistakes; the message replaces the error's
+/// own (which names the address again: the caller has named it already).
+pub fn advice(e: &std::io::Error) -> Option<String> {
     use rustls::{CertificateError, Error as Tls};
     use tcpls::proto::Error as Session;
-    let Some(session_error) = e.get_ref().and_then(|inner| inner.downcast_ref::<Session>()) else {
-        return e.to_string();
-    };
+    if e.kind() == std::io::ErrorKind::ConnectionRefused {
+        return Some(
+            "connection refused: nothing listens on that address and port (is the server running there? \
+             check the address and the port; a tcpls server listens on 4443 unless told otherwise)"
+                .into(),
+        );
+    }
+    let session_error = session_error(e)?;
     let advice = match session_error {
         Session::Tls(Tls::InvalidCertificate(CertificateError::UnknownIssuer)) => {
             "the server's certificate is not signed by a CA we trust (UnknownIssuer): pass the server's \
@@ -212,7 +251,7 @@ pub fn explain(e: &std::io::Error) -> String {
         Session::PeerAlert(116) => {
             "the server requires a client certificate (CertificateRequired): pass --cert FILE --key FILE"
         }
-        _ => return e.to_string(),
+        _ => return None,
     };
-    format!("TLS handshake failed: {advice}")
+    Some(format!("TLS handshake failed: {advice}"))
 }

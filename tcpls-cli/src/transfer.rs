@@ -9,7 +9,8 @@
 
 use std::future::Future;
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use tcpls::{RecvStream, SendStream};
@@ -76,6 +77,16 @@ pub enum RecvEnd {
     Stopped,
 }
 
+/// What a receiver reports while it runs: payload bytes verified so far, whether any failed
+/// verification, and when payload was delivered (shared by every stream of a session).
+pub struct Received<'a> {
+    pub bytes: &'a AtomicU64,
+    pub corrupt: &'a AtomicBool,
+    pub stalls: &'a StallMeter,
+    /// This stream's own delivery times.
+    pub gaps: &'a Gaps,
+}
+
 /// Reads a stream to its end, checking every byte against the pattern of `seed` in place (no
 /// copy out of the session), until FIN, a [`TIME_UP`] reset, or `stop`. Returns (bytes,
 /// verified, how it ended).
@@ -83,11 +94,15 @@ pub async fn receive_pattern(
     recv: &mut RecvStream,
     seed: u64,
     stop: impl Future<Output = ()>,
-    progress: &AtomicU64,
+    progress: &Received<'_>,
 ) -> io::Result<(u64, bool, RecvEnd)> {
     tokio::pin!(stop);
     let mut offset = 0u64;
     let mut verified = true;
+    let ended = |offset, verified, end| {
+        progress.stalls.stream_ended(progress.gaps);
+        Ok((offset, verified, end))
+    };
     loop {
         let read = recv.read_chunk_with(|chunk| {
             if verified && !pattern::verify(seed, offset, chunk) {
@@ -97,19 +112,114 @@ pub async fn receive_pattern(
         });
         let n = tokio::select! {
             biased;
-            () = &mut stop => return Ok((offset, verified, RecvEnd::Stopped)),
+            () = &mut stop => return ended(offset, verified, RecvEnd::Stopped),
             n = read => n,
         };
+        if !verified {
+            progress.corrupt.store(true, Ordering::Relaxed);
+        }
         let n = match n {
             Ok(n) => n,
-            Err(e) if is_time_up(&e) => return Ok((offset, verified, RecvEnd::TimeUp)),
-            Err(e) => return Err(e),
+            Err(e) if is_time_up(&e) => return ended(offset, verified, RecvEnd::TimeUp),
+            Err(e) => {
+                progress.stalls.stream_ended(progress.gaps);
+                return Err(e);
+            }
         };
         if n == 0 {
-            return Ok((offset, verified, RecvEnd::Finished));
+            return ended(offset, verified, RecvEnd::Finished);
         }
+        progress.stalls.delivered(progress.gaps);
         offset += n as u64;
-        progress.fetch_add(n as u64, Ordering::Relaxed);
+        progress.bytes.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
+/// When one receiver (a stream, or a whole session) got payload: the last time and the longest
+/// gap between two deliveries. Two atomics: nothing grows with the run.
+#[derive(Default)]
+pub struct Gaps {
+    /// Nanoseconds since [`epoch`] of the last delivery (0: none yet).
+    last: AtomicU64,
+    longest: AtomicU64,
+}
+
+impl Gaps {
+    fn delivered(&self, now: u64) {
+        let before = self.last.swap(now, Ordering::Relaxed);
+        if before != 0 {
+            self.longest.fetch_max(now.saturating_sub(before), Ordering::Relaxed);
+        }
+    }
+
+    /// The longest gap (ns), counting the one from the last delivery to `end`; None before the
+    /// first delivery.
+    fn longest_until(&self, end: u64) -> Option<u64> {
+        match self.last.load(Ordering::Relaxed) {
+            0 => None,
+            last => Some(self.longest.load(Ordering::Relaxed).max(end.saturating_sub(last))),
+        }
+    }
+}
+
+/// The stalls of the payload an end received: the longest interval with no payload delivered
+/// on any stream of its session, from the first byte to the end of the transfer (the last
+/// receiving stream that ended, or now while one is still open), and the longest of any one
+/// stream (from its first byte to its end), which a stream steered to a silent path shows
+/// even while the others go on.
+#[derive(Default)]
+pub struct StallMeter {
+    session: Gaps,
+    /// Of the last end of a receiving stream (0: none yet).
+    end: AtomicU64,
+    /// The longest stall of a stream that ended, plus one (0: none yet).
+    worst_stream: AtomicU64,
+}
+
+/// The process's time origin for [`StallMeter`] (an `Instant` cannot live in an atomic).
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// Nanoseconds since [`epoch`], never 0 (0 means "never" in the meter).
+fn now_ns() -> u64 {
+    u64::try_from(epoch().elapsed().as_nanos()).unwrap_or(u64::MAX).max(1)
+}
+
+impl StallMeter {
+    /// Payload was delivered now on the stream of `stream`.
+    pub fn delivered(&self, stream: &Gaps) {
+        let now = now_ns();
+        self.session.delivered(now);
+        stream.delivered(now);
+    }
+
+    /// The stream of `stream` ended now (FIN, reset, error, stop, or given up): its last gap
+    /// counts up to now.
+    pub fn stream_ended(&self, stream: &Gaps) {
+        let now = now_ns();
+        self.end.fetch_max(now, Ordering::Relaxed);
+        if let Some(gap) = stream.longest_until(now) {
+            self.worst_stream.fetch_max(gap.saturating_add(1), Ordering::Relaxed);
+        }
+    }
+
+    /// The session's longest stall so far; None before the first payload byte.
+    pub fn longest(&self) -> Option<Duration> {
+        let end = match self.end.load(Ordering::Relaxed) {
+            0 => now_ns(),
+            end => end,
+        };
+        self.session.longest_until(end).map(Duration::from_nanos)
+    }
+
+    /// The longest stall of one stream, over the streams that ended; None if none received.
+    pub fn longest_stream(&self) -> Option<Duration> {
+        match self.worst_stream.load(Ordering::Relaxed) {
+            0 => None,
+            n => Some(Duration::from_nanos(n - 1)),
+        }
     }
 }
 

@@ -59,7 +59,9 @@ enum TunnelCommand {
         tcpls tunnel client --concentrator 203.0.113.5 --ca cert.pem --forward-udp 127.0.0.1:5353=9.9.9.9:53\n  \
         tcpls tunnel client --concentrator 203.0.113.5 --ca cert.pem --reverse 127.0.0.1:8022=127.0.0.1:22\n  \
         tcpls tunnel client --config /etc/tcpls/tunnel.toml   (the [client] table; docs/TUNNEL.md)\n\
-        The client re-establishes a lost session by itself (exponential backoff); --no-reconnect exits.\n\
+        The client re-establishes a lost session by itself (exponential backoff; a restarting concentrator\n\
+        is retried at least once a second); --no-reconnect exits. Ctrl-C or SIGTERM closes the session\n\
+        (close_notify) without reconnecting, exit status 130 or 143.\n\
         Transparent mode takes connections redirected by iptables, e.g.:\n  \
         iptables -t nat -A OUTPUT -p tcp -d 198.51.100.7 --dport 80 -j REDIRECT --to-ports 7000\n\
         (keep the session's own traffic to the concentrator out of the rule)")]
@@ -174,7 +176,8 @@ struct ClientArgs {
     #[arg(long, value_name = "SECS", value_parser = seconds)]
     reconnect_wait: Option<f64>,
     /// Longest delay between reconnection attempts (exponential backoff from 0.2 s, with
-    /// jitter) [default: 30].
+    /// jitter) [default: 30]. While the concentrator refuses connections (restarting), attempts
+    /// are at most 1 s apart.
     #[arg(long, value_name = "SECS", value_parser = seconds)]
     reconnect_max: Option<f64>,
     /// Ping the concentrator after SECS without traffic on a connection; no answer within 1 s
@@ -231,6 +234,22 @@ pub async fn run(args: TunnelArgs) -> Result<(), String> {
     }
 }
 
+/// The configuration file's `keylog` and `trace` keys (the global `--keylog` and `--trace`
+/// flags), for `main` to apply before the runtime starts, as it does the flags. Nothing when
+/// there is no file or it does not load: the command then says why.
+pub fn file_globals(args: &TunnelArgs) -> (Option<PathBuf>, Option<PathBuf>) {
+    let config = match &args.cmd {
+        TunnelCommand::Server(a) => a.config.as_deref(),
+        TunnelCommand::Client(a) => a.config.as_deref(),
+        TunnelCommand::CheckConfig { .. } => None,
+    };
+    let Some(Ok(file)) = config.map(tunnel_config::load) else { return (None, None) };
+    match &args.cmd {
+        TunnelCommand::Server(_) => file.server.map(|s| (s.keylog, s.trace)).unwrap_or_default(),
+        _ => file.client.map(|c| (c.keylog, c.trace)).unwrap_or_default(),
+    }
+}
+
 /// The server's settings: the command line over the configuration file over the defaults.
 /// Rebuilt from the same command line on SIGHUP, with the file read again.
 #[derive(Clone)]
@@ -247,6 +266,8 @@ struct ServerSettings {
     max_lookups: usize,
     client_policy: ClientPolicy,
     json: bool,
+    metrics: Option<String>,
+    rejoin_timeout: Option<u64>,
     verbose: bool,
 }
 
@@ -310,6 +331,8 @@ impl ServerSettings {
             max_lookups: positive_or(pick(a.max_lookups, f.max_lookups), "max-lookups", MAX_LOOKUPS)?,
             client_policy,
             json: a.json || f.json.unwrap_or(false),
+            metrics: pick(a.metrics.clone(), f.metrics),
+            rejoin_timeout: pick(a.rejoin_timeout, f.rejoin_timeout),
             verbose: f.verbose.unwrap_or(false),
         })
     }
@@ -424,6 +447,10 @@ fn count_server_keys(f: &ServerFile) -> usize {
         f.max_lookups.is_some(),
         f.unknown_clients.is_some(),
         f.json.is_some(),
+        f.metrics.is_some(),
+        f.rejoin_timeout.is_some(),
+        f.keylog.is_some(),
+        f.trace.is_some(),
         f.verbose.is_some(),
     ]
     .iter()
@@ -451,11 +478,12 @@ async fn server(args: ServerArgs, a: ServerSettings) -> Result<(), String> {
         ..TunnelConfig::default()
     };
     let mut cfg = cfg;
-    if let Some(secs) = args.rejoin_timeout {
+    if let Some(secs) = a.rejoin_timeout {
         cfg.session.rejoin_timeout = Duration::from_secs(secs);
     }
+    let rejoin_timeout = cfg.session.rejoin_timeout;
     let mut conc = Concentrator::bind(&addrs, Arc::new(tls), cfg).await.map_err(|e| e.to_string())?;
-    if let (Some(addr), Some(registry)) = (args.metrics.as_deref(), conc.registry()) {
+    if let (Some(addr), Some(registry)) = (a.metrics.as_deref(), conc.registry()) {
         crate::metrics::attach_to_concentrator(&mut conc, addr, registry).await?;
     }
     let mut ctrl_c = crate::interrupt::listen();
@@ -470,8 +498,11 @@ async fn server(args: ServerArgs, a: ServerSettings) -> Result<(), String> {
         }
     }
     eprintln!(
-        "tcpls tunnel server: destinations: {dest_policy}; at most {} session(s), {} stream(s) per session, {} name lookup(s) at once",
-        a.max_sessions, a.max_streams, a.max_lookups
+        "tcpls tunnel server: destinations: {dest_policy}; at most {} session(s), {} stream(s) per session, {} name lookup(s) at once; rejoin timeout {} s",
+        a.max_sessions,
+        a.max_streams,
+        a.max_lookups,
+        rejoin_timeout.as_secs()
     );
     if !a.client_policy.is_off() {
         eprintln!("tcpls tunnel server: {}", describe_clients(&a.client_policy));
@@ -636,8 +667,8 @@ impl ClientSettings {
             concentrator: pick(a.concentrator, f.concentrator)
                 .ok_or("--concentrator is required (or `concentrator` in the [client] table of --config)")?,
             path: pick_list(a.path, f.path),
-            bind: a.bind,
-            path_manager: a.path_manager,
+            bind: pick(a.bind, f.bind),
+            path_manager: pick(a.path_manager, f.path_manager),
             ca: pick(a.ca, f.ca),
             insecure: a.insecure || f.insecure.unwrap_or(false),
             server_name: pick(a.server_name, f.server_name),
@@ -721,8 +752,13 @@ async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
         cfg.bind = crate::args::parse_local(b).map_err(|e| format!("--bind {b}: {e}"))?;
     }
     cfg.path_manager = a.path_manager.as_deref().map(crate::args::parse_policy).transpose()?;
-    let client =
-        TunnelClient::connect_paths(concentrator, name, Arc::new(tls), &paths, cfg).await.map_err(|e| e.to_string())?;
+    let client = TunnelClient::connect_paths(concentrator, name, Arc::new(tls), &paths, cfg).await.map_err(|e| {
+        match crate::tlsconf::advice(&e) {
+            // An untrusted certificate asks for --ca or --insecure, as for connect and perf.
+            Some(advice) => format!("cannot open a TCPLS session to {concentrator}: {advice}"),
+            None => e.to_string(),
+        }
+    })?;
     let _reconnect = (!a.no_reconnect).then(|| {
         client.keep_connected(Backoff { max: Duration::from_secs_f64(a.reconnect_max), ..Backoff::default() })
     });
@@ -730,7 +766,7 @@ async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
         crate::metrics::attach_to_tunnel_client(client.clone(), addr).await?;
     }
     let conns = client.session().usable_connections().len();
-    let mut ctrl_c = crate::interrupt::listen();
+    let mut stop = crate::stop_signal::listen();
     let mut what: Vec<String> = listeners.iter().map(|(_, l, f)| format!("{l} ({})", describe(f))).collect();
     what.extend(udp.iter().map(|(_, l, t)| format!("{l}/udp (forward to {t})")));
     what.extend(reverse.iter().map(|(r, l)| format!("{r} on the concentrator (reverse to {l})")));
@@ -757,14 +793,19 @@ async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
             Some(Err(e)) => Err(e.to_string()),
             _ => Err("stopped".into()),
         },
-        () = ctrl_c.recv() => {
-            // Close the session properly (close_notify), so the concentrator ends it at once.
-            crate::logging::info("tunnel client", "interrupted (Ctrl-C): closing the session");
-            let session = client.session();
-            if tokio::time::timeout(Duration::from_secs(2), session.close()).await.is_err() {
-                session.abort();
-            }
-            crate::exit_interrupted();
+        signal = stop.recv() => {
+            // Close the session properly (close_notify), so the concentrator ends it at once,
+            // and never reconnect: the one line below is all a stop logs.
+            crate::logging::info(
+                "tunnel client",
+                &format!(
+                    "{}: closing the session to {concentrator} (close_notify), not reconnecting",
+                    signal.name()
+                ),
+            );
+            client.shutdown(Duration::from_secs(2)).await;
+            let _ = tcpls::flush_default_trace();
+            std::process::exit(i32::from(signal.exit_status()));
         }
     }
 }

@@ -83,6 +83,10 @@ pub struct ServerFile {
     /// when there are tables) or "allow" (server-wide policy only).
     pub unknown_clients: Option<String>,
     pub json: Option<bool>,
+    pub metrics: Option<String>,
+    pub rejoin_timeout: Option<u64>,
+    pub keylog: Option<PathBuf>,
+    pub trace: Option<PathBuf>,
     pub verbose: Option<bool>,
 }
 
@@ -92,6 +96,8 @@ pub struct ServerFile {
 pub struct ClientFile {
     pub concentrator: Option<String>,
     pub path: Vec<String>,
+    pub bind: Option<String>,
+    pub path_manager: Option<String>,
     pub ca: Option<PathBuf>,
     pub insecure: Option<bool>,
     pub server_name: Option<String>,
@@ -108,6 +114,8 @@ pub struct ClientFile {
     pub reconnect_max: Option<f64>,
     pub keepalive: Option<f64>,
     pub metrics: Option<String>,
+    pub keylog: Option<PathBuf>,
+    pub trace: Option<PathBuf>,
     pub verbose: Option<bool>,
 }
 
@@ -121,14 +129,17 @@ pub fn load(path: &Path) -> Result<FileConfig, String> {
         return Err(format!("{}: {len} bytes, more than a configuration file should be", path.display()));
     }
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut cfg: FileConfig = toml::from_str(&text).map_err(|e| {
+    let at_line = |e: toml::de::Error| {
         // toml's message spans several lines (with the offending line quoted): keep one.
         let msg = e.message().to_string();
         match e.span() {
             Some(span) => format!("{}: line {}: {msg}", path.display(), line_of(&text, span.start)),
             None => format!("{}: {msg}", path.display()),
         }
-    })?;
+    };
+    let mut cfg: FileConfig = toml::from_str(&text).map_err(at_line)?;
+    let values: crate::tunnel_config_values::Values = toml::from_str(&text).map_err(at_line)?;
+    values.check().map_err(|(span, msg)| format!("{}: line {}: {msg}", path.display(), line_of(&text, span.start)))?;
     let dir = path.parent().unwrap_or(Path::new("."));
     let rel = |p: &mut Option<PathBuf>| {
         if let Some(x) = p.as_mut() {
@@ -141,11 +152,15 @@ pub fn load(path: &Path) -> Result<FileConfig, String> {
         rel(&mut s.cert);
         rel(&mut s.key);
         rel(&mut s.client_ca);
+        rel(&mut s.keylog);
+        rel(&mut s.trace);
     }
     if let Some(c) = cfg.client.as_mut() {
         rel(&mut c.ca);
         rel(&mut c.cert);
         rel(&mut c.key);
+        rel(&mut c.keylog);
+        rel(&mut c.trace);
     }
     Ok(cfg)
 }
@@ -176,7 +191,9 @@ mod tests {
     fn parse(text: &str) -> Result<FileConfig, String> {
         let dir = std::env::temp_dir().join(format!("tcpls-tunnel-config-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let f = dir.join(format!("t{}.toml", text.len()));
+        // One file per call: the tests run in parallel.
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let f = dir.join(format!("t{}.toml", N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
         std::fs::write(&f, text).unwrap();
         let r = load(&f);
         let _ = std::fs::remove_file(&f);
@@ -238,6 +255,53 @@ mod tests {
         assert_eq!(cfg.clients["backup.example.org"].rule("b").unwrap().only.len(), 1);
         let c: FileConfig = toml::from_str("[client]\nmetrics = \"127.0.0.1:9465\"\n").unwrap();
         assert_eq!(c.client.unwrap().metrics.as_deref(), Some("127.0.0.1:9465"));
+    }
+
+    /// Every flag of `tunnel server` / `tunnel client`, as clap defines them, is a key of its
+    /// table: a new flag without its key fails here.
+    #[test]
+    fn every_flag_of_the_tunnel_commands_is_a_key() {
+        use clap::CommandFactory;
+        let mut cli = crate::Cli::command();
+        cli.build();
+        let tunnel = cli.find_subcommand("tunnel").unwrap();
+        for table in ["server", "client"] {
+            let cmd = tunnel.find_subcommand(table).unwrap();
+            let flags: Vec<&str> = cmd
+                .get_arguments()
+                .filter_map(|a| a.get_long())
+                .filter(|l| !["help", "version", "config"].contains(l))
+                .collect();
+            assert!(flags.contains(&"keylog") && flags.contains(&"verbose"), "global flags too: {flags:?}");
+            let missing: Vec<&str> = flags
+                .iter()
+                .copied()
+                .filter(|flag| {
+                    // Any value: a known key with a value of the wrong type is another error.
+                    let text = format!("[{table}]\n{flag} = 0\n");
+                    matches!(toml::from_str::<FileConfig>(&text), Err(e) if e.message().contains("unknown field"))
+                })
+                .collect();
+            assert!(missing.is_empty(), "[{table}] has no key for the flags {missing:?} (of {flags:?})");
+        }
+    }
+
+    #[test]
+    fn bad_addresses_and_cidrs_name_the_file_and_the_line() {
+        for (text, line, what) in [
+            ("[client]\nconcentrator = \"h:1\"\nsocks = \"127.0.0.1:99999\"\n", 3, "[client] socks"),
+            ("[server]\n\ndeny-dest = [\"10.0.0.0/8\",\n  \"10.0.0.0/33\"]\n", 4, "[server] deny-dest"),
+            ("[server]\nlisten = [\"0.0.0.0:70000\"]\n", 2, "[server] listen"),
+            ("[server]\nmetrics = \"localhost\"\n", 2, "[server] metrics"),
+            ("[client]\nforward = [\"8080=example.org\"]\n", 2, "[client] forward"),
+            ("[client]\nreverse = [\"name:1=h:2\"]\n", 2, "[client] reverse"),
+            ("[client]\npath = [\"eth0@h:1\"]\n", 2, "[client] path"),
+            ("[server]\n[clients.a]\nonly-dest = [\"x\"]\n", 3, "[clients] client \"a\": only-dest"),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert!(e.contains(".toml: ") && e.contains(&format!("line {line}: {what}: ")), "{text:?}: {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
     }
 
     #[test]

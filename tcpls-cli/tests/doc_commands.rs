@@ -161,6 +161,8 @@ struct Prepared {
     args: Vec<String>,
     stdin: Option<Vec<u8>>,
     kind: Kind,
+    /// The documented ports this command was given free ports for (its default one included).
+    ports: Vec<String>,
 }
 
 fn prepare(line: &str, ports: &mut HashMap<String, u16>) -> Prepared {
@@ -177,8 +179,10 @@ fn prepare(line: &str, ports: &mut HashMap<String, u16>) -> Prepared {
     };
     let mut words: Vec<String> = command.split_whitespace().skip(1).map(str::to_string).collect();
     // Ports: `HOST:4443`, `[::1]:4443`, `--port 6000`, `-p 5201`.
+    let mut used = Vec::new();
     let mut map = |port: &str| -> String {
         let free = *ports.entry(port.to_string()).or_insert_with(|| free_port(LOCALHOST_V4));
+        used.push(port.to_string());
         free.to_string()
     };
     for i in 0..words.len() {
@@ -214,7 +218,7 @@ fn prepare(line: &str, ports: &mut HashMap<String, u16>) -> Prepared {
         ["tm3", "rp"] if !has_listen => words.extend(["--port".to_string(), map("6000")]),
         _ => {}
     }
-    Prepared { args: words, stdin, kind }
+    Prepared { args: words, stdin, kind, ports: used }
 }
 
 /// `64M` → bytes (the examples' sizes).
@@ -267,11 +271,12 @@ fn run_scenario(examples: &[Example]) {
                             servers.push((mine, p));
                             break;
                         }
-                        // Another test took the free port between `free_port` and the bind:
-                        // this example's ports get new ones (later examples follow the map).
-                        Err(_) if attempt < 5 && p.stderr.text().contains("cannot listen") => {
-                            for doc_port in DOC_PORTS.iter().filter(|d| example.line.contains(*d)) {
-                                ports.remove(*doc_port);
+                        // Another process took a free port between `free_port` and the bind:
+                        // every port this example was given (its default one included) gets a
+                        // new one, and later examples follow the map.
+                        Err(_) if attempt < 10 && lost_a_port_race(&p.stderr.text()) => {
+                            for doc_port in &prepared.ports {
+                                ports.remove(doc_port);
                             }
                             prepared = prepare(&example.line, &mut ports);
                             what = format!(
@@ -287,7 +292,10 @@ fn run_scenario(examples: &[Example]) {
             }
             Kind::Client => {
                 if !has_own_server && servers.is_empty() && needs_server(&prepared.args) {
-                    servers.push((Vec::new(), stand_in_server(dir.path(), &prepared.args, &mut ports)));
+                    let server = stand_in_server(dir.path(), &example.line, &mut prepared, &mut ports);
+                    what =
+                        format!("{} (from {}, run as tcpls {})", example.line, example.source, prepared.args.join(" "));
+                    servers.push((Vec::new(), server));
                 }
                 let mut cmd = tcpls();
                 cmd.current_dir(dir.path()).args(&prepared.args);
@@ -314,25 +322,39 @@ fn listen_ports(args: &[String]) -> Vec<String> {
         .collect()
 }
 
+/// A server that could not bind its port ("cannot listen on ADDR: Address already in use").
+fn lost_a_port_race(stderr: &str) -> bool {
+    stderr.contains("cannot listen") || stderr.contains("Address already in use")
+}
+
 fn needs_server(args: &[String]) -> bool {
     matches!(args[0].as_str(), "perf" | "connect" | "probe")
 }
 
-/// A `tcpls serve` for a `--help` example's client, on the port it names.
-fn stand_in_server(dir: &Path, args: &[String], ports: &mut HashMap<String, u16>) -> Proc {
-    let port = *ports.entry("4443".to_string()).or_insert_with(|| free_port(LOCALHOST_V4));
-    let mode = if args[0] == "connect" { "echo" } else { "perf" };
-    let mut p = Proc::spawn(
-        tcpls().current_dir(dir).args(["serve", "--mode", mode, "--listen", &format!("127.0.0.1:{port}")]).args([
-            "--cert",
-            "tcpls-cert/cert.pem",
-            "--key",
-            "tcpls-cert/key.pem",
-        ]),
-        false,
-    );
-    p.stderr.wait_for(b"listening", SHORT).unwrap_or_else(|e| panic!("{e}\n{}", p.diagnostics()));
-    p
+/// A `tcpls serve` for a `--help` example's client, on the port it names (a new port, and the
+/// client's arguments rewritten, when another process took that one first).
+fn stand_in_server(dir: &Path, example: &str, prepared: &mut Prepared, ports: &mut HashMap<String, u16>) -> Proc {
+    let mode = if prepared.args[0] == "connect" { "echo" } else { "perf" };
+    for attempt in 0.. {
+        let port = *ports.entry("4443".to_string()).or_insert_with(|| free_port(LOCALHOST_V4));
+        let mut p =
+            Proc::spawn(
+                tcpls()
+                    .current_dir(dir)
+                    .args(["serve", "--mode", mode, "--listen", &format!("127.0.0.1:{port}")])
+                    .args(["--cert", "tcpls-cert/cert.pem", "--key", "tcpls-cert/key.pem"]),
+                false,
+            );
+        match p.stderr.wait_for(b"listening", SHORT) {
+            Ok(()) => return p,
+            Err(_) if attempt < 10 && lost_a_port_race(&p.stderr.text()) => {
+                ports.remove("4443");
+                *prepared = prepare(example, ports);
+            }
+            Err(e) => panic!("{e}\n{}", p.diagnostics()),
+        }
+    }
+    unreachable!()
 }
 
 #[test]

@@ -23,7 +23,15 @@ struct Report {
     goodput_bps: f64,
     verified: bool,
     interrupted: bool,
+    signal: Option<String>,
+    ended_at_deadline: bool,
+    undelivered: Vec<String>,
+    error: Option<String>,
+    client_stats: PathStats,
+    server_stats: Option<PathStats>,
+    server_stats_error: Option<String>,
     omit_seconds: f64,
+    start_unix_seconds: f64,
     fallback: bool,
     cipher: String,
     failovers: u64,
@@ -36,6 +44,21 @@ struct Report {
     summary: Vec<DirectionSummary>,
     intervals: Vec<Interval>,
     connections: Vec<Connection>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct PathStats {
+    failovers: u64,
+    connections_lost: u64,
+    records_resent: u64,
+    stream_bytes_resent: u64,
+    paths_suspected: u64,
+    paths_recovered: u64,
+    duplicate_bytes_received: u64,
+    longest_stall_ms: Option<f64>,
+    longest_stream_stall_ms: Option<f64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -142,6 +165,28 @@ fn paced_timed_runs_end_near_their_deadline_both_ways() {
         assert!(r.bytes > 100_000 && r.bytes < 2_000_000, "{way}: {} bytes in 1 s at 4 Mbit/s: {r:#?}", r.bytes);
         let bps = r.summary[0].receiver.bits_per_second.unwrap();
         assert!(bps < 6e6, "{way}: the receiver saw {bps} bit/s with --rate-limit 4M: {r:#?}");
+    }
+    server.expect_exit();
+}
+
+/// A timed run whose deadline falls on an interval boundary (`-t 1 -i 0.5`) ends a moment after
+/// that boundary: the moment is no interval of its own (a 1 ms slice with 0 bytes), its bytes
+/// are in the last interval, and the intervals still add up.
+#[test]
+fn a_timed_run_ends_without_a_sliver_of_an_interval() {
+    let mut server = perf_server(3);
+    for args in [["-t", "1", "-i", "0.5"], ["-t", "1", "-i", "0.25"], ["-t", "0.5", "-i", "0.5"]] {
+        let done = run(perf(&server).args(args).arg("--json"), None, TIMEOUT).success();
+        let r = report(&done.stdout);
+        let i: f64 = args[3].parse().unwrap();
+        for interval in &r.intervals {
+            assert!(interval.end - interval.start >= 0.1 * i, "{args:?}: a sliver: {:#?}", r.intervals);
+        }
+        let last = r.intervals.last().unwrap();
+        assert!(last.end >= 0.9 * args[1].parse::<f64>().unwrap(), "{args:?}: the run's end: {:#?}", r.intervals);
+        for pair in r.intervals.windows(2) {
+            assert!((pair[1].start - pair[0].end).abs() < 1e-6, "contiguous: {:#?}", r.intervals);
+        }
     }
     server.expect_exit();
 }
@@ -282,12 +327,16 @@ fn ctrl_c_prints_the_summary_and_exits_130() {
         if !json {
             p.stdout.wait_for(b"[SUM]", SHORT).unwrap_or_else(|e| panic!("{e}\n{}", p.diagnostics()));
         } else {
-            std::thread::sleep(Duration::from_millis(1500));
+            // No output until the end: wait until the download is under way (a megabyte
+            // received on the connection to the server), however slow the machine.
+            downloading(server.addr.port(), &mut p);
         }
         p.interrupt();
         let status = p.wait(SHORT);
         assert_eq!(status.code(), Some(130), "exit status after Ctrl-C: {}", p.diagnostics());
         assert!(p.elapsed() < Duration::from_secs(8), "ended long after Ctrl-C: {}", p.diagnostics());
+        // All of the output: the pipe's reader may lag behind the exit on a loaded machine.
+        assert!(p.stdout.wait_eof(SHORT), "stdout did not end: {}", p.diagnostics());
         let out = p.stdout.text();
         if json {
             let r = report(out.as_bytes());
@@ -299,11 +348,41 @@ fn ctrl_c_prints_the_summary_and_exits_130() {
     server.expect_exit();
 }
 
+/// Waits until a connection to `port` on loopback has received a megabyte (`ss -ti`).
+fn downloading(port: u16, p: &mut Proc) {
+    let deadline = std::time::Instant::now() + SHORT;
+    loop {
+        let filter = format!("( dport = :{port} )");
+        let out = std::process::Command::new("ss").args(["-Htni", "state", "established", &filter]).output();
+        let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+        let received = text
+            .split_whitespace()
+            .filter_map(|w| w.strip_prefix("bytes_received:"))
+            .filter_map(|n| n.parse::<u64>().ok())
+            .max()
+            .unwrap_or(0);
+        if received > 1 << 20 {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "no download under way: {text}\n{}", p.diagnostics());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn usage_errors_and_iperf3_hints_are_one_line() {
     let target = format!("127.0.0.1:{}", free_port(LOCALHOST_V4));
-    let done = run(tcpls().args(["perf", &target, "--insecure", "--bytes", "0"]), None, SHORT);
-    done.one_line_error("--bytes must be above 0");
+    for (args, needle) in [
+        (vec!["--bytes", "0"], "--bytes must be above 0"),
+        (vec!["-n", "0"], "--bytes must be above 0"),
+        (vec!["-t", "0"], "--time must be above 0"),
+        (vec!["-P", "0"], "--streams must be at least 1"),
+        (vec!["--record-size", "100"], "--record-size 100 is out of range"),
+    ] {
+        let done = run(tcpls().args(["perf", &target, "--insecure"]).args(&args), None, SHORT);
+        done.one_line_error(needle);
+        assert_eq!(done.status.code(), Some(2), "a bad value is a usage error (docs/CLI.md): {}", done.describe());
+    }
     for (args, needle) in [
         (vec!["-b", "10M"], "--rate-limit"),
         (vec!["-u"], "UDP"),
@@ -313,6 +392,7 @@ fn usage_errors_and_iperf3_hints_are_one_line() {
         let done = run(tcpls().args(["perf", "-c", "127.0.0.1"]).args(&args), None, SHORT);
         done.one_line_error(needle);
         assert_eq!(done.status.code(), Some(2), "a usage error: {}", done.describe());
+        assert_eq!(done.stderr.matches(args[0]).count(), 1, "the option is named once: {}", done.describe());
     }
     let done = run(tcpls().args(["perf", &target, "--time", "soon"]), None, SHORT);
     assert_eq!(done.status.code(), Some(2), "{}", done.describe());
@@ -366,4 +446,71 @@ fn migrate_at_beyond_the_run_warns() {
     assert!(done.stderr.contains("warning") && done.stderr.contains("--migrate-at"), "{}", done.describe());
     assert!(report(&done.stdout).migration.is_none());
     server.expect_exit();
+}
+
+/// Both ends' path statistics: the server's come on a stats stream at the end of the run. On a
+/// healthy loopback nothing fails over; each receiving end measured its longest stall (the
+/// client's downloads, the server's uploads).
+#[test]
+fn both_ends_report_their_path_statistics() {
+    let mut server = perf_server(1);
+    let done = run(perf(&server).args(["--bidir", "--time", "1", "-P", "2", "--json"]), None, TIMEOUT).success();
+    let r = report(&done.stdout);
+    assert!(r.verified && r.undelivered.is_empty() && !r.ended_at_deadline && r.error.is_none(), "{r:#?}");
+    let server_stats = r.server_stats.as_ref().unwrap_or_else(|| panic!("no server stats: {r:#?}"));
+    assert!(r.server_stats_error.is_none(), "{r:#?}");
+    for s in [&r.client_stats, server_stats] {
+        assert_eq!((s.failovers, s.connections_lost, s.paths_suspected), (0, 0, 0), "{r:#?}");
+        let stall = s.longest_stall_ms.unwrap_or_else(|| panic!("no stall measured: {r:#?}"));
+        let one_stream = s.longest_stream_stall_ms.unwrap_or_else(|| panic!("no stream stall measured: {r:#?}"));
+        assert!(stall > 0.0 && stall <= one_stream && one_stream < 1000.0, "{r:#?}");
+    }
+    // The stats stream is not a transfer: the server's session report does not count it.
+    server.expect_exit();
+}
+
+/// SIGTERM ends a run as Ctrl-C does: the summary is printed, the exit status is 143 (128 +
+/// SIGTERM), and the run says so.
+#[test]
+fn sigterm_prints_the_summary_and_exits_143() {
+    let mut server = perf_server(1);
+    let mut p = Proc::spawn(perf(&server).args(["--upload", "-i", "0.2"]), false);
+    p.stdout.wait_for(b"[SUM]", SHORT).unwrap_or_else(|e| panic!("{e}\n{}", p.diagnostics()));
+    let status = std::process::Command::new("kill").args(["-TERM", &p.id().to_string()]).status();
+    assert!(status.is_ok_and(|s| s.success()), "cannot send SIGTERM");
+    let status = p.wait(SHORT);
+    assert_eq!(status.code(), Some(143), "exit status after SIGTERM: {}", p.diagnostics());
+    assert!(p.elapsed() < Duration::from_secs(8), "ended long after SIGTERM: {}", p.diagnostics());
+    let out = p.stdout.text();
+    assert!(
+        out.contains(" receiver  (verified byte for byte)") && out.contains("interrupted (SIGTERM)"),
+        "{}",
+        p.diagnostics()
+    );
+    server.expect_exit();
+}
+
+/// A server that stops answering mid-run (SIGSTOP: its sockets stay open, nothing moves): a
+/// timed run still ends within its time plus 2 s, prints its summary with what was not
+/// delivered, and fails with one line that says why.
+#[test]
+fn a_timed_run_ends_at_its_deadline_when_the_server_stops_answering() {
+    let server = perf_server(1);
+    const TIME: Duration = Duration::from_secs(2);
+    let mut p = Proc::spawn(perf(&server).args(["--bidir", "-i", "0.2", "--time", "2"]), false);
+    p.stdout.wait_for(b"[ RX]", SHORT).unwrap_or_else(|e| panic!("{e}\n{}", p.diagnostics()));
+    let stop = |signal: &str| {
+        let status = std::process::Command::new("kill").args([signal, &server.proc.id().to_string()]).status();
+        assert!(status.is_ok_and(|s| s.success()), "cannot send {signal} to the server");
+    };
+    stop("-STOP");
+    let status = p.wait(TIMEOUT);
+    stop("-CONT");
+    assert!(p.elapsed() <= TIME + Duration::from_secs(2), "ended after {:?}: {}", p.elapsed(), p.diagnostics());
+    assert_eq!(status.code(), Some(1), "{}", p.diagnostics());
+    let (out, err) = (p.stdout.text(), p.stderr.text());
+    assert!(out.contains("not delivered: stream 0 (upload)") && out.contains(" receiver"), "{}", p.diagnostics());
+    assert!(out.contains("server stats unavailable"), "{}", p.diagnostics());
+    let last = err.trim().lines().last().unwrap_or_default();
+    assert!(last.starts_with("tcpls: the run ended at its deadline"), "{}", p.diagnostics());
 }

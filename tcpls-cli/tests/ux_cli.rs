@@ -44,6 +44,67 @@ fn unknown_issuer_says_to_pass_ca_or_insecure() {
     assert_eq!(done.stdout, b"x");
 }
 
+/// A closed port: the address once, and what to check. The port is held by a socket that is
+/// bound but does not listen, so every connection to it is refused (no port race).
+#[test]
+fn a_closed_port_is_named_once_with_a_hint() {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into()).unwrap();
+    let addr = socket.local_addr().unwrap().as_socket().unwrap().to_string();
+    for args in [
+        vec!["connect", &addr, "--insecure"],
+        vec!["perf", &addr, "--insecure", "-t", "1"],
+        vec!["probe", &addr, "--insecure"],
+        vec!["tunnel", "client", "--concentrator", &addr, "--insecure", "--socks", "127.0.0.1:0"],
+    ] {
+        let done = run(tcpls().args(&args), Some(Vec::new()), SHORT);
+        done.one_line_error("connection refused");
+        assert_eq!(done.stderr.matches(addr.as_str()).count(), 1, "the address once: {}", done.describe());
+        assert!(done.stderr.contains("is the server running there?"), "a hint: {}", done.describe());
+        assert!(!done.stderr.contains("os error"), "{}", done.describe());
+    }
+}
+
+/// The tunnel client gives the same advice as `connect` for an untrusted certificate.
+#[test]
+fn tunnel_client_unknown_issuer_says_to_pass_ca_or_insecure() {
+    let (_server, port) = support::start_on_free_port("tcpls tunnel server", b"listening on", |port| {
+        let mut cmd = tcpls();
+        cmd.args(["tunnel", "server", "--listen", &format!("127.0.0.1:{port}")]);
+        cmd
+    });
+    let done = run(
+        tcpls().args(["tunnel", "client", "--concentrator", &format!("127.0.0.1:{port}"), "--socks", "127.0.0.1:0"]),
+        None,
+        SHORT,
+    );
+    done.one_line_error("UnknownIssuer");
+    assert!(done.stderr.contains("--ca FILE") && done.stderr.contains("--insecure"), "{}", done.describe());
+}
+
+/// `tcpls cert`: valid for a year by default (not until the year 4096), `--days N` otherwise.
+#[test]
+fn cert_is_valid_for_a_year_unless_days_says_otherwise() {
+    let dir = TempDir::new("cert-days");
+    let validity = |out: &str, extra: &[&str]| {
+        let done = run(tcpls().arg("cert").arg("--out").arg(dir.path().join(out)).args(extra), None, SHORT).success();
+        assert!(done.stdout_text().contains("valid for"), "{}", done.describe());
+        let pem = std::fs::read(dir.path().join(out).join("cert.pem")).unwrap();
+        let (_, pem) = x509_parser::pem::parse_x509_pem(&pem).unwrap();
+        let cert = pem.parse_x509().unwrap();
+        let v = cert.validity();
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+        assert!(v.not_before.timestamp() <= now, "valid now: {v:?}");
+        (v.not_after.timestamp() - now) as f64 / 86_400.0
+    };
+    let days = validity("default", &[]);
+    assert!((364.9..=365.1).contains(&days), "a year by default: {days} days");
+    let days = validity("short", &["--days", "30"]);
+    assert!((29.9..=30.1).contains(&days), "--days 30: {days} days");
+    let done = run(tcpls().args(["cert", "--days", "0"]).arg("--out").arg(dir.path().join("zero")), None, SHORT);
+    assert_eq!(done.status.code(), Some(2), "--days 0 is a usage error: {}", done.describe());
+}
+
 #[test]
 fn a_server_that_does_not_speak_tls_is_named_as_such() {
     // A plain HTTP server: it answers the ClientHello with an HTTP error.
@@ -67,8 +128,7 @@ fn servers_exit_130_on_ctrl_c() {
     server.proc.interrupt();
     assert_eq!(server.proc.wait(SHORT).code(), Some(130), "{}", server.proc.diagnostics());
 
-    let port = support::free_port(LOCALHOST_V4);
-    let mut conc = Proc::spawn(tcpls().args(["tunnel", "server", "--listen", &format!("127.0.0.1:{port}")]), false);
+    let mut conc = Proc::spawn(tcpls().args(["tunnel", "server", "--listen", "127.0.0.1:0"]), false);
     conc.stderr.wait_for(b"listening on", SHORT).unwrap_or_else(|e| panic!("{e}\n{}", conc.diagnostics()));
     conc.interrupt();
     assert_eq!(conc.wait(SHORT).code(), Some(130), "{}", conc.diagnostics());
@@ -78,15 +138,14 @@ fn servers_exit_130_on_ctrl_c() {
 /// at once instead of timing out a connection closed without close_notify.
 #[test]
 fn tunnel_client_ctrl_c_closes_the_session() {
-    let port = support::free_port(LOCALHOST_V4);
-    let mut conc =
-        Proc::spawn(tcpls().args(["tunnel", "server", "--json", "--listen", &format!("127.0.0.1:{port}")]), false);
-    conc.stderr.wait_for(b"listening on", SHORT).unwrap_or_else(|e| panic!("{e}\n{}", conc.diagnostics()));
-    let forward = format!("127.0.0.1:{}=127.0.0.1:9", support::free_port(LOCALHOST_V4));
+    // Port 0: the concentrator says which port it got.
+    let mut conc = Proc::spawn(tcpls().args(["tunnel", "server", "--json", "--listen", "127.0.0.1:0"]), false);
+    let port = support::listening_port(&mut conc, "tcpls tunnel server: listening on ");
+    let forward = "127.0.0.1:0=127.0.0.1:9";
     let mut client = Proc::spawn(
         tcpls()
             .args(["tunnel", "client", "--insecure", "--concentrator", &format!("127.0.0.1:{port}")])
-            .args(["--forward", &forward]),
+            .args(["--forward", forward]),
         false,
     );
     client.stderr.wait_for(b"accepting on", SHORT).unwrap_or_else(|e| panic!("{e}\n{}", client.diagnostics()));

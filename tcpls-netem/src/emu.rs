@@ -23,6 +23,10 @@ use crate::sys;
 pub struct LinkParams {
     /// One-way propagation delay added to every packet.
     pub delay: Duration,
+    /// Delay variation: an extra delay drawn uniformly in [0, jitter] every [`JITTER_PERIOD`]
+    /// (a path whose RTT wanders, as a Wi-Fi or cellular link's does), never reordering packets:
+    /// when the extra delay drops, packets queued behind slower ones leave with them.
+    pub jitter: Duration,
     /// Bottleneck rate in bit/s counted on IP packet bytes (0 = unlimited).
     pub rate_bps: u64,
     /// Drop-tail queue limit: packets waiting for or in serialisation (0 = unlimited).
@@ -37,7 +41,15 @@ pub struct LinkParams {
 
 impl Default for LinkParams {
     fn default() -> Self {
-        LinkParams { delay: Duration::ZERO, rate_bps: 0, queue_packets: 1000, loss: 0.0, blackhole: false, up: true }
+        LinkParams {
+            delay: Duration::ZERO,
+            jitter: Duration::ZERO,
+            rate_bps: 0,
+            queue_packets: 1000,
+            loss: 0.0,
+            blackhole: false,
+            up: true,
+        }
     }
 }
 
@@ -104,6 +116,9 @@ struct Shared {
     stop: AtomicBool,
     counters: Counters,
 }
+
+/// How often the jitter's extra delay is drawn again.
+pub const JITTER_PERIOD: Duration = Duration::from_millis(100);
 
 /// Hard cap on packets in flight (protects memory when rate is unlimited).
 const MAX_IN_FLIGHT: usize = 200_000;
@@ -258,6 +273,9 @@ fn reader_loop(shared: &Shared, tun: &File) {
     let mut rng = Rng::new();
     let mut buf = vec![0u8; 65536];
     let c = &shared.counters;
+    // The jitter's current extra delay and when it is drawn again.
+    let mut extra = Duration::ZERO;
+    let mut redraw = Instant::now();
     while !shared.stop.load(Ordering::Relaxed) {
         match sys::poll_readable(tun.as_raw_fd(), Duration::from_millis(100)) {
             Ok(true) => {}
@@ -302,7 +320,13 @@ fn reader_loop(shared: &Shared, tun: &File) {
         if p.rate_bps > 0 {
             q.backlog.push_back(tx_end);
         }
-        let due = (tx_end + p.delay).max(q.last_due);
+        if p.jitter.is_zero() {
+            extra = Duration::ZERO;
+        } else if now >= redraw {
+            extra = p.jitter.mul_f64(rng.next_f64());
+            redraw = now + JITTER_PERIOD;
+        }
+        let due = (tx_end + p.delay + extra).max(q.last_due);
         q.last_due = due;
         let was_empty = q.pending.is_empty();
         q.pending.push_back(Pending { due, data: buf[..n].to_vec() });

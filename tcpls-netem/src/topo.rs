@@ -32,6 +32,9 @@ fn err(msg: impl Into<String>) -> io::Error {
 pub struct PathSpec {
     /// One-way delay in milliseconds (RTT = 2 × delay_ms plus serialisation and queueing).
     pub delay_ms: f64,
+    /// One-way delay variation in milliseconds: an extra delay in [0, jitter_ms], drawn again
+    /// every [`crate::emu::JITTER_PERIOD`] in each direction (packets are never reordered).
+    pub jitter_ms: f64,
     /// Bottleneck rate in Mbit/s of IP packet bytes (0 = unlimited).
     pub rate_mbps: f64,
     /// Drop-tail queue size in packets (0 = unlimited).
@@ -46,7 +49,15 @@ pub struct PathSpec {
 
 impl Default for PathSpec {
     fn default() -> Self {
-        PathSpec { delay_ms: 0.0, rate_mbps: 0.0, queue_packets: 1000, loss: 0.0, ipv4: true, ipv6: false }
+        PathSpec {
+            delay_ms: 0.0,
+            jitter_ms: 0.0,
+            rate_mbps: 0.0,
+            queue_packets: 1000,
+            loss: 0.0,
+            ipv4: true,
+            ipv6: false,
+        }
     }
 }
 
@@ -59,6 +70,7 @@ impl PathSpec {
     fn link_params(&self) -> LinkParams {
         LinkParams {
             delay: Duration::from_secs_f64(self.delay_ms.max(0.0) / 1000.0),
+            jitter: Duration::from_secs_f64(self.jitter_ms.max(0.0) / 1000.0),
             rate_bps: (self.rate_mbps.max(0.0) * 1e6) as u64,
             queue_packets: self.queue_packets,
             loss: self.loss.clamp(0.0, 1.0),

@@ -95,6 +95,22 @@ pub struct SessionConfig {
     /// is considered failed (and fails over). None (default): rely on TCP (RST, FIN, user timeout).
     pub keepalive: Option<std::time::Duration>,
     pub ping_timeout: std::time::Duration,
+    /// Loss detection from record ACKs (PROTOCOL.md §5, with failover on): a connection whose
+    /// oldest unacknowledged record is older than its retransmission deadline,
+    /// max(srtt + 4·rttvar + `ack_delay`, `min_retransmit_timeout`), while another connection
+    /// can carry data, becomes suspect: nothing new is scheduled on it and its unacknowledged
+    /// records are re-sent on the others. On by default; off: only TCP (RST, FIN, user timeout)
+    /// and keepalive say that a connection failed.
+    pub loss_detection: bool,
+    /// The floor of the retransmission deadline (default 200 ms: Linux's minimum TCP RTO, so a
+    /// path is not given up before its own TCP has retransmitted once; it also covers the
+    /// receiver's `ack_delay` and a loaded host's scheduling delays).
+    pub min_retransmit_timeout: std::time::Duration,
+    /// A connection with records unacknowledged for this long is given up (closed, Connection
+    /// Reset to the peer over the others; with no other connection the session is orphaned
+    /// and the client rejoins): a path that went silent without an RST. Default 5 s; None:
+    /// wait for TCP. A suspect connection that acknowledges again before this is kept.
+    pub silence_timeout: Option<std::time::Duration>,
     /// Server sessions end after this long without receiving anything on any connection
     /// (close_notify, then `Error::ConnectionLost`), so that silent clients cannot hold them for
     /// ever (issue #14). Default 5 minutes; None: never. Client sessions ignore it (they use
@@ -135,6 +151,9 @@ impl Default for SessionConfig {
             ack_delay: std::time::Duration::from_millis(25),
             keepalive: None,
             ping_timeout: std::time::Duration::from_secs(1),
+            loss_detection: true,
+            min_retransmit_timeout: std::time::Duration::from_millis(200),
+            silence_timeout: Some(std::time::Duration::from_secs(5)),
             idle_timeout: Some(std::time::Duration::from_secs(300)),
             zero_copy: true,
             notsent_lowat: None,

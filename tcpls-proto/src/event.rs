@@ -104,6 +104,16 @@ pub enum Event {
     FailedOver {
         conn: ConnId,
     },
+    /// A connection went silent past its retransmission deadline while another can carry its
+    /// records: no new data goes on it, and its unacknowledged records are re-sent on the
+    /// others. It is given up after `SessionConfig::silence_timeout` (then `ConnectionClosed`).
+    PathSuspected {
+        conn: ConnId,
+    },
+    /// A suspect connection acknowledged again: it carries data once more.
+    PathRecovered {
+        conn: ConnId,
+    },
     /// Every connection was lost; the session waits for a rejoin (client: add a connection).
     AllConnectionsLost,
     /// The whole session ended.

@@ -42,7 +42,9 @@ pub use config::{system_random, RandomSource, SessionConfig, SEND_FLOOR};
 pub use error::{AlertCode, Error, StreamError, TransportError};
 pub use event::{ConnId, Event, StreamId};
 pub use frame::{PeerTcpInfo, SESSION_REF_LEN};
-pub use session::sched::{FnScheduler, LowestRtt, PathView, RoundRobin, Scheduler, Weighted};
+pub use session::sched::{
+    EarliestArrival, FnScheduler, LowestRtt, PathInfo, PathView, RoundRobin, Scheduler, Weighted,
+};
 pub use session::MAX_EARLY_STREAM_BYTES;
 pub use session::{
     tcpls_client_config, tcpls_server_config, Accepted, ConnStats, JoiningConnection, MemoryUse, Session, SessionStats,

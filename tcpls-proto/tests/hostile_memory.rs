@@ -16,7 +16,7 @@ use tcpls_proto::sync::LockExt;
 
 use tcpls_proto::frame::Frame;
 use tcpls_proto::record::{CT_APPLICATION_DATA, MAX_PLAINTEXT};
-use tcpls_proto::Session;
+use tcpls_proto::{Session, SessionConfig};
 use util::Pair;
 
 /// The allocator counts the whole process: measurements run one at a time.
@@ -115,7 +115,16 @@ fn one_byte_at_the_window_edge_of_4096_streams() {
 #[test]
 fn filling_the_initial_window_of_4096_streams_stays_within_the_receive_budget() {
     let _serial = SERIAL.lock_unpoisoned();
-    let mut p = Pair::established();
+    // The attacker never reads what the server sends (refusals, credit), so nothing of the
+    // server's is acknowledged: after `silence_timeout` (20 s of virtual time pass here) the
+    // server would rightly give the connection up as silent. This test measures what the
+    // session holds while it lives, so the server waits for TCP instead.
+    let pki = util::Pki::new();
+    let server_settings = SessionConfig { silence_timeout: None, ..util::test_config() };
+    let mut p =
+        Pair::with_settings(pki.client_config(&[]), pki.server_config(&[]), util::test_config(), server_settings);
+    p.drive();
+    assert!(p.client.is_established() && p.server.is_established());
     let budget = tcpls_proto::SessionConfig::default().receive_budget as usize;
     let before = live();
     let window = 65_536usize;

@@ -9,6 +9,7 @@
 //! * [`AcceptAnyServerCertificate`]: the (dangerous) verifier that accepts any server
 //!   certificate, re-exported from `tcpls_proto::insecure`.
 //! * [`net`]: loopback helpers (a TCP echo server, a port with nothing listening).
+//! * [`free_port`]: a port for a test process that must be told one before it binds it.
 //! * [`Rng`]: a seeded pseudo-random generator for soaks and randomized tests.
 //!
 //! The network-namespace helpers (creating namespaces, veth pairs, routes, detecting whether
@@ -34,11 +35,13 @@
 //! assert_eq!(data, payload(100_000, 7));
 //! ```
 
+mod free_port;
 pub mod net;
 mod payload;
 pub mod pki;
 mod rng;
 
+pub use free_port::free_port;
 pub use payload::{payload, payload_at};
 pub use pki::{Identity, Pki, TestCa};
 pub use rng::Rng;

@@ -46,12 +46,13 @@ pub(crate) struct Driver {
 /// How often the scheduler learns each connection's RTT and congestion window from TCP_INFO.
 const PATH_INFO_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// Feeds TCP_INFO (RTT, congestion window) of every connection to the core's scheduler.
+/// Feeds TCP_INFO (RTT, congestion window, delivery rate, unsent bytes) of every connection to
+/// the core's scheduler.
 fn update_path_info(inner: &mut SessionState) {
     let conns: Vec<_> = inner.fds().map(|(conn, _)| conn).collect();
     for conn in conns {
-        if let Some(info) = inner.tcp_info(conn) {
-            inner.proto.set_path_info(conn, Some(info.rtt_us), Some(info.cwnd));
+        if let Some(info) = inner.path_info(conn) {
+            inner.proto.set_path(conn, info);
         }
     }
 }

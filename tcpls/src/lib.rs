@@ -97,8 +97,8 @@ pub use socket::fast_open_listener;
 pub use stream::{RecvStream, SendStream};
 pub use tcp_info::TcpInfo;
 pub use tcpls_proto::{
-    self as proto, crypto_provider, ConnId, Error, Event, FnScheduler, LowestRtt, PathView, RoundRobin, Scheduler,
-    SessionConfig, StreamError, StreamId, Weighted,
+    self as proto, crypto_provider, ConnId, EarliestArrival, Error, Event, FnScheduler, LowestRtt, PathInfo, PathView,
+    RoundRobin, Scheduler, SessionConfig, StreamError, StreamId, Weighted,
 };
 pub use tcpls_proto::{MemoryUse, StreamProgress};
 pub use trace::{

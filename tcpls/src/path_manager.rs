@@ -158,7 +158,16 @@ struct PathState {
     connecting: Option<(Instant, tokio::task::AbortHandle)>,
     failures: u32,
     last_error: Option<String>,
+    /// Since when its connection has been suspect of silence (PROTOCOL.md §5): after
+    /// [`REPLACE_SILENT_AFTER`] a new connection is attempted beside it, and replaces it once
+    /// up (TCP's own retransmissions back off to seconds; a fresh connect finds a path that came
+    /// back sooner).
+    suspect_since: Option<Instant>,
 }
+
+/// How long a path's connection stays suspect of silence before the manager tries a new one
+/// over the same path.
+const REPLACE_SILENT_AFTER: Duration = Duration::from_secs(1);
 
 /// State shared by the manager's task and its handle.
 struct Shared {
@@ -336,7 +345,9 @@ impl PathManager {
     /// Resolves when the manager is stopped or its session ends.
     pub(crate) async fn ended(&self) {
         loop {
-            if self.shared.stopped.load(std::sync::atomic::Ordering::Relaxed) || self.session.is_closed() {
+            // A closing session takes no new connection: a join now would only be refused,
+            // and its failure could outlast the clean close of the others.
+            if self.shared.stopped.load(std::sync::atomic::Ordering::Relaxed) || self.session.is_closing() {
                 return;
             }
             tokio::time::sleep(TICK).await;
@@ -404,6 +415,7 @@ impl PathManager {
                     connecting: None,
                     failures: 0,
                     last_error: None,
+                    suspect_since: None,
                 };
                 (w, state)
             });
@@ -422,7 +434,12 @@ impl PathManager {
                     debug!("path manager: {}{remote}: connection {conn} lost", endpoint.path);
                     self.session.trace_path(|| path_event("lost", *remote, endpoint, Some(conn), None, None));
                     st.conn = None;
+                    st.suspect_since = None;
                     st.next_attempt = Instant::now();
+                } else if self.session.is_connection_suspect(conn) {
+                    st.suspect_since.get_or_insert_with(Instant::now);
+                } else {
+                    st.suspect_since = None;
                 }
             }
         }
@@ -445,7 +462,9 @@ impl PathManager {
                     st.next_attempt = now;
                 }
             }
-            if st.conn.is_some() || st.attempting || st.next_attempt > now {
+            let replace =
+                st.suspect_since.is_some_and(|since| now.saturating_duration_since(since) >= REPLACE_SILENT_AFTER);
+            if (st.conn.is_some() && !replace) || st.attempting || st.next_attempt > now {
                 continue;
             }
             st.attempting = true;
@@ -491,6 +510,16 @@ impl PathManager {
                     Ok(conn) => {
                         info!("path manager: {}{remote} up as connection {conn}", endpoint.path);
                         me.session.trace_path(|| path_event("up", remote, &endpoint, Some(conn), None, None));
+                        if let Some(silent) = st.conn.filter(|old| *old != conn) {
+                            // It replaces a connection that went silent on this path.
+                            if me.session.give_up_silent_connection(silent) {
+                                info!(
+                                    "path manager: {}{remote}: connection {conn} replaces silent {silent}",
+                                    endpoint.path
+                                );
+                            }
+                        }
+                        st.suspect_since = None;
                         st.conn = Some(conn);
                         st.failures = 0;
                         st.last_error = None;

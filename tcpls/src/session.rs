@@ -75,6 +75,9 @@ pub struct ConnectionInfo {
     pub bytes_received: u64,
     /// Can carry data now (handshake done, not closing, not failed).
     pub usable: bool,
+    /// Suspect of silence: its records went unacknowledged past their deadline, so it takes no
+    /// new data until it acknowledges again (PROTOCOL.md §5, "Silent paths"); still `usable`.
+    pub suspect: bool,
     /// The kernel's view of the TCP connection (Linux TCP_INFO), while its socket is open.
     pub tcp_info: Option<crate::tcp_info::TcpInfo>,
 }
@@ -158,6 +161,7 @@ impl Session {
                     bytes_sent: stats.bytes_sent,
                     bytes_received: stats.bytes_received,
                     usable: inner.proto.is_connection_usable(id),
+                    suspect: inner.proto.is_connection_suspect(id),
                     tcp_info: inner.tcp_info(id),
                 }
             })
@@ -419,6 +423,12 @@ impl Session {
         self.shared.lock().proto.peer_addresses().to_vec()
     }
 
+    /// The session is closing or over: a path manager starts no new connection for it.
+    pub fn is_closing(&self) -> bool {
+        let inner = self.shared.lock();
+        inner.driver_done || inner.proto.is_closing()
+    }
+
     /// The session is over (closed, failed, or its driver ended).
     pub fn is_closed(&self) -> bool {
         let inner = self.shared.lock();
@@ -447,6 +457,21 @@ impl Session {
     /// Whether `conn` is a backup path (marked by either side).
     pub fn is_backup(&self, conn: ConnId) -> bool {
         self.shared.lock().proto.is_connection_backup(conn)
+    }
+
+    /// Gives up a connection suspect of silence (`ConnectionInfo::suspect`), e.g. once a new
+    /// connection over the same path is up: its unacknowledged records go out on the others and
+    /// the peer is told (Connection Reset). Returns false if it was not suspect.
+    pub fn give_up_silent_connection(&self, conn: ConnId) -> bool {
+        let mut inner = self.shared.lock();
+        let given_up = inner.proto.give_up_silent_connection(conn);
+        inner.wake_driver();
+        given_up
+    }
+
+    /// Whether a connection is suspect of silence (PROTOCOL.md §5, "Silent paths").
+    pub fn is_connection_suspect(&self, conn: ConnId) -> bool {
+        self.shared.lock().proto.is_connection_suspect(conn)
     }
 
     /// Closes one TCP connection gracefully; the session continues on the others.

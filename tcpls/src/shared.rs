@@ -113,12 +113,29 @@ impl SessionState {
 
     /// Registers a connection's socket and applies the session's socket options to it
     /// (`SessionConfig::notsent_lowat`), for the initial connection and joined ones alike.
+    ///
+    /// Without a configured value, a session with several connections gets
+    /// [`MULTIPATH_NOTSENT_LOWAT`] on all of them from its second one on: bytes handed to a
+    /// kernel are committed to that path, so a deep unsent queue there is what a path that goes
+    /// silent takes with it (re-sent only after its deadline) and what an ACK waits behind.
+    /// With one connection there is nowhere else to send, and the kernel's default is kept.
     pub(crate) fn add_fd(&mut self, id: ConnId, fd: RawFd) {
-        if let Some(bytes) = self.proto.settings().notsent_lowat {
-            // Best effort: a socket without the option (not Linux) still works, only earlier.
-            let _ = sockopt::set_notsent_lowat(fd, bytes);
-        }
         self.fds.insert(id, fd);
+        // Best effort: a socket without the option (not Linux) still works, only earlier.
+        match self.proto.settings().notsent_lowat {
+            Some(bytes) => {
+                let _ = sockopt::set_notsent_lowat(fd, bytes);
+            }
+            None if self.fds.len() == 2 => {
+                for fd in self.fds.values() {
+                    let _ = sockopt::set_notsent_lowat(*fd, MULTIPATH_NOTSENT_LOWAT);
+                }
+            }
+            None if self.fds.len() > 2 => {
+                let _ = sockopt::set_notsent_lowat(fd, MULTIPATH_NOTSENT_LOWAT);
+            }
+            None => {}
+        }
     }
 
     /// Hands the socket of a connection added after the first (a join) to the driver.
@@ -151,6 +168,18 @@ impl SessionState {
     /// The kernel's view of a connection's TCP socket, if it is open.
     pub(crate) fn tcp_info(&self, conn: ConnId) -> Option<tcp_info::TcpInfo> {
         read_tcp_info(&self.fds, conn)
+    }
+
+    /// TCP_INFO of a connection with the bytes its kernel holds unsent, for the scheduler.
+    pub(crate) fn path_info(&self, conn: ConnId) -> Option<tcpls_proto::PathInfo> {
+        let fd = self.fds.get(&conn)?;
+        let (info, unsent) = tcp_info::read_with_unsent(*fd).ok()?;
+        Some(tcpls_proto::PathInfo {
+            rtt_us: Some(info.rtt_us),
+            cwnd: Some(info.cwnd),
+            delivery_rate: Some(info.delivery_rate).filter(|r| *r > 0),
+            kernel_unsent: Some(unsent),
+        })
     }
 
     /// The application changed something the driver must act on (new data, credit, close).
@@ -395,6 +424,9 @@ impl SessionState {
 
 /// TCP_INFO of connection `conn`'s socket, if it is open (a free function: the tracer borrows
 /// `SessionState` mutably beside the descriptors).
+/// TCP_NOTSENT_LOWAT of every connection of a session with several (`SessionState::add_fd`).
+pub const MULTIPATH_NOTSENT_LOWAT: u32 = 128 << 10;
+
 fn read_tcp_info(fds: &HashMap<ConnId, RawFd>, conn: ConnId) -> Option<tcp_info::TcpInfo> {
     fds.get(&conn).and_then(|fd| tcp_info::read(*fd).ok())
 }

@@ -61,8 +61,14 @@ impl From<PeerTcpInfo> for TcpInfo {
 }
 
 /// Reads `TCP_INFO` of a connected TCP socket.
-#[cfg(target_os = "linux")]
 pub(crate) fn read(fd: RawFd) -> io::Result<TcpInfo> {
+    read_with_unsent(fd).map(|(info, _)| info)
+}
+
+/// Reads `TCP_INFO` of a connected TCP socket, and the bytes the kernel holds unsent
+/// (`tcpi_notsent_bytes`: what the scheduler counts as queue ahead of a new record).
+#[cfg(target_os = "linux")]
+pub(crate) fn read_with_unsent(fd: RawFd) -> io::Result<(TcpInfo, u32)> {
     // SAFETY: `tcp_info` is plain old data (integers only), so all-zero bytes are a valid value.
     let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
@@ -75,18 +81,19 @@ pub(crate) fn read(fd: RawFd) -> io::Result<TcpInfo> {
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(TcpInfo {
+    let tcp = TcpInfo {
         rtt_us: info.tcpi_rtt,
         rttvar_us: info.tcpi_rttvar,
         cwnd: info.tcpi_snd_cwnd,
         total_retrans: info.tcpi_total_retrans,
         delivery_rate: info.tcpi_delivery_rate,
         bytes_acked: info.tcpi_bytes_acked,
-    })
+    };
+    Ok((tcp, info.tcpi_notsent_bytes))
 }
 
 #[cfg(not(target_os = "linux"))]
-pub(crate) fn read(_fd: RawFd) -> io::Result<TcpInfo> {
+pub(crate) fn read_with_unsent(_fd: RawFd) -> io::Result<(TcpInfo, u32)> {
     Err(io::Error::new(io::ErrorKind::Unsupported, "TCP_INFO is read on Linux only"))
 }
 

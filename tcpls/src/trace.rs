@@ -486,6 +486,8 @@ fn describe_core(event: &Event) -> (String, Value) {
         }
         Event::ConnectionClosed { conn, error: None } => ("connection_closed", json!({ "conn": conn, "error": null })),
         Event::FailedOver { conn } => ("failed_over", json!({ "conn": conn })),
+        Event::PathSuspected { conn } => ("path_suspected", json!({ "conn": conn })),
+        Event::PathRecovered { conn } => ("path_recovered", json!({ "conn": conn })),
         Event::AllConnectionsLost => ("all_connections_lost", json!({})),
         Event::PeerClosed => ("peer_closed", json!({})),
         Event::Closed { error } => ("closed", json!({ "error": error_text(error) })),

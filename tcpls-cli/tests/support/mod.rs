@@ -44,10 +44,10 @@ pub fn openssl() -> Command {
     Command::new("openssl")
 }
 
-/// A free TCP port on `ip` (bound to port 0 and released; callers retry on a lost race).
+/// A free TCP port on `ip` and on the wildcard address, outside the kernel's ephemeral range
+/// (`tcpls_test::free_port`); callers retry the start of what binds it on a lost race.
 pub fn free_port(ip: IpAddr) -> u16 {
-    let l = TcpListener::bind(SocketAddr::new(ip, 0)).unwrap_or_else(|e| panic!("cannot bind {ip}:0: {e}"));
-    l.local_addr().unwrap().port()
+    tcpls_test::free_port(ip)
 }
 
 /// Whether `::1` can be used on this machine.
@@ -253,11 +253,16 @@ impl Proc {
         self.child.try_wait().unwrap_or_else(|e| panic!("waiting for {}: {e}", self.name))
     }
 
-    /// Waits for the child to end; on timeout kills it and fails the test.
+    /// Waits for the child to end; on timeout kills it and fails the test. Its output is then
+    /// read to the end: the pipes' reader threads can lag behind the exit on a loaded machine,
+    /// and what it printed last is what a test reads after this.
     pub fn wait(&mut self, timeout: Duration) -> ExitStatus {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.try_status() {
+                // Bounded: a grandchild holding a pipe open must not hang the test.
+                self.stdout.wait_eof(SHORT);
+                self.stderr.wait_eof(SHORT);
                 return status;
             }
             if Instant::now() >= deadline {
@@ -439,6 +444,25 @@ impl Server {
 /// `tcpls-pattern`).
 #[allow(unused_imports)]
 pub use tcpls_test::payload;
+
+/// The port of the address printed after `prefix` on `p`'s stderr (a server started on port 0
+/// says which port it got: `tcpls tunnel server: listening on 127.0.0.1:41234`).
+pub fn listening_port(p: &mut Proc, prefix: &str) -> u16 {
+    p.stderr.wait_for(prefix.as_bytes(), SHORT).unwrap_or_else(|e| panic!("{e}\n{}", p.diagnostics()));
+    let deadline = Instant::now() + SHORT;
+    loop {
+        let text = p.stderr.text();
+        let line = text.lines().find(|l| l.contains(prefix) && text.contains(&format!("{l}\n")));
+        if let Some(addr) = line.and_then(|l| l.split(prefix).nth(1)) {
+            let addr = addr.split_whitespace().next().unwrap_or(addr);
+            let parsed: SocketAddr =
+                addr.parse().unwrap_or_else(|_| panic!("not an address after {prefix:?}: {addr:?}"));
+            return parsed.port();
+        }
+        assert!(Instant::now() < deadline, "no complete line after {prefix:?}\n{}", p.diagnostics());
+        p.stderr.pump(deadline);
+    }
+}
 
 /// Spawns `make(port)` on a fresh port until its stderr shows `ready`; retries with another port
 /// when someone else took it between `free_port` and the bind ("cannot listen").

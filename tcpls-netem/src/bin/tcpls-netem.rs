@@ -130,6 +130,7 @@ fn run(args: Args) -> Result<(), String> {
             let specs = (0..paths)
                 .map(|i| PathSpec {
                     delay_ms: pick(&delay, i, 0.0),
+                    jitter_ms: 0.0,
                     rate_mbps: pick(&rate, i, 0.0),
                     queue_packets: pick(&queue, i, 1000),
                     loss: pick(&loss, i, 0.0),

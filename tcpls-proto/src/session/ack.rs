@@ -129,7 +129,9 @@ impl Core {
             return;
         }
         c.sent_log_control += kept.len();
-        c.sent_log.push_back(SentRecord { number, stream, control: kept });
+        let sent_at = self.clock.now();
+        c.loss.on_record_logged(sent_at);
+        c.sent_log.push_back(SentRecord { number, sent_at, stream, control: kept });
         // Bounded: a peer that reads but does not acknowledge (ACKs are a default, not a duty,
         // PROTOCOL.md §5) must not grow it for ever. The oldest records are released as if
         // acknowledged; only their failover guarantee is lost, and it is counted.
@@ -143,10 +145,23 @@ impl Core {
 
     /// Releases what the peer acknowledged on `c` (records numbered up to `highest`).
     pub(crate) fn on_acked(&mut self, c: &mut Connection, highest: u64) {
+        let mut newest_sent = None;
         while c.sent_log.front().is_some_and(|r| r.number <= highest) {
             if let Some(record) = c.sent_log.pop_front() {
+                newest_sent = record.sent_at;
                 self.release(c, record);
             }
+        }
+        if highest == u64::MAX {
+            // A clean close, not an ACK from the peer.
+            return;
+        }
+        self.peer_acknowledges = true;
+        let now = self.clock.now();
+        let sample = newest_sent.zip(now).map(|(sent, now)| now.saturating_duration_since(sent));
+        if c.loss.on_ack(highest, sample, !c.sent_log.is_empty(), now) {
+            self.stats.paths_recovered += 1;
+            self.events.push(Event::PathRecovered { conn: c.id });
         }
     }
 
@@ -169,6 +184,14 @@ impl Core {
     /// `c` failed: everything it carried that the peer did not acknowledge goes out again on
     /// the other connections. Returns whether anything had to be re-sent.
     pub(crate) fn fail_over(&mut self, c: &mut Connection) -> bool {
+        let resent = self.resend_unacked(c);
+        self.acks.conns.remove(&c.id);
+        resent
+    }
+
+    /// Queues again, for the other connections, everything `c` carried that the peer did not
+    /// acknowledge (a failover, or a suspicion: `loss.rs`). Returns whether there was any.
+    pub(crate) fn resend_unacked(&mut self, c: &mut Connection) -> bool {
         let resent = !c.sent_log.is_empty();
         c.sent_log_control = 0;
         for record in std::mem::take(&mut c.sent_log) {
@@ -184,7 +207,6 @@ impl Core {
                 self.control.push(&frame, None);
             }
         }
-        self.acks.conns.remove(&c.id);
         resent
     }
 }

@@ -104,6 +104,12 @@ pub(crate) enum Loss<'a> {
     Io(&'a str),
     /// A keepalive Ping went unanswered.
     KeepaliveTimeout,
+    /// Records went unacknowledged, with no progress, for this long (`loss.rs`).
+    Silent(std::time::Duration),
+    /// Suspect of silence when the session closed: given up rather than waited for.
+    SilentAtClose,
+    /// Suspect of silence, and replaced by a new connection over the same path.
+    Replaced,
     /// The peer reported the connection as failed (Connection Reset).
     ReportedByPeer,
 }
@@ -114,6 +120,16 @@ impl Loss<'_> {
             Loss::Eof => "TCP connection closed without close_notify".into(),
             Loss::Io(reason) => reason.to_string(),
             Loss::KeepaliveTimeout => "no answer to a keepalive Ping".into(),
+            Loss::Replaced => {
+                "given up: the path had gone silent and a new connection replaced this one".into()
+            }
+            Loss::SilentAtClose => {
+                "given up at close: the path had gone silent (its records were re-sent on the others)".into()
+            }
+            Loss::Silent(t) => format!(
+                "the path went silent: nothing acknowledged for {:.1} s (no RST: a link down, packets dropped, out of range)",
+                t.as_secs_f64()
+            ),
             Loss::ReportedByPeer => "the peer reported this connection as failed".into(),
         })
     }
@@ -162,6 +178,8 @@ pub(crate) struct Connection {
     pub(crate) sent_log: std::collections::VecDeque<SentRecord>,
     /// Bytes of control frames held in `sent_log`.
     pub(crate) sent_log_control: usize,
+    /// How its records are acknowledged: RTT, progress clock, suspicion (`loss.rs`).
+    pub(crate) loss: super::loss::LossState,
     /// TCPLS records (content type 23) received: the first one may carry a Join.
     pub(crate) app_records: u64,
     /// Client side of a joining connection: the token its first record must carry.
@@ -182,9 +200,8 @@ pub(crate) struct Connection {
     pub(crate) ping_sent: Option<std::time::Instant>,
     /// Server: accepted early-data plaintexts, for the session (see `early.rs`).
     pub(crate) early_received: Vec<Vec<u8>>,
-    /// Path information from the IO layer, for the scheduler.
-    pub(crate) rtt_us: Option<u32>,
-    pub(crate) cwnd: Option<u32>,
+    /// Path information from the IO layer (TCP_INFO), for the scheduler.
+    pub(crate) path: super::sched::PathInfo,
     /// Zero-copy receive: where the next stream record is expected to go (`placement.rs`).
     pub(crate) expect: Expectation,
     /// A record decrypted into a stream's buffer but belonging elsewhere, moved here to take
@@ -209,6 +226,8 @@ pub(crate) struct Connection {
 pub(crate) struct SentRecord {
     /// Record number on its connection (see `RecordLayer::tx_base`).
     pub(crate) number: u64,
+    /// When it was sealed: its acknowledgement is an RTT sample (`loss.rs`).
+    pub(crate) sent_at: Option<std::time::Instant>,
     pub(crate) stream: Option<(crate::event::StreamId, u64, usize, bool)>,
     pub(crate) control: Vec<u8>,
 }
@@ -280,14 +299,14 @@ impl Connection {
             records_opened: 0,
             sent_log: std::collections::VecDeque::new(),
             sent_log_control: 0,
+            loss: Default::default(),
             app_records: 0,
             join_token: None,
             rejoin: None,
             secret: None,
             backup: false,
             paused: false,
-            rtt_us: None,
-            cwnd: None,
+            path: Default::default(),
             last_rx: None,
             ping_sent: None,
             early_received: Vec::new(),
@@ -379,6 +398,12 @@ impl Connection {
 
     /// Can carry stream records: usable, and (for a joining connection) accepted by the server.
     pub(crate) fn carries_streams(&self) -> bool {
+        self.is_up() && !self.is_suspect()
+    }
+
+    /// Usable, and (for a joining connection) accepted by the server: up as far as TCP and TLS
+    /// say, suspect of silence or not (`loss.rs`).
+    pub(crate) fn is_up(&self) -> bool {
         self.is_usable() && !self.join_pending() && !self.awaiting_join_ack()
     }
 

@@ -146,8 +146,16 @@ impl Session {
     /// Tells the scheduler a connection's RTT and congestion window (from TCP_INFO).
     pub fn set_path_info(&mut self, conn: ConnId, rtt_us: Option<u32>, cwnd: Option<u32>) {
         if let Some(c) = self.conns.get_mut(conn) {
-            c.rtt_us = rtt_us;
-            c.cwnd = cwnd;
+            c.path.rtt_us = rtt_us;
+            c.path.cwnd = cwnd;
+        }
+    }
+
+    /// Tells the scheduler all it may use of a connection's TCP_INFO (RTT, congestion window,
+    /// delivery rate, bytes the kernel holds unsent).
+    pub fn set_path(&mut self, conn: ConnId, info: crate::session::sched::PathInfo) {
+        if let Some(c) = self.conns.get_mut(conn) {
+            c.path = info;
         }
     }
 
@@ -168,9 +176,18 @@ impl Session {
     }
 
     /// The connection can carry stream data (handshake done, join accepted, not closing, not
-    /// failed).
+    /// failed), suspect of silence or not: a suspect connection is still up (the path manager
+    /// must not replace it) but takes no new data until it acknowledges again
+    /// ([`Session::is_connection_suspect`]).
     pub fn is_connection_usable(&self, conn: ConnId) -> bool {
-        self.conns.get(conn).is_some_and(Connection::carries_streams)
+        self.conns.get(conn).is_some_and(Connection::is_up)
+    }
+
+    /// The connection is suspect of silence: up, but its records went unacknowledged past its
+    /// retransmission deadline, so it carries no new data until it acknowledges again
+    /// (PROTOCOL.md §5, "Silent paths").
+    pub fn is_connection_suspect(&self, conn: ConnId) -> bool {
+        self.conns.get(conn).is_some_and(Connection::is_suspect)
     }
 
     /// Marks `conn` as a backup path (`true`) or a regular one (`false`), here and, with a Path
@@ -191,7 +208,16 @@ impl Session {
     }
 
     pub(crate) fn path_view(c: &Connection) -> PathView {
-        PathView { conn: c.id, rtt_us: c.rtt_us, cwnd: c.cwnd, queued: c.tx.len(), bytes_sent: c.stats.bytes_sent }
+        PathView {
+            conn: c.id,
+            rtt_us: c.path.rtt_us,
+            cwnd: c.path.cwnd,
+            queued: c.tx.len(),
+            bytes_sent: c.stats.bytes_sent,
+            room: true,
+            delivery_rate: c.path.delivery_rate,
+            kernel_unsent: c.path.kernel_unsent,
+        }
     }
 
     pub(crate) fn fail_conn(&mut self, conn: ConnId, error: Error) {

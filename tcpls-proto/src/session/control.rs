@@ -37,6 +37,9 @@ pub(crate) struct ControlQueue {
     /// and connection asked about: a newer answer replaces the queued one, so a flood of probes
     /// costs one answer per record we send, never one per probe (issue #14).
     answers: Vec<Answer>,
+    /// Connections that carry the ACKs of their own records (`Session::route_acks`); the ACKs
+    /// of any other connection travel on any connection.
+    ack_homes: Vec<ConnId>,
 }
 
 #[derive(Debug)]
@@ -101,9 +104,29 @@ impl ControlQueue {
         self.frames.is_empty() && self.acks.is_empty() && self.refused.is_empty() && self.answers.is_empty()
     }
 
+    /// Sets the connections that carry their own ACKs.
+    pub(crate) fn set_ack_homes(&mut self, homes: impl Iterator<Item = ConnId>) {
+        self.ack_homes.clear();
+        self.ack_homes.extend(homes);
+    }
+
+    /// Whether the ACK of `acked`'s records may travel on `conn`: on its own connection, or
+    /// anywhere when that cannot carry it (or must not: `bound` to it, it answers a Ping).
+    fn ack_may_travel(&self, acked: ConnId, bound: bool, conn: ConnId) -> bool {
+        acked == conn || (!bound && !self.ack_homes.contains(&acked))
+    }
+
+    /// Whether a frame bound to `conn` is waiting (what a suspect connection carries: its probe
+    /// and the answers that must travel on it).
+    pub(crate) fn has_bound_for(&self, conn: ConnId) -> bool {
+        self.acks.iter().any(|(c, _, bound)| *bound && *c == conn)
+            || self.frames.iter().any(|f| f.conn == Some(conn))
+            || self.answers.iter().any(|a| a.conn == Some(conn))
+    }
+
     /// Whether something is waiting that `conn` may carry.
     pub(crate) fn has_for(&self, conn: ConnId) -> bool {
-        self.acks.iter().any(|(c, _, bound)| !bound || *c == conn)
+        self.acks.iter().any(|(c, _, bound)| self.ack_may_travel(*c, *bound, conn))
             || !self.refused.is_empty()
             || self.frames.iter().any(|f| f.conn.is_none_or(|c| c == conn))
             || self.answers.iter().any(|a| a.conn.is_none_or(|c| c == conn))
@@ -112,13 +135,29 @@ impl ControlQueue {
     /// Appends to `out` the queued frames `conn` may carry, in order, while they fit in
     /// `budget` bytes. Returns the number of bytes appended.
     pub(crate) fn take_into(&mut self, conn: ConnId, budget: usize, out: &mut Vec<u8>) -> usize {
+        self.take_into_filtered(conn, budget, out, false)
+    }
+
+    /// Same, only the frames bound to `conn` when `bound_only`.
+    pub(crate) fn take_into_filtered(
+        &mut self,
+        conn: ConnId,
+        budget: usize,
+        out: &mut Vec<u8>,
+        bound_only: bool,
+    ) -> usize {
         let mut used = 0;
         // ACKs and refusals may travel on any connection.
         let mut i = 0;
         while i < self.acks.len() {
             let (connection_id, highest_record_seq, bound) = self.acks[i];
             let ack = Frame::Ack { connection_id, highest_record_seq };
-            if (bound && connection_id != conn) || used + ack.encoded_len() > budget {
+            let allowed = if bound_only {
+                bound && connection_id == conn
+            } else {
+                self.ack_may_travel(connection_id, bound, conn)
+            };
+            if !allowed || used + ack.encoded_len() > budget {
                 i += 1;
                 continue;
             }
@@ -126,7 +165,7 @@ impl ControlQueue {
             ack.encode(out);
             self.acks.swap_remove(i);
         }
-        while let Some((first, last)) = self.refused.front_mut() {
+        while let Some((first, last)) = self.refused.front_mut().filter(|_| !bound_only) {
             let reset = Frame::StreamReset { stream_id: *first, final_size: 0, error_code: RESET_REFUSED };
             if used + reset.encoded_len() > budget {
                 break;
@@ -143,7 +182,8 @@ impl ControlQueue {
         let mut i = 0;
         while i < self.answers.len() {
             let a = &self.answers[i];
-            if a.conn.is_none_or(|c| c == conn) && used + a.bytes.len() <= budget {
+            let allowed = if bound_only { a.conn == Some(conn) } else { a.conn.is_none_or(|c| c == conn) };
+            if allowed && used + a.bytes.len() <= budget {
                 used += a.bytes.len();
                 out.extend_from_slice(&a.bytes);
                 self.answers.swap_remove(i);
@@ -154,7 +194,8 @@ impl ControlQueue {
         let mut i = 0;
         while i < self.frames.len() {
             let f = &self.frames[i];
-            if f.conn.is_none_or(|c| c == conn) && used + f.bytes.len() <= budget {
+            let allowed = if bound_only { f.conn == Some(conn) } else { f.conn.is_none_or(|c| c == conn) };
+            if allowed && used + f.bytes.len() <= budget {
                 used += f.bytes.len();
                 out.extend_from_slice(&f.bytes);
                 self.frames.remove(i);

@@ -348,6 +348,10 @@ impl Core {
             return s.recv.insert(offset, data, fin).map_err(|e| recv_error(id, e));
         }
         let before = s.recv.readable();
+        // Bytes below the in-order end are copies (a record re-sent after a failover or a
+        // suspicion whose original arrived after all): dropped by `insert`, counted here.
+        let duplicate = (offset + data.len() as u64).min(s.recv.contiguous_end()).saturating_sub(offset);
+        self.stats.duplicate_bytes_received += duplicate;
         s.recv.insert(offset, data, fin).map_err(|e| recv_error(id, e))?;
         if s.recv_stopped {
             let n = s.recv.readable();

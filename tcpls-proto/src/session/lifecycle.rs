@@ -178,6 +178,9 @@ impl Session {
             if c.is_finished() && !c.reported {
                 c.reported = true;
                 let error = c.error.clone();
+                if error.is_some() {
+                    self.core.stats.connections_lost += 1;
+                }
                 last_errors.push(error.clone());
                 finished.push(c.id);
                 self.core.control.forget_conn(c.id);

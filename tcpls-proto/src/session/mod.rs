@@ -18,6 +18,7 @@ mod events;
 mod ext;
 mod frames;
 mod lifecycle;
+mod loss;
 mod multipath;
 mod observe;
 mod packetize;
@@ -92,6 +93,8 @@ pub(crate) struct Core {
     /// 0-RTT state (`early.rs`).
     pub(crate) early: early::EarlyState,
     pub(crate) stats: SessionStats,
+    /// The peer has acknowledged a record: loss detection may count on its ACKs (`loss.rs`).
+    pub(crate) peer_acknowledges: bool,
     /// Frame consequences that need the connection table, run after each batch of records
     /// (`receive.rs`).
     pub(crate) actions: Vec<frames::ConnAction>,
@@ -123,6 +126,19 @@ pub struct SessionStats {
     pub records_resent: u64,
     /// Stream bytes of those records (sent again, re-encrypted, on another connection).
     pub stream_bytes_resent: u64,
+    /// Connections that ended with an error (RST, EOF without close_notify, a silent path
+    /// given up, a keepalive left unanswered, ...), not by a clean close.
+    pub connections_lost: u64,
+    /// Times a connection went silent past its retransmission deadline while another could
+    /// carry its records (loss detection, PROTOCOL.md §5): it became *suspect*, its
+    /// unacknowledged records were re-sent elsewhere (counted in `records_resent`).
+    pub paths_suspected: u64,
+    /// Suspect connections that acknowledged again and carry data once more (the path came
+    /// back, or the suspicion was spurious: its records had only been slow).
+    pub paths_recovered: u64,
+    /// Stream bytes received that were already there: copies re-sent after a failover or a
+    /// suspicion, dropped by offset.
+    pub duplicate_bytes_received: u64,
 }
 
 pub struct Session {
@@ -204,6 +220,7 @@ impl Session {
                 ext: Default::default(),
                 early: Default::default(),
                 stats: SessionStats::default(),
+                peer_acknowledges: false,
                 actions: Vec::new(),
                 scratch: Vec::new(),
             },
@@ -232,6 +249,12 @@ impl Session {
     /// Every connection is finished (clean close or failure).
     pub fn is_closed(&self) -> bool {
         self.core.life.is_closed()
+    }
+
+    /// The session is closing (`close` was called, or the peer closed and our streams are
+    /// done) or closed: no new connection should join it.
+    pub fn is_closing(&self) -> bool {
+        self.core.life.is_closing() || self.core.life.is_closed()
     }
 
     /// Why the session failed, if it did.

@@ -334,6 +334,11 @@ impl Session {
         if self.core.side != Side::Client || life.is_fallback() || !life.is_established() || life.is_closed() {
             return Err(TransportError::internal("only an established TCPLS client session can add connections").into());
         }
+        if life.is_closing() {
+            // The server would refuse it, and its failure could outlast the clean close of the
+            // others (a path manager's attempt in flight when `close` was called).
+            return Err(TransportError::internal("the session is closing: no new connection").into());
+        }
         let Some((config, name)) = self.core.paths.client_tls() else {
             return Err(TransportError::internal("no client configuration").into());
         };

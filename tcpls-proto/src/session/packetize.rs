@@ -13,11 +13,16 @@ use crate::frame::{write_stream_trailer, Frame, FrameReader, STREAM_FRAME_OVERHE
 use crate::record::{CT_APPLICATION_DATA, MAX_PLAINTEXT};
 
 use super::conn::{ConnState, Connection};
+use super::sched::PathView;
 use super::streams::Stream;
 use super::{Core, Session};
 
 /// Below this many bytes of room, a record is not worth starting with stream data.
 const MIN_STREAM_CHUNK: usize = 64;
+
+/// Most bytes sealed ahead per connection while several connections are up
+/// (`Session::transmit_high_water`).
+pub const MULTIPATH_HIGH_WATER: usize = 128 << 10;
 
 /// Encoded size of a Stream Change frame: stream ID, offset, type.
 const STREAM_CHANGE_LEN: usize = 4 + 8 + 1;
@@ -36,6 +41,7 @@ impl Session {
         self.core.flush_delayed_acks(now);
         self.check_orphan_timeout(now);
         self.check_keepalive(now);
+        self.check_silent_paths(now);
         self.check_idle(now);
         if self.core.life.is_closed() {
             return;
@@ -51,6 +57,7 @@ impl Session {
                 }
             }
         } else {
+            self.route_acks();
             failed |= self.seal_join_records();
             failed |= self.fill_streams();
             failed |= self.fill_control_and_first_records();
@@ -61,7 +68,8 @@ impl Session {
         if self.peer_closed() && self.core.all_send_halves_finished() {
             self.core.life.begin_closing();
         }
-        if self.core.life.is_closing() && self.core.all_sent() {
+        let gave_up = self.core.life.is_closing() && self.give_up_suspects_at_close();
+        if self.core.life.is_closing() && self.core.all_sent() && !gave_up {
             for c in &mut self.conns {
                 if let Err(e) = c.send_close_notify() {
                     c.fail(e);
@@ -114,7 +122,7 @@ impl Session {
     /// shorter than a record waits while its connection still has bytes to write (autocorking),
     /// so that bulk writers' records stay full (zero-copy placement, fewer records).
     fn fill_streams(&mut self) -> bool {
-        let high = self.core.config.transmit_high_water;
+        let high = self.transmit_high_water();
         let mut failed = false;
         let mut skipped = 0;
         let mut views = Vec::new();
@@ -158,18 +166,23 @@ impl Session {
                     self.conns.get(conn).filter(|c| c.tx.len() < high && self.core.ext.may_send(c.id)).map(|c| c.id)
                 }
                 None => {
+                    // A scheduler that may wait for a fast path rather than send on a slow one
+                    // sees every carrier, those without room too (`Scheduler::pick_any`).
+                    let all = self.core.paths.scheduler().waits_for_paths();
                     views.clear();
                     views.extend(
                         self.conns
                             .iter()
-                            .filter(|c| carries_unsteered(c) && c.tx.len() < high)
-                            .filter(|c| self.core.ext.may_send(c.id))
-                            .map(Session::path_view),
+                            .filter(|c| carries_unsteered(c) && self.core.ext.may_send(c.id))
+                            .map(|c| PathView { room: c.tx.len() < high, ..Session::path_view(c) })
+                            .filter(|v| all || v.room),
                     );
-                    if views.is_empty() {
+                    if !views.iter().any(|v| v.room) {
                         None
                     } else {
-                        self.core.paths.scheduler().pick(id, &views).filter(|c| views.iter().any(|v| v.conn == *c))
+                        let scheduler = self.core.paths.scheduler();
+                        let pick = if all { scheduler.pick_any(id, &views) } else { scheduler.pick(id, &views) };
+                        pick.filter(|c| views.iter().any(|v| v.conn == *c && v.room))
                     }
                 }
             };
@@ -195,43 +208,64 @@ impl Session {
     /// connection, which it always sends right after Finished so the server knows the
     /// connection opens a new session (PROTOCOL.md §1).
     fn fill_control_and_first_records(&mut self) -> bool {
-        let high = self.core.config.transmit_high_water;
         let mut failed = false;
+        let high = self.transmit_high_water();
+        // The control frames that may travel anywhere go first where they are most likely to
+        // arrive.
+        let preferred = self.control_carrier();
+        if let Some(c) = preferred.and_then(|id| self.conns.get_mut(id)) {
+            failed |= self.core.seal_control_on(c, high);
+        }
         for c in &mut self.conns {
-            if !c.is_usable() || !c.is_tcpls() || c.join_pending() {
-                continue;
-            }
-            while c.tx.len() < high && self.core.control.has_for(c.id) {
-                match self.core.seal_control_record(c) {
-                    Ok(true) => {}
-                    Ok(false) => break,
-                    Err(e) => {
-                        c.fail(e);
-                        failed = true;
-                        break;
-                    }
-                }
-            }
-            if self.core.side == super::Side::Client && c.stats.records_sent == 0 && c.is_usable() {
-                let padding = [0u8, CT_APPLICATION_DATA];
-                if let ConnState::Tcpls(layer) = &mut c.state {
-                    match layer.tx.seal_scatter(&[], &padding, &mut c.tx) {
-                        Ok(_) => c.stats.records_sent += 1,
-                        Err(e) => {
-                            c.fail(e.into());
-                            failed = true;
-                        }
-                    }
-                }
+            if Some(c.id) != preferred {
+                failed |= self.core.seal_control_on(c, high);
             }
         }
         failed
     }
 
+    /// How much is sealed ahead per connection. With several connections up, at most
+    /// [`MULTIPATH_HIGH_WATER`]: what is sealed is committed to its connection (records cannot
+    /// move once encrypted), so a deep queue there delays the re-sending of a path that goes
+    /// silent, and an ACK waits behind it; with one connection there is no choice to keep open.
+    fn transmit_high_water(&self) -> usize {
+        let high = self.core.config.transmit_high_water;
+        if self.conns.iter().filter(|c| c.is_up()).take(2).count() > 1 {
+            high.min(MULTIPATH_HIGH_WATER)
+        } else {
+            high
+        }
+    }
+
+    /// The connection that takes first the control frames that may travel on any: the one that
+    /// heard from the peer last (the most likely to reach it), not a suspect one (its records
+    /// may be lost: `loss.rs`). None with a single connection (it takes them anyway).
+    fn control_carrier(&self) -> Option<ConnId> {
+        if self.conns.len() < 2 {
+            return None;
+        }
+        self.conns
+            .iter()
+            .filter(|c| c.is_usable() && c.is_tcpls() && !c.join_pending() && !c.is_suspect())
+            .max_by_key(|c| (c.last_rx, std::cmp::Reverse(c.id)))
+            .map(|c| c.id)
+    }
+
+    /// Tells the control queue which connections carry their own ACKs: an ACK goes back on the
+    /// connection it acknowledges, so that a path that went silent loses only its own ACKs
+    /// (and is then suspected by the peer), never those of the paths that work. The ACKs of a
+    /// connection that cannot carry them (closing, failed, suspect) go on any other.
+    fn route_acks(&mut self) {
+        let homes = self.conns.iter().filter(|c| c.is_usable() && c.is_tcpls() && !c.is_suspect()).map(|c| c.id);
+        self.core.control.set_ack_homes(homes);
+    }
+
     /// When the peer closes one of several connections, we close it too; its streams carry on
-    /// over the others.
+    /// over the others (not over a suspect one: when the peer closed all but that one, the
+    /// session is closing, see `peer_closed`).
     fn answer_connection_closes(&mut self) {
-        let others_usable = self.conns.iter().filter(|c| c.is_usable() && !c.close_received()).count();
+        let others_usable =
+            self.conns.iter().filter(|c| c.is_usable() && !c.close_received() && !c.is_suspect()).count();
         if others_usable == 0 {
             return;
         }
@@ -244,11 +278,14 @@ impl Session {
         }
     }
 
-    /// The peer sent close_notify on every live connection: it will open no more streams.
+    /// The peer sent close_notify on every live connection: it will open no more streams. A
+    /// connection we suspect of silence (`loss.rs`) is not waited for (its close_notify may
+    /// never arrive) as long as one of the others brought one.
     pub fn peer_closed(&self) -> bool {
         self.core.life.is_established()
             && self.core.life.orphaned_since().is_none()
-            && self.conns.iter().all(|c| c.close_received() || c.is_finished())
+            && self.conns.iter().all(|c| c.close_received() || c.is_finished() || c.is_suspect())
+            && (self.conns.iter().any(|c| c.close_received()) || self.conns.iter().all(|c| !c.is_suspect()))
     }
 
     /// Something is queued that the next `prepare_transmit` would seal (the IO layer uses this
@@ -442,6 +479,42 @@ impl Core {
         Ok(())
     }
 
+    /// Records of control frames on `c` while it has room, and a client's first record.
+    /// Returns whether `c` failed.
+    fn seal_control_on(&mut self, c: &mut Connection, high: usize) -> bool {
+        if !c.is_usable() || !c.is_tcpls() || c.join_pending() {
+            return false;
+        }
+        // A suspect connection takes only what is bound to it (its probe): anything else might
+        // never arrive.
+        let bound_only = c.is_suspect();
+        let id = c.id;
+        let waiting = |q: &super::ControlQueue| if bound_only { q.has_bound_for(id) } else { q.has_for(id) };
+        while c.tx.len() < high && waiting(&self.control) {
+            match self.seal_control_record(c, bound_only) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => {
+                    c.fail(e);
+                    return true;
+                }
+            }
+        }
+        if self.side == super::Side::Client && c.stats.records_sent == 0 && c.is_usable() {
+            let padding = [0u8, CT_APPLICATION_DATA];
+            if let ConnState::Tcpls(layer) = &mut c.state {
+                match layer.tx.seal_scatter(&[], &padding, &mut c.tx) {
+                    Ok(_) => c.stats.records_sent += 1,
+                    Err(e) => {
+                        c.fail(e.into());
+                        return true;
+                    }
+                }
+            }
+        }
+        false
+    }
+
     fn requeue_control(&mut self, encoded: &[u8]) {
         for frame in FrameReader::new(encoded).flatten() {
             self.control.push(&frame, None);
@@ -449,11 +522,11 @@ impl Core {
     }
 
     /// A record of control frames only. Returns false when nothing fitted.
-    fn seal_control_record(&mut self, c: &mut Connection) -> Result<bool, Error> {
+    fn seal_control_record(&mut self, c: &mut Connection, bound_only: bool) -> Result<bool, Error> {
         let record_size = self.record_size();
         let mut trailer = std::mem::take(&mut self.scratch);
         trailer.clear();
-        let len = self.control.take_into(c.id, record_size, &mut trailer);
+        let len = self.control.take_into_filtered(c.id, record_size, &mut trailer, bound_only);
         if len == 0 {
             self.scratch = trailer;
             return Ok(false);

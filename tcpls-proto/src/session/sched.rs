@@ -1,13 +1,27 @@
 //! Which connection carries the next record of a stream that is not steered to one.
 //!
 //! Spreading one stream's records over several connections is bandwidth aggregation
-//! (PROTOCOL.md §4); the receiver reorders by offset. The scheduler only sees connections that
-//! can take a record now (their transmit buffer has room), so a slower path naturally gets
-//! fewer records; the policies below refine that choice.
+//! (PROTOCOL.md §4); the receiver reorders by offset. A scheduler's [`Scheduler::pick`] sees
+//! only connections that can take a record now (their transmit buffer has room), so a slower
+//! path naturally gets fewer records; [`Scheduler::pick_any`] sees them all, for policies that
+//! would rather wait for a fast path than send on a slow one ([`EarliestArrival`]).
 
 use std::collections::HashMap;
 
 use crate::event::{ConnId, StreamId};
+
+/// What the IO layer reports of a connection's path (TCP_INFO), for the scheduler.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PathInfo {
+    /// Smoothed RTT (`tcpi_rtt`), microseconds.
+    pub rtt_us: Option<u32>,
+    /// Congestion window (`tcpi_snd_cwnd`), segments.
+    pub cwnd: Option<u32>,
+    /// Delivery rate estimate (`tcpi_delivery_rate`), bytes per second.
+    pub delivery_rate: Option<u64>,
+    /// Bytes written to the socket that the kernel has not sent yet (`tcpi_notsent_bytes`).
+    pub kernel_unsent: Option<u32>,
+}
 
 /// What a scheduler knows about each candidate connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,12 +35,40 @@ pub struct PathView {
     pub queued: usize,
     /// Bytes written to this connection so far.
     pub bytes_sent: u64,
+    /// It can take a record now (always true in [`Scheduler::pick`]).
+    pub room: bool,
+    /// Delivery rate reported by the IO layer (TCP_INFO), bytes per second, if known.
+    pub delivery_rate: Option<u64>,
+    /// Bytes the kernel holds unsent on this connection (TCP_INFO), if known.
+    pub kernel_unsent: Option<u32>,
 }
 
 /// A policy for unsteered stream records. Return one of `paths[i].conn`, or None to send nothing
 /// now.
 pub trait Scheduler: Send {
+    /// Picks among the connections that can take a record now.
     fn pick(&mut self, stream: StreamId, paths: &[PathView]) -> Option<ConnId>;
+
+    /// Whether the session should call [`Scheduler::pick_any`] (with every carrier) rather
+    /// than [`Scheduler::pick`] (with those that have room).
+    fn waits_for_paths(&self) -> bool {
+        false
+    }
+
+    /// Picks among every connection that may carry the stream, those without room included
+    /// (`room` false): a policy may return one of those to wait for it (nothing is sent now,
+    /// the stream waits for the next round). Called when [`Scheduler::waits_for_paths`]; the
+    /// default asks [`Scheduler::pick`] about the connections with room.
+    fn pick_any(&mut self, stream: StreamId, paths: &[PathView]) -> Option<ConnId> {
+        if paths.iter().all(|p| p.room) {
+            return self.pick(stream, paths);
+        }
+        let with_room: Vec<PathView> = paths.iter().filter(|p| p.room).copied().collect();
+        if with_room.is_empty() {
+            return None;
+        }
+        self.pick(stream, &with_room)
+    }
 }
 
 /// Each connection in turn.
@@ -77,6 +119,54 @@ impl Scheduler for Weighted {
     }
 }
 
+/// Earliest arrival: the connection on which a record given now would reach the peer first,
+/// waiting for it when it has no room rather than sending on a slower path. For unequal paths
+/// (Wi-Fi and LTE, 40 and 10 Mbit/s), where sending on the slow path whatever the fast one could
+/// carry sooner fills the receiver's window with data that arrives late (head-of-line blocking):
+/// the rule of ECF (Lim et al., "ECF: An MPTCP Path Scheduler to Manage Heterogeneous Paths",
+/// CoNEXT 2017) and of STTF (Hurtig et al., IEEE/ACM ToN 2019), with the queue ahead of the
+/// record counted on each path: a record given to path p arrives after about
+/// (bytes queued ahead of it, ours and the kernel's) / (p's delivery rate) + p's RTT / 2.
+/// Paths without RTT or rate yet are tried by the least queued, as [`LowestRtt`] does.
+#[derive(Debug, Default)]
+pub struct EarliestArrival;
+
+impl EarliestArrival {
+    /// Estimated arrival, microseconds from now, of a record given to `p`; None without enough
+    /// information.
+    pub fn arrival_us(p: &PathView) -> Option<u64> {
+        let rtt = u64::from(p.rtt_us?);
+        let rate = match p.delivery_rate.filter(|r| *r > 0) {
+            Some(rate) => rate,
+            // No rate yet: a window's worth per RTT.
+            None => u64::from(p.cwnd?) * 1448 * 1_000_000 / rtt.max(1),
+        };
+        let ahead = p.queued as u64 + u64::from(p.kernel_unsent.unwrap_or(0));
+        Some(ahead.saturating_mul(1_000_000) / rate.max(1) + rtt / 2)
+    }
+}
+
+impl Scheduler for EarliestArrival {
+    fn pick(&mut self, stream: StreamId, paths: &[PathView]) -> Option<ConnId> {
+        self.pick_any(stream, paths)
+    }
+
+    fn waits_for_paths(&self) -> bool {
+        true
+    }
+
+    fn pick_any(&mut self, _stream: StreamId, paths: &[PathView]) -> Option<ConnId> {
+        // A path not measured yet gets records (that is how it gets measured), least queued
+        // first.
+        if let Some(p) = paths.iter().filter(|p| p.room && Self::arrival_us(p).is_none()).min_by_key(|p| p.queued) {
+            return Some(p.conn);
+        }
+        let best = paths.iter().filter_map(|p| Some((Self::arrival_us(p)?, !p.room, p.conn, p.room))).min()?;
+        // The earliest path has no room: wait for it (None), nothing goes on a later one.
+        best.3.then_some(best.2)
+    }
+}
+
 /// An application-defined policy.
 pub struct FnScheduler<F>(pub F);
 
@@ -91,7 +181,62 @@ mod tests {
     use super::*;
 
     fn path(conn: ConnId, rtt: Option<u32>, queued: usize, sent: u64) -> PathView {
-        PathView { conn, rtt_us: rtt, cwnd: None, queued, bytes_sent: sent }
+        PathView {
+            conn,
+            rtt_us: rtt,
+            cwnd: None,
+            queued,
+            bytes_sent: sent,
+            room: true,
+            delivery_rate: None,
+            kernel_unsent: None,
+        }
+    }
+
+    /// A measured path: RTT in ms, rate in Mbit/s, bytes queued (ours), room.
+    fn measured(conn: ConnId, rtt_ms: u32, mbit: u64, queued: usize, room: bool) -> PathView {
+        PathView {
+            rtt_us: Some(rtt_ms * 1000),
+            delivery_rate: Some(mbit * 1_000_000 / 8),
+            room,
+            ..path(conn, None, queued, 0)
+        }
+    }
+
+    #[test]
+    fn earliest_arrival_waits_for_the_fast_path_rather_than_sending_late_on_the_slow_one() {
+        let mut s = EarliestArrival;
+        // Wi-Fi 40 Mbit/s 20 ms RTT, LTE 10 Mbit/s 80 ms RTT, both empty: Wi-Fi.
+        let wifi = |q, room| measured(0, 20, 40, q, room);
+        let lte = |q, room| measured(1, 80, 10, q, room);
+        assert_eq!(s.pick_any(0, &[wifi(0, true), lte(0, true)]), Some(0));
+        // Wi-Fi has 100 KB queued (20 ms + 10 ms = 30 ms) < LTE's 40 ms: still Wi-Fi, and when it
+        // has no room the record waits for it.
+        assert_eq!(s.pick_any(0, &[wifi(100_000, true), lte(0, true)]), Some(0));
+        assert_eq!(s.pick_any(0, &[wifi(100_000, false), lte(0, true)]), None);
+        // Wi-Fi's queue is 500 KB deep (100 ms + 10 ms): LTE delivers first, so it carries.
+        assert_eq!(s.pick_any(0, &[wifi(500_000, false), lte(0, true)]), Some(1));
+        // The kernel's unsent bytes count as queue too.
+        let mut deep = wifi(0, true);
+        deep.kernel_unsent = Some(500_000);
+        assert_eq!(s.pick_any(0, &[deep, lte(0, true)]), Some(1));
+        // An unmeasured path with room is tried first; without room nothing is sent.
+        assert_eq!(s.pick_any(0, &[wifi(0, true), path(7, None, 0, 0)]), Some(7));
+        assert_eq!(s.pick_any(0, &[wifi(0, false), lte(0, false)]), None);
+        assert_eq!(s.pick_any(0, &[]), None);
+        // Without a rate, a window per RTT: 10 segments per 10 ms ≈ 11.6 Mbit/s.
+        let mut p = path(3, Some(10_000), 14_480, 0);
+        p.cwnd = Some(10);
+        assert_eq!(EarliestArrival::arrival_us(&p), Some(10_000 + 5_000));
+    }
+
+    #[test]
+    fn pick_any_defaults_to_pick_over_the_paths_with_room() {
+        let mut rr = RoundRobin::default();
+        let mut full = path(0, Some(10), 0, 0);
+        full.room = false;
+        assert_eq!(rr.pick_any(0, &[full, path(2, None, 0, 0)]), Some(2));
+        assert_eq!(LowestRtt.pick_any(0, &[full]), None);
     }
 
     #[test]

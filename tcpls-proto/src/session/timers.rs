@@ -161,9 +161,16 @@ impl Session {
             return None;
         }
         let paced = if !self.core.streams.has_ready() { None } else { self.core.ext.next_ready() };
-        [paced, self.ack_timeout(), self.orphan_deadline(), self.keepalive_deadline(), self.idle_deadline()]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            paced,
+            self.ack_timeout(),
+            self.orphan_deadline(),
+            self.keepalive_deadline(),
+            self.idle_deadline(),
+            self.loss_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 }

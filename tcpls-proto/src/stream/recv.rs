@@ -112,6 +112,11 @@ impl RecvBuf {
         }
     }
 
+    /// End of the bytes received in order (everything below it has arrived).
+    pub fn contiguous_end(&self) -> u64 {
+        self.contig_end
+    }
+
     /// Stores `data` at `offset`. Bytes already received are ignored, so nothing is delivered
     /// twice. After a reset, data is dropped but the final size rules are still checked.
     pub fn insert(&mut self, offset: u64, data: &[u8], fin: bool) -> Result<(), RecvError> {

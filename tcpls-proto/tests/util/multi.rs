@@ -21,6 +21,9 @@ pub struct MultiPair {
     pub now: Instant,
     /// Connections whose pipes are cut (no bytes move).
     pub cut: BTreeSet<ConnId>,
+    /// Connections cut in one direction only: client to server (`true`) or server to client.
+    /// Bytes wait in the sender's buffer, as TCP keeps them, until the cut is lifted.
+    pub cut_one_way: BTreeSet<(ConnId, bool)>,
     pub client_events: Vec<Event>,
     pub server_events: Vec<Event>,
 }
@@ -47,6 +50,7 @@ impl MultiPair {
             settings,
             now: Instant::now(),
             cut: BTreeSet::new(),
+            cut_one_way: BTreeSet::new(),
             client_events: vec![],
             server_events: vec![],
         };
@@ -71,8 +75,12 @@ impl MultiPair {
                 if self.cut.contains(&id) {
                     continue;
                 }
-                moved |= Self::pipe(&mut self.client, &mut self.server, id, self.now);
-                moved |= Self::pipe(&mut self.server, &mut self.client, id, self.now);
+                if !self.cut_one_way.contains(&(id, true)) {
+                    moved |= Self::pipe(&mut self.client, &mut self.server, id, self.now);
+                }
+                if !self.cut_one_way.contains(&(id, false)) {
+                    moved |= Self::pipe(&mut self.server, &mut self.client, id, self.now);
+                }
             }
             while let Some(e) = self.client.poll_event() {
                 self.client_events.push(e);

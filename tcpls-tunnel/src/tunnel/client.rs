@@ -89,6 +89,8 @@ struct Current {
     up: bool,
     /// Why the client gave up (the concentrator refused it): the front ends stop.
     fatal: Option<String>,
+    /// [`TunnelClient::shutdown`] was called: the session is being closed, never replaced.
+    stopping: bool,
 }
 
 struct Dial {
@@ -106,11 +108,10 @@ impl Dial {
     /// Opens the session and joins one more TCP connection per path.
     async fn session(&self) -> io::Result<Session> {
         let concentrator = self.concentrator;
-        let session = self
-            .connector
-            .connect(concentrator, self.server_name.clone())
-            .await
-            .map_err(|e| io::Error::new(e.kind(), format!("cannot open a TCPLS session to {concentrator}: {e}")))?;
+        let session = self.connector.connect(concentrator, self.server_name.clone()).await.map_err(|e| {
+            let what = format!("cannot open a TCPLS session to {concentrator}");
+            io::Error::new(e.kind(), WithContext { what, source: e })
+        })?;
         if session.is_fallback() {
             session.abort();
             return Err(io::Error::new(
@@ -142,6 +143,26 @@ impl Dial {
             }
         }
         Ok(session)
+    }
+}
+
+/// An error with what was being done, the original kept as its source: a caller can still find
+/// the TLS error inside (to advise on an untrusted certificate, say).
+#[derive(Debug)]
+struct WithContext {
+    what: String,
+    source: io::Error,
+}
+
+impl fmt::Display for WithContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.what, self.source)
+    }
+}
+
+impl std::error::Error for WithContext {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
     }
 }
 
@@ -222,7 +243,7 @@ impl TunnelClient {
             path_manager: cfg.path_manager,
         };
         let session = dial.session().await?;
-        let (current, _) = watch::channel(Current { session, up: true, fatal: None });
+        let (current, _) = watch::channel(Current { session, up: true, fatal: None, stopping: false });
         let inner = Inner {
             current,
             dial,
@@ -244,6 +265,23 @@ impl TunnelClient {
         self.inner.current.borrow().up
     }
 
+    /// Stops the client for good (Ctrl-C, SIGTERM): the reconnection task ends without
+    /// opening another session or logging an outage, and the session is closed with
+    /// close_notify, so the concentrator ends it at once rather than keeping it for a rejoin.
+    /// After `grace` without the close completing, the session is aborted.
+    pub async fn shutdown(&self, grace: Duration) {
+        // Under the watch's lock: a reconnection that completes now sees `stopping` and closes
+        // its new session instead of installing it, so the session read below is the last one.
+        self.inner.current.send_modify(|c| {
+            c.stopping = true;
+            c.up = false;
+        });
+        let session = self.session();
+        if tokio::time::timeout(grace, session.close()).await.is_err() {
+            session.abort();
+        }
+    }
+
     /// Re-establishes the session whenever it ends, with `backoff` between attempts, for as
     /// long as the returned task runs (it stops when the last clone of the client is dropped).
     /// Meanwhile new connections wait up to `cfg.reconnect_wait` for the new session.
@@ -260,10 +298,22 @@ impl TunnelClient {
         tokio::spawn(async move {
             let mut failures = 0u32;
             loop {
-                let Some(old) = weak.upgrade().map(|i| i.current.borrow().session.clone()) else { return };
+                let Some((old, mut stop)) =
+                    weak.upgrade().map(|i| (i.current.borrow().session.clone(), i.current.subscribe()))
+                else {
+                    return;
+                };
                 let since = tokio::time::Instant::now();
-                let (why, refused) = trouble(&old).await;
+                let (why, refused) = tokio::select! {
+                    biased;
+                    _ = stop.wait_for(|c| c.stopping) => return,
+                    t = trouble(&old) => t,
+                };
                 let Some(inner) = weak.upgrade() else { return };
+                if inner.current.borrow().stopping {
+                    // The session ended because the client is stopping: nothing was lost.
+                    return;
+                }
                 if refused {
                     error!("tunnel client: the concentrator refused this client ({why}): not reconnecting");
                     inner.current.send_modify(|c| {
@@ -276,7 +326,7 @@ impl TunnelClient {
                 let carried = if since.elapsed() < reconnect::STABLE { failures + 1 } else { 0 };
                 let what = format!("session to {}", inner.dial.concentrator);
                 let timeout = inner.cfg.handshake_timeout;
-                let (new, counted) = reconnect::retry(backoff, carried, &what, &why, || async {
+                let retried = reconnect::retry(backoff, carried, &what, &why, || async {
                     if is_usable(&old) {
                         return Ok(None);
                     }
@@ -289,18 +339,33 @@ impl TunnelClient {
                         return Ok(None);
                     }
                     Ok::<_, io::Error>(Some(new))
-                })
-                .await;
+                });
+                let (new, counted) = tokio::select! {
+                    biased;
+                    _ = stop.wait_for(|c| c.stopping) => return,
+                    r = retried => r,
+                };
                 failures = counted;
                 match new {
                     Some(session) => {
-                        inner.current.send_replace(Current { session, up: true, fatal: None });
+                        let installed = inner.current.send_if_modified(|c| {
+                            if c.stopping {
+                                return false;
+                            }
+                            *c = Current { session: session.clone(), up: true, fatal: None, stopping: false };
+                            true
+                        });
+                        if !installed {
+                            // Stopped while this session was being opened: it is not used.
+                            session.close().await;
+                            return;
+                        }
                         // `abort` leaves an orphaned session waiting for a rejoin until its
                         // deadline (its streams with it); `close` ends an orphaned one at once.
                         old.abort();
                         tokio::spawn(async move { old.close().await });
                     }
-                    None => inner.current.send_modify(|c| c.up = true),
+                    None => inner.current.send_modify(|c| c.up = !c.stopping),
                 }
             }
         })

@@ -428,7 +428,7 @@ async fn serve_session(session: Session, peer: SocketAddr, ctx: &Arc<Ctx>) -> Se
         error,
     };
     info!(
-        "tunnel: session from {tag} ended after {:.1} s: {:?}{}",
+        "tunnel: session from {tag} ended after {:.1} s: {}{}",
         summary.duration.as_secs_f64(),
         summary.stats,
         summary.error.as_ref().map(|e| format!(", error: {e}")).unwrap_or_default()

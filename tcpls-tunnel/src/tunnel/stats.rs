@@ -62,12 +62,13 @@ impl std::fmt::Display for StatsSnapshot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} connection{} ({} connected, {} failed, {} rejected, {} closed, {} reset here, {} reset by the peer), \
-             {} bytes up, {} bytes down",
+            "{} connection{} ({} connected, {} failed, {} refused by policy, {} rejected, {} closed, {} reset here, \
+             {} reset by the peer), {} bytes up, {} bytes down",
             self.streams,
             if self.streams == 1 { "" } else { "s" },
             self.connected,
             self.connect_failed,
+            self.refused_dest,
             self.rejected,
             self.closed,
             self.local_resets,
