@@ -1,7 +1,7 @@
 //! A stream as a binding holds it: both halves, each usable by one thread at a time, with
 //! blocking calls (a timeout) and non-blocking ones (the session's readiness descriptor).
 
-use std::future::poll_fn;
+use std::future::{poll_fn, Future};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
@@ -17,6 +17,9 @@ use crate::runtime::{block_on, runtime, Wait};
 /// The largest buffer one read or write takes (1 GiB): a larger length is taken for a caller's
 /// mistake (a negative number cast to size_t, a wrong variable) rather than trusted.
 pub const MAX_IO_LEN: usize = 1 << 30;
+
+/// Most bytes one zero-copy read hands to its callback before it returns.
+pub const READ_WITH_BUDGET: usize = 4 << 20;
 
 /// A stream: its sending half (until shut down) and its receiving half.
 pub struct StreamCore {
@@ -107,8 +110,8 @@ impl StreamCore {
         }
     }
 
-    /// Reads what has arrived (waiting at most `wait` for the first byte); 0 at the end of the
-    /// stream.
+    /// Reads what has arrived (waiting at most `wait` for the first byte), up to `buf`'s size;
+    /// 0 at the end of the stream.
     pub fn read(&self, buf: &mut [u8], wait: Wait) -> Result<usize> {
         check_len(buf.len())?;
         if buf.is_empty() {
@@ -120,36 +123,67 @@ impl StreamCore {
             wait,
             "reading",
             poll_fn(|cx| {
-                let mut out = ReadBuf::new(buf);
-                match Pin::new(&mut *recv).poll_read(cx, &mut out) {
-                    Poll::Ready(Ok(())) => Poll::Ready(Ok(out.filled().len())),
-                    Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-                    Poll::Pending => Poll::Pending,
+                // Everything that has arrived, in as many pieces as it takes: one call (one
+                // wake-up of the caller) per burst rather than per piece.
+                let mut filled = 0;
+                while filled < buf.len() {
+                    let mut out = ReadBuf::new(&mut buf[filled..]);
+                    match Pin::new(&mut *recv).poll_read(cx, &mut out) {
+                        Poll::Ready(Ok(())) if out.filled().is_empty() => break, // the end
+                        Poll::Ready(Ok(())) => filled += out.filled().len(),
+                        Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                        Poll::Pending if filled == 0 => return Poll::Pending,
+                        Poll::Pending => break,
+                    }
                 }
+                Poll::Ready(Ok(filled))
             }),
         )?;
         read.map_err(|e| Error::io("reading failed", &e))
     }
 
     /// Reads without a copy: `consume` sees the bytes that have arrived, in the session's own
-    /// buffer, and returns how many it used (at least one). Waits at most `wait` for the first
-    /// byte; returns the count used, 0 at the end of the stream (`consume` not called).
+    /// buffer, piece by piece, and returns how many of each piece it used (at least one). Waits
+    /// at most `wait` for the first byte; returns the count used (up to about
+    /// [`READ_WITH_BUDGET`] per call), 0 at the end of the stream (`consume` not called).
     pub fn read_with(&self, wait: Wait, mut consume: impl FnMut(&[u8]) -> usize) -> Result<usize> {
         let mut guard = self.half(&self.recv, "reading from")?;
         let recv = guard.as_mut().ok_or_else(read_closed)?;
-        let mut offered = false;
         let used = block_on(
             wait,
             "reading",
-            recv.read_chunk_with(|chunk| {
-                offered = !chunk.is_empty();
-                consume(chunk)
+            poll_fn(|cx| {
+                // The pieces that have arrived, one after the other, until none is left, the
+                // callback leaves some of one, or the budget is spent: one call (one wake-up of
+                // the caller) per burst rather than per piece.
+                let mut total = 0;
+                while total < READ_WITH_BUDGET {
+                    let offered = std::cell::Cell::new(0);
+                    let mut piece = std::pin::pin!(recv.read_chunk_with(|chunk| {
+                        offered.set(chunk.len());
+                        consume(chunk)
+                    }));
+                    match piece.as_mut().poll(cx) {
+                        Poll::Ready(Ok(0)) if offered.get() > 0 => {
+                            return Poll::Ready(Err(Error::invalid(
+                                "the read callback used none of the bytes offered: it must use at least one",
+                            )))
+                        }
+                        Poll::Ready(Ok(0)) => break, // the end of the stream (again next call)
+                        Poll::Ready(Ok(n)) => {
+                            total += n;
+                            if n < offered.get() {
+                                break;
+                            }
+                        }
+                        Poll::Ready(Err(e)) => return Poll::Ready(Err(Error::io("reading failed", &e))),
+                        Poll::Pending if total == 0 => return Poll::Pending,
+                        Poll::Pending => break,
+                    }
+                }
+                Poll::Ready(Ok(total))
             }),
-        )?
-        .map_err(|e| Error::io("reading failed", &e))?;
-        if offered && used == 0 {
-            return Err(Error::invalid("the read callback used none of the bytes offered: it must use at least one"));
-        }
+        )??;
         Ok(used)
     }
 

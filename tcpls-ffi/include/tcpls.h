@@ -19,18 +19,20 @@
  *    TCPLS_ERR_INTERNAL.
  *
  * Threading rules
- *  - Every call may be made from any thread; the library runs one shared tokio runtime (worker
- *    threads started on first use) for all sessions.
+ *  - Every call may be made from any thread; the library runs one shared tokio runtime for all
+ *    sessions, started on first use, with half the cores as worker threads (at least one; the
+ *    environment variable TCPLS_WORKER_THREADS overrides it).
  *  - Configs, sessions and listeners may be used by several threads at once, except that one
  *    thread at a time may wait in tcpls_next_event or tcpls_stream_accept on a session, and in
  *    tcpls_accept on a listener.
- *  - A stream may have one reading thread (tcpls_stream_read / try_read) and one writing thread
+ *  - A stream may have one reading thread (tcpls_stream_read / read_with / try_read) and one writing thread
  *    (tcpls_stream_write / try_write / shutdown / reset) at the same time; a second concurrent
  *    reader or writer gets TCPLS_ERR_BUSY.
  *  - Freeing a handle that another thread is using is safe: that call finishes, later calls
  *    get TCPLS_ERR_INVALID_HANDLE.
- *  - Do not call the library from inside its own threads (there are no callbacks, so only a
- *    signal handler could): blocking calls there fail with TCPLS_ERR_BUSY.
+ *  - The one callback, of tcpls_stream_read_with, runs on the calling thread with the session
+ *    locked: it must not call the library for that session. Do not call the library from a
+ *    signal handler.
  *
  * Event loops: tcpls_session_fd() is a descriptor to poll for reading. When a non-blocking call
  * (tcpls_stream_try_read, tcpls_stream_try_write, or tcpls_stream_accept / tcpls_next_event

@@ -217,3 +217,37 @@ fn c_client_upload_survives_the_kernel_resetting_one_path_mid_transfer() {
     assert!(report.contains(&format!("\"bytes\": {BULK_BYTES}")) && report.contains("\"verified\": true"), "{report}");
     assert!(report.contains("\"paths_down\": 1"), "the reset path went down: {report}");
 }
+
+#[test]
+fn the_static_library_links_with_the_pc_files_private_libs_and_works() {
+    let Some(ex) = skip("the_static_library_links") else { return };
+    // The system libraries a static link needs, as tcpls.pc lists them for `pkg-config --static`.
+    let pc = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tcpls.pc")).unwrap();
+    let private: Vec<&str> =
+        pc.lines().find_map(|l| l.strip_prefix("Libs.private:")).unwrap().split_whitespace().collect();
+    let binary = temp_dir("static").join("tcpls-client");
+    let crate_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new("cc")
+        .args(["-O2", "-std=c11", "-D_POSIX_C_SOURCE=200809L", "-pthread", "-I"])
+        .arg(crate_dir.join("include"))
+        .arg(crate_dir.join("examples/c/client.c"))
+        .arg(target_dir().join("libtcpls.a"))
+        .args(&private)
+        .arg("-o")
+        .arg(&binary)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "static link: {}", describe(&out));
+    let (_server, first, _) =
+        tcpls_serve(&["--mode", "echo", "--cert", ex.cert().to_str().unwrap(), "--key", ex.key().to_str().unwrap()]);
+    let out = run(
+        Command::new(&binary).arg("--ca").arg(ex.cert()).args(["--server-name", "localhost", "--streams", "2", &first]),
+        b"",
+    );
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("verified 1048576 bytes on 2 streams"),
+        "{}",
+        describe(&out)
+    );
+}

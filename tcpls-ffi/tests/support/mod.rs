@@ -32,12 +32,17 @@ pub fn missing_cc() -> Option<String> {
 
 /// Builds libtcpls and the `tcpls` binary for this profile (`cargo test` builds neither: the
 /// library is a cdylib, the binary belongs to another package); once per test process.
+///
+/// The whole workspace with all its targets, not only those two packages: that resolves the
+/// features as `cargo test --workspace` does (dev-dependencies included), so after it the
+/// build only links the library. Two packages alone would resolve them without the
+/// dev-dependencies' features and rebuild the crates they share.
 pub fn build_rust_parts() -> &'static Result<(), String> {
     static BUILT: OnceLock<Result<(), String>> = OnceLock::new();
     BUILT.get_or_init(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
-        cmd.current_dir(workspace()).args(["build", "-p", "tcpls-ffi", "-p", "tcpls-cli"]);
+        cmd.current_dir(workspace()).args(["build", "--workspace", "--all-targets"]);
         if target_dir().ends_with("release") {
             cmd.arg("--release");
         }
