@@ -116,8 +116,8 @@ impl LossState {
             }
             Some(srtt) => {
                 let delta = srtt.abs_diff(sample);
-                self.rttvar = (self.rttvar * 3 + delta) / 4;
-                self.srtt = Some((srtt * 7 + sample) / 8);
+                self.rttvar = self.rttvar.saturating_mul(3).saturating_add(delta) / 4;
+                self.srtt = Some(srtt.saturating_mul(7).saturating_add(sample) / 8);
             }
         }
     }
@@ -125,10 +125,10 @@ impl LossState {
     /// How long the progress clock may run before the connection is suspect.
     pub(crate) fn deadline(&self, ack_delay: Duration, floor: Duration) -> Duration {
         let estimate = match self.srtt {
-            Some(srtt) => srtt + 4 * self.rttvar + ack_delay,
+            Some(srtt) => srtt.saturating_add(self.rttvar.saturating_mul(4)).saturating_add(ack_delay),
             None => floor,
         };
-        estimate.max(floor) * (1 << self.backoff)
+        estimate.max(floor).saturating_mul(1 << self.backoff)
     }
 
     pub(crate) fn is_suspect(&self) -> bool {
@@ -141,13 +141,14 @@ impl LossState {
         if self.suspect.is_some() {
             return None;
         }
-        Some(self.waiting_since? + self.deadline(ack_delay, floor))
+        self.waiting_since?.checked_add(self.deadline(ack_delay, floor))
     }
 
     /// When the connection is given up for silence.
     fn silent_at(&self, timeout: Duration) -> Option<Instant> {
         let since = self.suspect.map(|s| s.waiting_since).or(self.waiting_since)?;
-        Some(since + timeout)
+        // A timeout too long to add is no timeout (a configured Duration::MAX).
+        since.checked_add(timeout)
     }
 
     fn suspect(&mut self, now: Instant, probe_from: u64) {
@@ -287,7 +288,7 @@ impl Session {
         // Rounded up to the timer's granularity from the session's first time.
         let start = self.core.clock.start().unwrap_or(at);
         let ticks = at.saturating_duration_since(start).as_nanos().div_ceil(TIMER_GRANULARITY.as_nanos());
-        Some(start + TIMER_GRANULARITY * ticks.min(u128::from(u32::MAX)) as u32)
+        start.checked_add(TIMER_GRANULARITY.saturating_mul(ticks.min(u128::from(u32::MAX)) as u32)).or(Some(at))
     }
 }
 
@@ -322,6 +323,20 @@ mod tests {
             fast.on_ack(i, Some(MS), false, None);
         }
         assert_eq!(fast.deadline(25 * MS, 200 * MS), 200 * MS);
+    }
+
+    #[test]
+    fn huge_configured_durations_do_not_overflow() {
+        let mut s = LossState::default();
+        let t0 = Instant::now();
+        s.on_record_logged(Some(t0));
+        s.on_ack(0, Some(MS), true, Some(t0));
+        s.suspect(t0, 1);
+        s.on_ack(1, None, true, Some(t0));
+        s.on_record_logged(Some(t0));
+        assert_eq!(s.deadline(Duration::MAX, Duration::MAX), Duration::MAX);
+        assert_eq!(s.suspect_at(Duration::MAX, Duration::MAX), None, "no deadline, no panic");
+        assert_eq!(s.silent_at(Duration::MAX), None);
     }
 
     #[test]

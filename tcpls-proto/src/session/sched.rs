@@ -142,7 +142,7 @@ impl EarliestArrival {
             None => u64::from(p.cwnd?) * 1448 * 1_000_000 / rtt.max(1),
         };
         let ahead = p.queued as u64 + u64::from(p.kernel_unsent.unwrap_or(0));
-        Some(ahead.saturating_mul(1_000_000) / rate.max(1) + rtt / 2)
+        Some((ahead.saturating_mul(1_000_000) / rate.max(1)).saturating_add(rtt / 2))
     }
 }
 
