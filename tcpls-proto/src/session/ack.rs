@@ -18,7 +18,7 @@ use super::{Core, Session};
 
 /// Receive-side acknowledgement state of one connection.
 #[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct AckState {
+pub(super) struct AckState {
     /// Highest record number processed.
     highest: u64,
     /// The last record counted (a record with several frames counts once).
@@ -29,13 +29,13 @@ pub(crate) struct AckState {
 }
 
 #[derive(Debug, Default)]
-pub(crate) struct Acks {
+pub(super) struct Acks {
     conns: HashMap<ConnId, AckState>,
 }
 
 impl Core {
     /// Record `number` on `conn` carried an ack-eliciting frame.
-    pub(crate) fn note_ack_eliciting(&mut self, conn: ConnId, number: u64) {
+    pub(super) fn note_ack_eliciting(&mut self, conn: ConnId, number: u64) {
         let every = self.config.ack_every_records.max(1);
         let delay = self.config.ack_delay;
         let state = self.acks.conns.entry(conn).or_default();
@@ -65,7 +65,7 @@ impl Core {
     }
 
     /// Queues the ACKs whose delay has run out.
-    pub(crate) fn flush_delayed_acks(&mut self, now: Instant) {
+    pub(super) fn flush_delayed_acks(&mut self, now: Instant) {
         for (conn, state) in &mut self.acks.conns {
             if state.deadline.is_some_and(|d| d <= now) {
                 state.deadline = None;
@@ -81,7 +81,7 @@ impl Core {
     /// receiver's credit updates) do not take them: a bulk sender's records stay acknowledged
     /// every 16 records or 25 ms, as before. Bound ACKs (Ping answers) are queued at once
     /// already.
-    pub(crate) fn piggyback_acks(&mut self) {
+    pub(super) fn piggyback_acks(&mut self) {
         for (conn, state) in &mut self.acks.conns {
             if state.deadline.take().is_some() {
                 state.pending = 0;
@@ -91,12 +91,12 @@ impl Core {
     }
 
     /// The earliest pending ACK deadline.
-    pub(crate) fn next_ack_deadline(&self) -> Option<Instant> {
+    pub(super) fn next_ack_deadline(&self) -> Option<Instant> {
         self.acks.conns.values().filter_map(|s| s.deadline).min()
     }
 
     /// Remembers what a record carried, for release on ACK or re-sending on failover.
-    pub(crate) fn log_sent(
+    pub(super) fn log_sent(
         &mut self,
         c: &mut Connection,
         number: u64,
@@ -144,7 +144,7 @@ impl Core {
     }
 
     /// Releases what the peer acknowledged on `c` (records numbered up to `highest`).
-    pub(crate) fn on_acked(&mut self, c: &mut Connection, highest: u64) {
+    pub(super) fn on_acked(&mut self, c: &mut Connection, highest: u64) {
         let mut newest_sent = None;
         while c.sent_log.front().is_some_and(|r| r.number <= highest) {
             if let Some(record) = c.sent_log.pop_front() {
@@ -183,7 +183,7 @@ impl Core {
 
     /// `c` failed: everything it carried that the peer did not acknowledge goes out again on
     /// the other connections. Returns whether anything had to be re-sent.
-    pub(crate) fn fail_over(&mut self, c: &mut Connection) -> bool {
+    pub(super) fn fail_over(&mut self, c: &mut Connection) -> bool {
         let resent = self.resend_unacked(c);
         self.acks.conns.remove(&c.id);
         resent
@@ -191,7 +191,7 @@ impl Core {
 
     /// Queues again, for the other connections, everything `c` carried that the peer did not
     /// acknowledge (a failover, or a suspicion: `loss.rs`). Returns whether there was any.
-    pub(crate) fn resend_unacked(&mut self, c: &mut Connection) -> bool {
+    pub(super) fn resend_unacked(&mut self, c: &mut Connection) -> bool {
         let resent = !c.sent_log.is_empty();
         c.sent_log_control = 0;
         for record in std::mem::take(&mut c.sent_log) {
@@ -221,7 +221,7 @@ impl Session {
     /// session must then end (when it carried stream data, streams are open and other
     /// connections would carry on; a join that failed, or a path that carried only control
     /// frames, loses nothing).
-    pub(crate) fn on_connection_finished(&mut self, id: ConnId) -> Option<String> {
+    pub(super) fn on_connection_finished(&mut self, id: ConnId) -> Option<String> {
         let others = self.conns.iter().any(|c| c.id != id && c.is_usable());
         let c = self.conns.get_mut(id)?;
         if c.error.is_none() {

@@ -19,9 +19,9 @@ use crate::tls::{FallbackTls, Handshake, HandshakeInfo, HandshakeOutcome, Kernel
 
 /// Our record layer on an established TCPLS connection.
 #[derive(Debug)]
-pub(crate) struct RecordLayer {
-    pub(crate) tx: RecordKey,
-    pub(crate) rx: RecordKey,
+pub(super) struct RecordLayer {
+    pub(super) tx: RecordKey,
+    pub(super) rx: RecordKey,
     kernel: Kernel,
     /// Sequence number at which the current sending key was installed.
     tx_key_since: u64,
@@ -29,8 +29,8 @@ pub(crate) struct RecordLayer {
     /// on across KeyUpdate (which restarts TLS sequence numbers) so ACKs stay unambiguous.
     tx_base: u64,
     rx_base: u64,
-    pub(crate) key_updates_sent: u64,
-    pub(crate) key_updates_received: u64,
+    pub(super) key_updates_sent: u64,
+    pub(super) key_updates_received: u64,
     /// `key_updates_sent` after our last KeyUpdate that answered a request: while nothing was
     /// sealed since, further requests get no new answer (RFC 8446 §4.6.3: a silent receiver of
     /// several requests responds with a single update), so a peer cannot make us rotate keys
@@ -49,7 +49,7 @@ pub(crate) struct RecordLayer {
 /// `Failed` and `Gone` and a close_notify both ways are the finished states
 /// ([`Connection::is_finished`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Phase {
+pub(super) enum Phase {
     Handshaking,
     /// Client, joining connection: the handshake is done but the server has not answered on it
     /// yet, so it may still refuse the join: stream data waits (it would be lost with it).
@@ -97,7 +97,7 @@ impl Phase {
 
 /// Why a connection was lost ([`Connection::lose`]), as its error says it.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Loss<'a> {
+pub(super) enum Loss<'a> {
     /// The socket returned EOF without a close_notify before it.
     Eof,
     /// The socket failed (reset, timeout, ...).
@@ -137,7 +137,7 @@ impl Loss<'_> {
 
 /// The connection's keys and TLS state (its life is [`Phase`]).
 #[derive(Debug)]
-pub(crate) enum ConnState {
+pub(super) enum ConnState {
     Handshaking(Handshake, crate::tls::handshake_exposed::Exposed),
     /// Boxed: the keys are large next to the other states.
     Tcpls(Box<RecordLayer>),
@@ -156,54 +156,54 @@ pub struct ConnStats {
 }
 
 #[derive(Debug)]
-pub(crate) struct Connection {
-    pub(crate) id: ConnId,
-    pub(crate) state: ConnState,
-    pub(crate) rx: RxBuf,
-    pub(crate) tx: TxBuf,
-    pub(crate) info: Option<HandshakeInfo>,
-    pub(crate) stats: ConnStats,
-    pub(crate) local: Option<SocketAddr>,
-    pub(crate) remote: Option<SocketAddr>,
+pub(super) struct Connection {
+    pub(super) id: ConnId,
+    pub(super) state: ConnState,
+    pub(super) rx: RxBuf,
+    pub(super) tx: TxBuf,
+    pub(super) info: Option<HandshakeInfo>,
+    pub(super) stats: ConnStats,
+    pub(super) local: Option<SocketAddr>,
+    pub(super) remote: Option<SocketAddr>,
     /// Its life; changed only by the transition methods below.
     phase: Phase,
     /// Why it failed or was lost (none: closed cleanly, or not over).
-    pub(crate) error: Option<Error>,
+    pub(super) error: Option<Error>,
     /// The session reported its end to the application (`Event::ConnectionClosed`).
-    pub(crate) reported: bool,
+    pub(super) reported: bool,
     /// Records decrypted on this connection (for ACK frames; the next expected sequence).
-    pub(crate) records_opened: u64,
+    pub(super) records_opened: u64,
     /// Records sealed on this connection whose frames the peer has not acknowledged yet,
     /// oldest first (kept only with failover on): what a failover re-sends elsewhere.
-    pub(crate) sent_log: std::collections::VecDeque<SentRecord>,
+    pub(super) sent_log: std::collections::VecDeque<SentRecord>,
     /// Bytes of control frames held in `sent_log`.
-    pub(crate) sent_log_control: usize,
+    pub(super) sent_log_control: usize,
     /// How its records are acknowledged: RTT, progress clock, suspicion (`loss.rs`).
-    pub(crate) loss: super::loss::LossState,
+    pub(super) loss: super::loss::LossState,
     /// TCPLS records (content type 23) received: the first one may carry a Join.
-    pub(crate) app_records: u64,
+    pub(super) app_records: u64,
     /// Client side of a joining connection: the token its first record must carry.
-    pub(crate) join_token: Option<[u8; 32]>,
+    pub(super) join_token: Option<[u8; 32]>,
     /// Client side of a connection rejoining without a token: its Rejoin frame's session
     /// reference and rejoin key (the proof is computed once the handshake is done).
-    pub(crate) rejoin: Option<super::multipath::RejoinCredentials>,
+    pub(super) rejoin: Option<super::multipath::RejoinCredentials>,
     /// TCPLS connections: the secret of this TLS connection (for rejoin, PROTOCOL.md §3).
-    pub(crate) secret: Option<crate::tls::ConnSecret>,
+    pub(super) secret: Option<crate::tls::ConnSecret>,
     /// A backup path (Path Priority, PROTOCOL.md §3): no unsteered stream data while a regular
     /// connection can carry it.
-    pub(crate) backup: bool,
+    pub(super) backup: bool,
     /// Stop processing received records until the session decides (a Join waits for its
     /// target session).
-    pub(crate) paused: bool,
+    pub(super) paused: bool,
     /// Keepalive: when a record last arrived, and when an unanswered Ping went out.
-    pub(crate) last_rx: Option<std::time::Instant>,
-    pub(crate) ping_sent: Option<std::time::Instant>,
+    pub(super) last_rx: Option<std::time::Instant>,
+    pub(super) ping_sent: Option<std::time::Instant>,
     /// Server: accepted early-data plaintexts, for the session (see `early.rs`).
-    pub(crate) early_received: Vec<Vec<u8>>,
+    pub(super) early_received: Vec<Vec<u8>>,
     /// Path information from the IO layer (TCP_INFO), for the scheduler.
-    pub(crate) path: super::sched::PathInfo,
+    pub(super) path: super::sched::PathInfo,
     /// Zero-copy receive: where the next stream record is expected to go (`placement.rs`).
-    pub(crate) expect: Expectation,
+    pub(super) expect: Expectation,
     /// A record decrypted into a stream's buffer but belonging elsewhere, moved here to take
     /// the ordinary path (stream data is copied only then).
     rx_scratch: Vec<u8>,
@@ -212,28 +212,28 @@ pub(crate) struct Connection {
     rx_rest: Vec<Frame<'static>>,
     /// How much the next socket read asks for: grows while reads fill the buffer (bulk), and
     /// shrinks back when they do not, so an idle connection does not hold a bulk-sized buffer.
-    pub(crate) read_chunk: usize,
+    pub(super) read_chunk: usize,
     /// Length of the last [`Session::read_buffer`](super::Session::read_buffer) handed out.
-    pub(crate) last_spare: usize,
+    pub(super) last_spare: usize,
     /// Stream data went out or came in on it: without failover, losing it may lose stream
     /// bytes (`on_connection_finished`).
-    pub(crate) carried_streams: bool,
+    pub(super) carried_streams: bool,
 }
 
 /// What one sealed record carried, by reference: a stream range and retransmittable control
 /// frames (encoded; ACKs are not kept, they are stale once lost).
 #[derive(Debug)]
-pub(crate) struct SentRecord {
+pub(super) struct SentRecord {
     /// Record number on its connection (see `RecordLayer::tx_base`).
-    pub(crate) number: u64,
+    pub(super) number: u64,
     /// When it was sealed: its acknowledgement is an RTT sample (`loss.rs`).
-    pub(crate) sent_at: Option<std::time::Instant>,
-    pub(crate) stream: Option<(crate::event::StreamId, u64, usize, bool)>,
-    pub(crate) control: Vec<u8>,
+    pub(super) sent_at: Option<std::time::Instant>,
+    pub(super) stream: Option<(crate::event::StreamId, u64, usize, bool)>,
+    pub(super) control: Vec<u8>,
 }
 
 /// Where decrypted records go: the session.
-pub(crate) trait RecordSink {
+pub(super) trait RecordSink {
     /// Acts on one record. For [`Inbound::Frames`] the sink notes the placement facts of the
     /// frames in `scan` as it reads them (each record's frames are decoded once).
     fn deliver(
@@ -263,14 +263,14 @@ enum Opened {
 
 /// What the session wants after a record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Flow {
+pub(super) enum Flow {
     Continue,
     /// Leave the following records in the buffer (the connection is about to change session).
     Pause,
 }
 
 /// A decrypted record handed to the session.
-pub(crate) enum Inbound<'a> {
+pub(super) enum Inbound<'a> {
     /// TCPLS frames (inner content type 23); `first` for the connection's first such record.
     Frames { plaintext: &'a [u8], first: bool },
     /// A record decrypted straight into stream `lead.id`'s receive buffer at `lead.offset`
@@ -283,7 +283,7 @@ pub(crate) enum Inbound<'a> {
 }
 
 impl Connection {
-    pub(crate) fn new(id: ConnId, handshake: Handshake) -> Self {
+    pub(super) fn new(id: ConnId, handshake: Handshake) -> Self {
         Self {
             id,
             state: ConnState::Handshaking(handshake, Default::default()),
@@ -321,7 +321,7 @@ impl Connection {
 
     /// A read of `n` bytes came in: a full buffer means more is waiting (read more next time,
     /// up to [`READ_CHUNK`]); a small read means the connection is not busy.
-    pub(crate) fn adapt_read_chunk(&mut self, n: usize) {
+    pub(super) fn adapt_read_chunk(&mut self, n: usize) {
         if n > 0 && n >= self.last_spare {
             self.read_chunk = (self.read_chunk * 4).min(READ_CHUNK);
         } else if n < self.read_chunk / 8 {
@@ -333,46 +333,46 @@ impl Connection {
     /// larger than reads need now, or when the connection is quiet (reads at their smallest)
     /// and this read drained the socket (it returned less than asked): an idle connection
     /// holds no buffer, and the next read allocates one (a busy one keeps its buffer).
-    pub(crate) fn release_idle_rx(&mut self, n: usize) {
+    pub(super) fn release_idle_rx(&mut self, n: usize) {
         let drained = n < self.last_spare && self.read_chunk == MIN_READ_CHUNK;
         if self.rx.is_empty() && (self.rx.capacity() > 2 * self.read_chunk || drained) {
             self.rx.shrink();
         }
     }
 
-    pub(crate) fn is_tcpls(&self) -> bool {
+    pub(super) fn is_tcpls(&self) -> bool {
         matches!(self.state, ConnState::Tcpls(_))
     }
 
     /// The TLS handshake completed and the connection has not finished.
-    pub(crate) fn is_established(&self) -> bool {
+    pub(super) fn is_established(&self) -> bool {
         matches!(self.phase, Phase::AwaitingJoinAck | Phase::Open | Phase::Closing { .. })
             && !matches!(self.state, ConnState::Handshaking(..))
             && !self.is_finished()
     }
 
     /// Client: a joining connection the server has not answered on yet.
-    pub(crate) fn awaiting_join_ack(&self) -> bool {
+    pub(super) fn awaiting_join_ack(&self) -> bool {
         self.phase == Phase::AwaitingJoinAck
     }
 
     /// We sent close_notify, or failed: nothing more may be sealed.
-    pub(crate) fn close_sent(&self) -> bool {
+    pub(super) fn close_sent(&self) -> bool {
         self.phase.close_sent()
     }
 
     /// The peer's close_notify arrived (and the connection did not fail since).
-    pub(crate) fn close_received(&self) -> bool {
+    pub(super) fn close_received(&self) -> bool {
         self.phase.close_received()
     }
 
     /// Nothing can be written to the socket any more.
-    pub(crate) fn is_gone(&self) -> bool {
+    pub(super) fn is_gone(&self) -> bool {
         self.phase == Phase::Gone
     }
 
     /// Can carry new records.
-    pub(crate) fn is_usable(&self) -> bool {
+    pub(super) fn is_usable(&self) -> bool {
         matches!(self.phase, Phase::AwaitingJoinAck | Phase::Open | Phase::Closing { sent: false, .. })
             && matches!(self.state, ConnState::Tcpls(_) | ConnState::Fallback(_))
     }
@@ -380,7 +380,7 @@ impl Connection {
     /// The socket ended or failed, or the connection is given up: nothing more is read or
     /// written. An EOF after the peer's close_notify is a clean end; any other loss is the
     /// connection's error (unless it already had one).
-    pub(crate) fn lose(&mut self, loss: Loss<'_>) {
+    pub(super) fn lose(&mut self, loss: Loss<'_>) {
         let clean = matches!(loss, Loss::Eof) && self.close_received();
         self.phase = Phase::Gone;
         if !clean && self.error.is_none() {
@@ -389,7 +389,7 @@ impl Connection {
     }
 
     /// Number the next sealed record gets (monotonic over the connection's life).
-    pub(crate) fn next_tx_number(&self) -> u64 {
+    pub(super) fn next_tx_number(&self) -> u64 {
         match &self.state {
             ConnState::Tcpls(layer) => layer.tx_base + layer.tx.seq(),
             _ => 0,
@@ -397,18 +397,18 @@ impl Connection {
     }
 
     /// Can carry stream records: usable, and (for a joining connection) accepted by the server.
-    pub(crate) fn carries_streams(&self) -> bool {
+    pub(super) fn carries_streams(&self) -> bool {
         self.is_up() && !self.is_suspect()
     }
 
     /// Usable, and (for a joining connection) accepted by the server: up as far as TCP and TLS
     /// say, suspect of silence or not (`loss.rs`).
-    pub(crate) fn is_up(&self) -> bool {
+    pub(super) fn is_up(&self) -> bool {
         self.is_usable() && !self.join_pending() && !self.awaiting_join_ack()
     }
 
     /// Advances the handshake. Returns the outcome's info once, when it completes.
-    pub(crate) fn drive_handshake(&mut self) -> Result<Option<HandshakeInfo>, Error> {
+    pub(super) fn drive_handshake(&mut self) -> Result<Option<HandshakeInfo>, Error> {
         let ConnState::Handshaking(hs, exposed) = &mut self.state else {
             return Ok(None);
         };
@@ -459,7 +459,7 @@ impl Connection {
     /// Decrypts every whole record in the receive buffer and hands each plaintext to the sink.
     /// Stops early (leaving records in the buffer) when the sink says so, e.g. because a
     /// fallback stream is full.
-    pub(crate) fn read_records(&mut self, sink: &mut dyn RecordSink) -> Result<(), Error> {
+    pub(super) fn read_records(&mut self, sink: &mut dyn RecordSink) -> Result<(), Error> {
         let id = self.id;
         match &mut self.state {
             ConnState::Tcpls(layer) => loop {
@@ -548,7 +548,7 @@ impl Connection {
     }
 
     /// Rotates our sending key when it has protected `limit` records (KeyUpdate, RFC 8446 §4.6.3).
-    pub(crate) fn maybe_update_key(&mut self, limit: u64) -> Result<(), TransportError> {
+    pub(super) fn maybe_update_key(&mut self, limit: u64) -> Result<(), TransportError> {
         if let ConnState::Tcpls(layer) = &mut self.state {
             if layer.tx.seq().saturating_sub(layer.tx_key_since) >= limit {
                 send_key_update(layer, false, &mut self.tx)?;
@@ -558,7 +558,7 @@ impl Connection {
     }
 
     /// Sends KeyUpdate now, asking the peer to update too when `request_peer`.
-    pub(crate) fn update_key(&mut self, request_peer: bool) -> Result<(), TransportError> {
+    pub(super) fn update_key(&mut self, request_peer: bool) -> Result<(), TransportError> {
         match &mut self.state {
             ConnState::Tcpls(layer) if !self.phase.close_sent() => send_key_update(layer, request_peer, &mut self.tx),
             _ => Err(TransportError::internal("KeyUpdate needs an open TCPLS connection")),
@@ -566,7 +566,7 @@ impl Connection {
     }
 
     /// Seals a close_notify alert (once).
-    pub(crate) fn send_close_notify(&mut self) -> Result<(), Error> {
+    pub(super) fn send_close_notify(&mut self) -> Result<(), Error> {
         if self.close_sent() {
             return Ok(());
         }
@@ -585,7 +585,7 @@ impl Connection {
     }
 
     /// Ends the connection after a local error: the alert is queued if keys allow it.
-    pub(crate) fn fail(&mut self, error: Error) {
+    pub(super) fn fail(&mut self, error: Error) {
         if let (Error::Local(e), ConnState::Tcpls(layer)) = (&error, &mut self.state) {
             if !self.phase.close_sent() {
                 let _ = layer.tx.seal(CT_ALERT, &[2, e.alert as u8], &mut self.tx);
@@ -602,11 +602,11 @@ impl Connection {
 
     /// Both close_notify went, or the connection failed: the IO layer may close the socket once
     /// the transmit buffer is written.
-    pub(crate) fn is_finished(&self) -> bool {
+    pub(super) fn is_finished(&self) -> bool {
         matches!(self.phase, Phase::Failed | Phase::Gone | Phase::Closing { sent: true, received: true })
     }
 
-    pub(crate) fn key_updates(&self) -> (u64, u64) {
+    pub(super) fn key_updates(&self) -> (u64, u64) {
         match &self.state {
             ConnState::Tcpls(l) => (l.key_updates_sent, l.key_updates_received),
             _ => (0, 0),

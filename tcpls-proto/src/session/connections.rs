@@ -13,33 +13,33 @@ use super::Session;
 /// Connections of a session, including finished ones until they are pruned (a few are kept for
 /// reports).
 #[derive(Debug, Default)]
-pub(crate) struct Connections {
+pub(super) struct Connections {
     list: Vec<Connection>,
 }
 
 impl Connections {
-    pub(crate) fn get(&self, id: ConnId) -> Option<&Connection> {
+    pub(super) fn get(&self, id: ConnId) -> Option<&Connection> {
         self.list.iter().find(|c| c.id == id)
     }
 
-    pub(crate) fn get_mut(&mut self, id: ConnId) -> Option<&mut Connection> {
+    pub(super) fn get_mut(&mut self, id: ConnId) -> Option<&mut Connection> {
         self.list.iter_mut().find(|c| c.id == id)
     }
 
     /// The session's first connection (ID 0): its secret names the session for rejoins.
-    pub(crate) fn initial(&self) -> Option<&Connection> {
+    pub(super) fn initial(&self) -> Option<&Connection> {
         self.get(0)
     }
 
-    pub(crate) fn iter(&self) -> std::slice::Iter<'_, Connection> {
+    pub(super) fn iter(&self) -> std::slice::Iter<'_, Connection> {
         self.list.iter()
     }
 
-    pub(crate) fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.list.len()
     }
 
-    pub(crate) fn add(&mut self, conn: Connection) {
+    pub(super) fn add(&mut self, conn: Connection) {
         // Exactly one more: a `Connection` is ~860 bytes and most sessions have one, which a
         // plain `push` would give room for four.
         self.list.reserve_exact(1);
@@ -47,24 +47,24 @@ impl Connections {
     }
 
     /// Removes connection `id` (to hand it to another session).
-    pub(crate) fn take(&mut self, id: ConnId) -> Option<Connection> {
+    pub(super) fn take(&mut self, id: ConnId) -> Option<Connection> {
         let idx = self.list.iter().position(|c| c.id == id)?;
         Some(self.list.remove(idx))
     }
 
     /// Connections not finished yet.
-    pub(crate) fn live(&self) -> usize {
+    pub(super) fn live(&self) -> usize {
         self.list.iter().filter(|c| !c.is_finished()).count()
     }
 
-    pub(crate) fn all_finished(&self) -> bool {
+    pub(super) fn all_finished(&self) -> bool {
         self.list.iter().all(Connection::is_finished)
     }
 
     /// Forgets the oldest finished connections beyond a few kept for reports, so a client that
     /// joins and drops connections in a loop cannot grow the table (and every scan of it). The
     /// initial connection stays: its secret names the session.
-    pub(crate) fn prune_finished(&mut self) {
+    pub(super) fn prune_finished(&mut self) {
         const KEEP_FINISHED: usize = 8;
         let finished = |c: &Connection| c.reported && c.is_finished() && (c.is_gone() || c.tx.is_empty());
         let mut excess = self.list.iter().filter(|c| finished(c)).count().saturating_sub(KEEP_FINISHED);
@@ -207,7 +207,7 @@ impl Session {
         self.conns.get(conn).is_some_and(|c| c.backup)
     }
 
-    pub(crate) fn path_view(c: &Connection) -> PathView {
+    pub(super) fn path_view(c: &Connection) -> PathView {
         PathView {
             conn: c.id,
             rtt_us: c.path.rtt_us,
@@ -220,7 +220,7 @@ impl Session {
         }
     }
 
-    pub(crate) fn fail_conn(&mut self, conn: ConnId, error: Error) {
+    pub(super) fn fail_conn(&mut self, conn: ConnId, error: Error) {
         if let Some(c) = self.conns.get_mut(conn) {
             c.fail(error);
         }

@@ -33,11 +33,11 @@ pub const MAX_EARLY_STREAM_BYTES: usize = MAX_EARLY_DATA - STREAM_FRAME_OVERHEAD
 
 /// The session's 0-RTT state.
 #[derive(Debug, Default)]
-pub(crate) struct EarlyState {
+pub(super) struct EarlyState {
     /// Client: stream bytes [0, n) of stream 0 offered as early data.
     offered: Option<(StreamId, usize)>,
     /// Server: early-data bytes accepted and delivered.
-    pub(crate) received: usize,
+    pub(super) received: usize,
     /// Server: stream bytes sealed at half-RTT.
     half_rtt_sent: usize,
 }
@@ -84,7 +84,7 @@ impl Session {
 
     /// Server: seals stream data the application wrote before the client Finished as half-RTT
     /// data, when early data was accepted. Bounded by the transmit high-water mark.
-    pub(crate) fn seal_half_rtt(&mut self) {
+    pub(super) fn seal_half_rtt(&mut self) {
         if self.core.side != Side::Server || self.core.early.received == 0 {
             return;
         }
@@ -132,7 +132,7 @@ impl Session {
     }
 
     /// Stream data written before the handshake completed can go out at half-RTT.
-    pub(crate) fn half_rtt_possible(&self) -> bool {
+    pub(super) fn half_rtt_possible(&self) -> bool {
         self.core.side == Side::Server && self.core.early.received > 0 && self.core.streams.has_ready()
     }
 }
@@ -143,7 +143,7 @@ impl Core {
     /// (a Join, which must not be replayable, or frames that would act on the session, such as
     /// Rate Limit or Stream Reset, before the client proved it holds the handshake keys) is a
     /// protocol violation, checked before any frame of the record is acted on.
-    pub(crate) fn deliver_early_data(&mut self, c: &mut Connection) -> Result<(), Error> {
+    pub(super) fn deliver_early_data(&mut self, c: &mut Connection) -> Result<(), Error> {
         if c.early_received.is_empty() {
             return Ok(());
         }
@@ -179,7 +179,7 @@ impl Core {
 
     /// Client, handshake complete: accepted early bytes count as sent and delivered (the server
     /// has them); otherwise they stay queued and go out now.
-    pub(crate) fn settle_early_data(&mut self, accepted: bool) {
+    pub(super) fn settle_early_data(&mut self, accepted: bool) {
         let Some((id, n)) = self.early.offered.take() else { return };
         if !accepted {
             return;

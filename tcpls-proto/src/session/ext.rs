@@ -27,7 +27,7 @@ const MAX_BUCKETS: usize = 64;
 
 /// Per-connection send-rate cap (bytes of sealed records per second).
 #[derive(Debug, Clone)]
-pub(crate) struct Bucket {
+pub(super) struct Bucket {
     rate: u64,
     /// May go negative by one record: a record is sealed whenever the bucket is not in debt.
     tokens: f64,
@@ -69,13 +69,13 @@ impl Bucket {
 
 /// Extension state of a session.
 #[derive(Debug, Default)]
-pub(crate) struct ExtState {
+pub(super) struct ExtState {
     /// Send-rate caps per connection (set by the peer's Rate Limit, or locally).
-    pub(crate) buckets: HashMap<ConnId, Bucket>,
+    pub(super) buckets: HashMap<ConnId, Bucket>,
 }
 
 impl ExtState {
-    pub(crate) fn set_rate(&mut self, conn: ConnId, bytes_per_second: u64, now: Instant) {
+    pub(super) fn set_rate(&mut self, conn: ConnId, bytes_per_second: u64, now: Instant) {
         if bytes_per_second == 0 {
             self.buckets.remove(&conn);
         } else if self.buckets.len() < MAX_BUCKETS || self.buckets.contains_key(&conn) {
@@ -83,25 +83,25 @@ impl ExtState {
         }
     }
 
-    pub(crate) fn refill(&mut self, now: Instant) {
+    pub(super) fn refill(&mut self, now: Instant) {
         for b in self.buckets.values_mut() {
             b.refill(now);
         }
     }
 
     /// Connection `conn` may carry another stream record now.
-    pub(crate) fn may_send(&self, conn: ConnId) -> bool {
+    pub(super) fn may_send(&self, conn: ConnId) -> bool {
         self.buckets.get(&conn).is_none_or(Bucket::allows)
     }
 
     /// `bytes` were sealed on `conn`.
-    pub(crate) fn charge(&mut self, conn: ConnId, bytes: usize) {
+    pub(super) fn charge(&mut self, conn: ConnId, bytes: usize) {
         if let Some(b) = self.buckets.get_mut(&conn) {
             b.tokens -= bytes as f64;
         }
     }
 
-    pub(crate) fn next_ready(&self) -> Option<Instant> {
+    pub(super) fn next_ready(&self) -> Option<Instant> {
         self.buckets.values().filter_map(Bucket::ready_at).min()
     }
 }

@@ -15,7 +15,7 @@ use super::{Core, Inbound, RecordSink, Side};
 
 /// Work a frame asks for that needs the connection table.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum ConnAction {
+pub(super) enum ConnAction {
     /// The peer says this connection failed.
     Reset(ConnId),
     /// Answer an Address Probe about `about` on connection `on`.
@@ -32,7 +32,7 @@ pub(crate) enum ConnAction {
 
 /// Every frame of a record, decoded (last on the wire first), each with the number of bytes
 /// that precede it; the first frame that does not parse is the error.
-pub(crate) fn decode_all(plaintext: &[u8]) -> Result<Vec<(Frame<'_>, usize)>, TransportError> {
+pub(super) fn decode_all(plaintext: &[u8]) -> Result<Vec<(Frame<'_>, usize)>, TransportError> {
     let mut reader = FrameReader::new(plaintext);
     let mut frames = Vec::new();
     while let Some(frame) = reader.next() {
@@ -50,7 +50,7 @@ fn recv_error(id: StreamId, e: RecvError) -> TransportError {
 }
 
 impl Core {
-    pub(crate) fn on_inbound(
+    pub(super) fn on_inbound(
         &mut self,
         conn: ConnId,
         seq: u64,
@@ -100,7 +100,7 @@ impl Core {
     }
 
     /// Reads a record's frames (once) and acts on each, noting their placement facts in `scan`.
-    pub(crate) fn on_frames(
+    pub(super) fn on_frames(
         &mut self,
         conn: ConnId,
         seq: u64,
@@ -133,7 +133,7 @@ impl Core {
 
     /// [`Core::on_first_record`] once its frames are decoded (`frames` with, for each, the bytes
     /// that precede it in `plaintext`).
-    pub(crate) fn on_first_frames<'a>(
+    pub(super) fn on_first_frames<'a>(
         &mut self,
         conn: ConnId,
         seq: u64,
@@ -171,7 +171,7 @@ impl Core {
         Ok(Flow::Continue)
     }
 
-    pub(crate) fn on_frame(&mut self, conn: ConnId, seq: u64, frame: Frame<'_>) -> Result<(), TransportError> {
+    pub(super) fn on_frame(&mut self, conn: ConnId, seq: u64, frame: Frame<'_>) -> Result<(), TransportError> {
         if frame.is_ack_eliciting() {
             self.note_ack_eliciting(conn, seq);
         }
@@ -386,11 +386,11 @@ impl Core {
 
     /// A fallback stream has no flow control of its own: stop reading the socket (TCP pushes
     /// back) while the application has a window's worth unread.
-    pub(crate) fn fallback_stream_full(&self) -> bool {
+    pub(super) fn fallback_stream_full(&self) -> bool {
         self.streams.get(0).is_some_and(|s| s.recv.buffered() as u64 >= self.config.stream_receive_window)
     }
 
-    pub(crate) fn on_fallback_peer_closed(&mut self) {
+    pub(super) fn on_fallback_peer_closed(&mut self) {
         let end = self.streams.fallback_received();
         if let Some(s) = self.streams.get_mut(0) {
             let _ = s.recv.insert(end, &[], true);

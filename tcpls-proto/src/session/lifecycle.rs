@@ -45,7 +45,7 @@ enum State {
 }
 
 #[derive(Debug)]
-pub(crate) struct Lifecycle {
+pub(super) struct Lifecycle {
     mode: Option<Mode>,
     state: State,
     /// Why the session failed, if it did (kept once closed).
@@ -64,64 +64,64 @@ impl Default for Lifecycle {
 
 impl Lifecycle {
     /// The first handshake completed (true from then on).
-    pub(crate) fn is_established(&self) -> bool {
+    pub(super) fn is_established(&self) -> bool {
         self.mode.is_some()
     }
 
-    pub(crate) fn is_fallback(&self) -> bool {
+    pub(super) fn is_fallback(&self) -> bool {
         self.mode == Some(Mode::Fallback)
     }
 
     /// The first handshake completed: TCPLS or plain TLS.
-    pub(crate) fn establish(&mut self, tcpls: bool) {
+    pub(super) fn establish(&mut self, tcpls: bool) {
         self.mode = Some(if tcpls { Mode::Tcpls } else { Mode::Fallback });
     }
 
-    pub(crate) fn is_closing(&self) -> bool {
+    pub(super) fn is_closing(&self) -> bool {
         matches!(self.state, State::Closing)
     }
 
-    pub(crate) fn is_closed(&self) -> bool {
+    pub(super) fn is_closed(&self) -> bool {
         matches!(self.state, State::Closed)
     }
 
     /// Neither closing nor closed: new connections (joins, rejoins) and tokens are welcome.
-    pub(crate) fn accepts_connections(&self) -> bool {
+    pub(super) fn accepts_connections(&self) -> bool {
         matches!(self.state, State::Open | State::Orphaned { .. })
     }
 
     /// Closed, or failed (an error is set before the close is complete).
-    pub(crate) fn is_over(&self) -> bool {
+    pub(super) fn is_over(&self) -> bool {
         self.is_closed() || self.error.is_some()
     }
 
-    pub(crate) fn error(&self) -> Option<&Error> {
+    pub(super) fn error(&self) -> Option<&Error> {
         self.error.as_ref()
     }
 
     /// Records why the session failed, unless an earlier reason is known.
-    pub(crate) fn fail_with(&mut self, error: Error) {
+    pub(super) fn fail_with(&mut self, error: Error) {
         self.error.get_or_insert(error);
     }
 
     /// Records why the session failed, replacing an earlier reason.
-    pub(crate) fn set_error(&mut self, error: Option<Error>) {
+    pub(super) fn set_error(&mut self, error: Option<Error>) {
         self.error = error;
     }
 
     /// Open -> Closing (a session orphaned or already closing or closed stays as it is).
-    pub(crate) fn begin_closing(&mut self) {
+    pub(super) fn begin_closing(&mut self) {
         if matches!(self.state, State::Open) {
             self.state = State::Closing;
         }
     }
 
     /// The session is over (its `Closed` event is the core's to send).
-    pub(crate) fn end(&mut self) {
+    pub(super) fn end(&mut self) {
         self.state = State::Closed;
     }
 
-    pub(crate) fn orphaned_since(&self) -> Option<Instant> {
+    pub(super) fn orphaned_since(&self) -> Option<Instant> {
         match self.state {
             State::Orphaned { since, .. } => Some(since),
             _ => None,
@@ -129,14 +129,14 @@ impl Lifecycle {
     }
 
     /// Every connection was lost at `since` (an orphaned session keeps its first loss).
-    pub(crate) fn orphan(&mut self, since: Instant, first_loss: Option<Error>) {
+    pub(super) fn orphan(&mut self, since: Instant, first_loss: Option<Error>) {
         if matches!(self.state, State::Open) {
             self.state = State::Orphaned { since, first_loss };
         }
     }
 
     /// A connection joined again: no longer orphaned, and earlier attempts are forgotten.
-    pub(crate) fn rejoined(&mut self) {
+    pub(super) fn rejoined(&mut self) {
         if matches!(self.state, State::Orphaned { .. }) {
             self.state = State::Open;
         }
@@ -145,7 +145,7 @@ impl Lifecycle {
 
     /// Leaves the orphaned state (to end the session): its first loss, or `None` when the
     /// session was not orphaned.
-    pub(crate) fn take_orphan(&mut self) -> Option<Option<Error>> {
+    pub(super) fn take_orphan(&mut self) -> Option<Option<Error>> {
         match std::mem::replace(&mut self.state, State::Open) {
             State::Orphaned { first_loss, .. } => Some(first_loss),
             other => {
@@ -155,23 +155,23 @@ impl Lifecycle {
         }
     }
 
-    pub(crate) fn set_rejoin_note(&mut self, note: String) {
+    pub(super) fn set_rejoin_note(&mut self, note: String) {
         self.rejoin_note = Some(note);
     }
 
-    pub(crate) fn take_rejoin_note(&mut self) -> Option<String> {
+    pub(super) fn take_rejoin_note(&mut self) -> Option<String> {
         self.rejoin_note.take()
     }
 
     /// True the first time: `Event::PeerClosed` is reported once.
-    pub(crate) fn report_peer_close(&mut self) -> bool {
+    pub(super) fn report_peer_close(&mut self) -> bool {
         !std::mem::replace(&mut self.peer_close_reported, true)
     }
 }
 
 impl Session {
     /// Reports finished connections and ends the session when none is left.
-    pub(crate) fn after_connection_change(&mut self) {
+    pub(super) fn after_connection_change(&mut self) {
         let mut last_errors = Vec::new();
         let mut finished = Vec::new();
         for c in &mut self.conns {
@@ -324,7 +324,7 @@ impl Session {
 }
 
 impl Core {
-    pub(crate) fn on_established(&mut self, conn: ConnId, _info: &HandshakeInfo, tcpls: bool) {
+    pub(super) fn on_established(&mut self, conn: ConnId, _info: &HandshakeInfo, tcpls: bool) {
         self.life.establish(tcpls);
         self.events.push(Event::Established { fallback: !tcpls });
         if !tcpls {
@@ -338,7 +338,7 @@ impl Core {
         let _ = conn;
     }
 
-    pub(crate) fn on_closed(&mut self) {
+    pub(super) fn on_closed(&mut self) {
         self.life.end();
         self.events.push(Event::Closed { error: self.life.error().cloned() });
         let ids = self.streams.ids();

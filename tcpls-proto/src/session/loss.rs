@@ -42,7 +42,7 @@ const BACKOFF_DECAY: Duration = Duration::from_secs(10);
 
 /// One connection's view of its records' acknowledgements.
 #[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct LossState {
+pub(super) struct LossState {
     srtt: Option<Duration>,
     rttvar: Duration,
     /// Highest record number the peer acknowledged on this connection.
@@ -71,7 +71,7 @@ struct Suspicion {
 impl LossState {
     /// A record was logged for acknowledgement at `now`: the progress clock starts if nothing
     /// was waiting.
-    pub(crate) fn on_record_logged(&mut self, now: Option<Instant>) {
+    pub(super) fn on_record_logged(&mut self, now: Option<Instant>) {
         if self.waiting_since.is_none() {
             self.waiting_since = now;
         }
@@ -80,7 +80,7 @@ impl LossState {
     /// The peer acknowledged records up to `highest`; `sample` is how long the newest of them
     /// took, if it was ours to time. `still_waiting` says whether records remain
     /// unacknowledged. Returns true when that was progress that ends a suspicion.
-    pub(crate) fn on_ack(
+    pub(super) fn on_ack(
         &mut self,
         highest: u64,
         sample: Option<Duration>,
@@ -123,7 +123,7 @@ impl LossState {
     }
 
     /// How long the progress clock may run before the connection is suspect.
-    pub(crate) fn deadline(&self, ack_delay: Duration, floor: Duration) -> Duration {
+    pub(super) fn deadline(&self, ack_delay: Duration, floor: Duration) -> Duration {
         let estimate = match self.srtt {
             Some(srtt) => srtt.saturating_add(self.rttvar.saturating_mul(4)).saturating_add(ack_delay),
             None => floor,
@@ -131,7 +131,7 @@ impl LossState {
         estimate.max(floor).saturating_mul(1 << self.backoff)
     }
 
-    pub(crate) fn is_suspect(&self) -> bool {
+    pub(super) fn is_suspect(&self) -> bool {
         self.suspect.is_some()
     }
 
@@ -179,7 +179,7 @@ impl Session {
 
     /// Suspects connections whose progress clock passed their deadline (re-sending their
     /// records on the others) and gives up those silent for `silence_timeout`.
-    pub(crate) fn check_silent_paths(&mut self, now: Instant) {
+    pub(super) fn check_silent_paths(&mut self, now: Instant) {
         if !self.detects_loss() {
             return;
         }
@@ -234,7 +234,7 @@ impl Session {
     /// others send close_notify, so that the peer learns it by Connection Reset; what it
     /// carried goes out again on the others. Returns whether any was (the Connection Reset
     /// then goes out first).
-    pub(crate) fn give_up_suspects_at_close(&mut self) -> bool {
+    pub(super) fn give_up_suspects_at_close(&mut self) -> bool {
         let others = |id: ConnId, conns: &super::connections::Connections| {
             conns.iter().any(|o| o.id != id && o.is_usable() && !o.is_suspect())
         };
@@ -272,7 +272,7 @@ impl Session {
     }
 
     /// The next time [`Session::check_silent_paths`] has something to do.
-    pub(crate) fn loss_deadline(&self) -> Option<Instant> {
+    pub(super) fn loss_deadline(&self) -> Option<Instant> {
         if !self.detects_loss() {
             return None;
         }
@@ -294,7 +294,7 @@ impl Session {
 
 impl Connection {
     /// Carries no new data: its records went unacknowledged past the deadline.
-    pub(crate) fn is_suspect(&self) -> bool {
+    pub(super) fn is_suspect(&self) -> bool {
         self.loss.is_suspect()
     }
 }

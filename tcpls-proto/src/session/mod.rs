@@ -37,8 +37,8 @@ use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ServerConfig};
 
 pub use conn::ConnStats;
-pub(crate) use conn::{Connection, Inbound, RecordSink};
-pub(crate) use control::ControlQueue;
+use conn::{Connection, Inbound, RecordSink};
+use control::ControlQueue;
 pub use early::MAX_EARLY_STREAM_BYTES;
 pub use multipath::{Accepted, JoiningConnection, REJOIN_ID_BASE};
 pub use observe::{MemoryUse, StreamProgress};
@@ -67,42 +67,42 @@ pub const MIN_READ_CHUNK: usize = 16 * 1024;
 pub const HANDSHAKE_READ_CHUNK: usize = 16 * 1024;
 
 /// Queued control frames beyond which we stop reading (see [`Session::read_buffer`]).
-pub(crate) const MAX_QUEUED_CONTROL: usize = 4096;
+const MAX_QUEUED_CONTROL: usize = 4096;
 
 /// Everything of a session except its connections, so frame handling can borrow both. Each
 /// part owns its state (private fields) in its own file; the methods of `Core` in the other
 /// files coordinate them.
-pub(crate) struct Core {
-    pub(crate) side: Side,
-    pub(crate) config: SessionConfig,
+struct Core {
+    side: Side,
+    config: SessionConfig,
     /// The session's own life: established, closing, orphaned, closed (`lifecycle.rs`).
-    pub(crate) life: lifecycle::Lifecycle,
+    life: lifecycle::Lifecycle,
     /// The one clock (`timers.rs`).
-    pub(crate) clock: timers::Clock,
+    clock: timers::Clock,
     /// Streams, their IDs, ready queue and budgets (`streams.rs`).
-    pub(crate) streams: streams::Streams,
+    streams: streams::Streams,
     /// Tokens, peer addresses, join state and the scheduler (`paths.rs`).
-    pub(crate) paths: paths::Paths,
+    paths: paths::Paths,
     /// Control frames waiting for a record (`control.rs`).
-    pub(crate) control: ControlQueue,
+    control: ControlQueue,
     /// Events waiting for the application (`events.rs`).
-    pub(crate) events: events::Events,
+    events: events::Events,
     /// Receive-side acknowledgement state per connection (`ack.rs`).
-    pub(crate) acks: ack::Acks,
+    acks: ack::Acks,
     /// Send-rate caps per connection (`ext.rs`).
-    pub(crate) ext: ext::ExtState,
+    ext: ext::ExtState,
     /// 0-RTT state (`early.rs`).
-    pub(crate) early: early::EarlyState,
-    pub(crate) stats: SessionStats,
+    early: early::EarlyState,
+    stats: SessionStats,
     /// The peer has acknowledged a record: loss detection may count on its ACKs (`loss.rs`).
-    pub(crate) peer_acknowledges: bool,
+    peer_acknowledges: bool,
     /// Frame consequences that need the connection table, run after each batch of records
     /// (`receive.rs`).
-    pub(crate) actions: Vec<frames::ConnAction>,
+    actions: Vec<frames::ConnAction>,
     /// Reused buffer for the trailing frames of the record being built (`packetize.rs`):
     /// empty until the first record, grown to what records need (usually a few dozen bytes,
     /// a record's worth where a send ring wraps), freed by `release_idle_memory`.
-    pub(crate) scratch: Vec<u8>,
+    scratch: Vec<u8>,
 }
 
 /// Session-wide counters.
@@ -143,8 +143,8 @@ pub struct SessionStats {
 }
 
 pub struct Session {
-    pub(crate) conns: connections::Connections,
-    pub(crate) core: Core,
+    conns: connections::Connections,
+    core: Core,
 }
 
 impl std::fmt::Debug for Session {

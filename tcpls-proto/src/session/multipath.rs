@@ -12,7 +12,7 @@ use super::sched::Scheduler;
 use super::{Connection, Core, Session, Side};
 
 /// Wire length of a Join frame: the token and the type byte.
-pub(crate) const JOIN_FRAME_LEN: usize = TOKEN_LEN + 1;
+pub(super) const JOIN_FRAME_LEN: usize = TOKEN_LEN + 1;
 
 /// First Connection ID of the rejoin space (PROTOCOL.md §3): token sequence numbers stay below it.
 pub const REJOIN_ID_BASE: ConnId = 0x8000_0000;
@@ -25,11 +25,11 @@ const LABEL_REJOIN_PROOF: &[u8] = b"EXPORTER-tcpls rejoin proof";
 /// Client: what a connection rejoining without a token needs for its Rejoin frame, taken from
 /// the session's initial connection.
 #[derive(Clone)]
-pub(crate) struct RejoinCredentials {
+pub(super) struct RejoinCredentials {
     key: [u8; 32],
-    pub(crate) session_ref: [u8; SESSION_REF_LEN],
+    pub(super) session_ref: [u8; SESSION_REF_LEN],
     /// Tests only (`danger_add_connection_with_rejoin`): sent instead of the real proof.
-    pub(crate) forged_proof: Option<[u8; REJOIN_PROOF_LEN]>,
+    pub(super) forged_proof: Option<[u8; REJOIN_PROOF_LEN]>,
 }
 
 impl std::fmt::Debug for RejoinCredentials {
@@ -62,12 +62,12 @@ fn rejoin_proof(key: &[u8; 32], new_conn: &crate::tls::ConnSecret, id: ConnId) -
 
 impl super::Connection {
     /// Client: the Rejoin frame of this connection, once its handshake is done.
-    pub(crate) fn rejoin_frame(&self, creds: &RejoinCredentials) -> Option<Frame<'static>> {
+    pub(super) fn rejoin_frame(&self, creds: &RejoinCredentials) -> Option<Frame<'static>> {
         self.rejoin_frame_with_id(creds, self.id)
     }
 
     /// The Rejoin frame this connection would send under Connection ID `id`.
-    pub(crate) fn rejoin_frame_with_id(&self, creds: &RejoinCredentials, id: ConnId) -> Option<Frame<'static>> {
+    pub(super) fn rejoin_frame_with_id(&self, creds: &RejoinCredentials, id: ConnId) -> Option<Frame<'static>> {
         let secret = self.secret.as_ref()?;
         Some(Frame::Rejoin {
             connection_id: id,
@@ -77,7 +77,7 @@ impl super::Connection {
     }
 
     /// Client: the first record of this joining connection must still carry a Join or Rejoin.
-    pub(crate) fn join_pending(&self) -> bool {
+    pub(super) fn join_pending(&self) -> bool {
         self.join_token.is_some() || self.rejoin.is_some()
     }
 }
@@ -85,19 +85,19 @@ impl super::Connection {
 /// How a joining connection names its session: a token (Join) or a session reference with a
 /// proof (Rejoin).
 #[derive(Debug)]
-pub(crate) enum JoinKey {
+pub(super) enum JoinKey {
     Token([u8; TOKEN_LEN]),
     Rejoin { connection_id: ConnId, session_ref: [u8; SESSION_REF_LEN], proof: [u8; REJOIN_PROOF_LEN] },
 }
 
 /// A connection whose first record asked to join a session (Join or Rejoin).
 #[derive(Debug)]
-pub(crate) struct JoinRequest {
-    pub(crate) key: JoinKey,
+pub(super) struct JoinRequest {
+    pub(super) key: JoinKey,
     /// Sequence number of that first record (for ACKs on the joined connection).
-    pub(crate) seq: u64,
+    pub(super) seq: u64,
     /// The frames that followed the Join in that record: the target session processes them.
-    pub(crate) rest: Vec<u8>,
+    pub(super) rest: Vec<u8>,
 }
 
 /// A connection detached from the session that accepted it, on its way to the session its
@@ -148,7 +148,7 @@ pub enum Accepted {
 
 impl Core {
     /// Issues one fresh join token, sent on `conn` or any connection.
-    pub(crate) fn issue_token(&mut self, conn: Option<ConnId>) {
+    pub(super) fn issue_token(&mut self, conn: Option<ConnId>) {
         let (sequence, token) = self.paths.issue_token(self.config.random.as_ref());
         self.control.push(&Frame::NewToken { sequence, token }, conn);
         self.events.push(Event::TokenIssued { sequence, token });
@@ -277,7 +277,7 @@ impl Session {
     }
 
     /// The rejoin key and session reference, from the initial connection's secret (TCPLS only).
-    pub(crate) fn rejoin_credentials(&self) -> Option<RejoinCredentials> {
+    pub(super) fn rejoin_credentials(&self) -> Option<RejoinCredentials> {
         if self.core.life.is_fallback() {
             return None;
         }
@@ -314,7 +314,7 @@ impl Session {
     /// Keeps `tokens` unused tokens in the client's hands while the session has room for more
     /// connections (PROTOCOL.md §3): after a join, and after a connection is lost (so the client
     /// can rejoin).
-    pub(crate) fn replenish_tokens(&mut self, on: Option<ConnId>) {
+    pub(super) fn replenish_tokens(&mut self, on: Option<ConnId>) {
         if self.core.side != Side::Server || !self.core.paths.initial_seen() || !self.core.life.accepts_connections() {
             return;
         }
@@ -365,7 +365,7 @@ impl Session {
     }
 
     /// Client: the next unused Connection ID of the rejoin space.
-    pub(crate) fn next_rejoin_id(&mut self) -> ConnId {
+    pub(super) fn next_rejoin_id(&mut self) -> ConnId {
         let conns = &self.conns;
         self.core.paths.next_rejoin_id(|id| conns.get(id).is_some())
     }

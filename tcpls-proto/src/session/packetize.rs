@@ -30,7 +30,7 @@ pub const MULTIPATH_HIGH_WATER: usize = 128 << 10;
 /// How much each connection may hold sealed and not yet written (`transmit_high_water`),
 /// decided once per `prepare_transmit`.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct HighWater {
+pub(super) struct HighWater {
     configured: usize,
     multipath: bool,
 }
@@ -42,7 +42,7 @@ impl HighWater {
     /// connection (records cannot move once encrypted), so a deep queue on a slow path delays
     /// the re-sending of a path that goes silent and the ACKs that wait behind it, while a
     /// fast path (loopback, a LAN) keeps its large queue and its few large writes.
-    pub(crate) fn of(&self, c: &Connection) -> usize {
+    pub(super) fn of(&self, c: &Connection) -> usize {
         if !self.multipath {
             return self.configured;
         }
@@ -55,7 +55,7 @@ impl HighWater {
         }
     }
 
-    pub(crate) fn has_room(&self, c: &Connection) -> bool {
+    pub(super) fn has_room(&self, c: &Connection) -> bool {
         c.tx.len() < self.of(c)
     }
 }
@@ -334,12 +334,12 @@ impl Session {
 impl Core {
     /// All queued stream bytes (and FINs) are sealed, including bytes still waiting for the
     /// peer's credit, and no control frame waits.
-    pub(crate) fn all_sent(&self) -> bool {
+    pub(super) fn all_sent(&self) -> bool {
         self.control.is_empty() && self.streams.values().all(|s| s.send_reset || s.send.is_all_sent())
     }
 
     /// Every stream's sending half is finished or reset (its data may still be queued).
-    pub(crate) fn all_send_halves_finished(&self) -> bool {
+    pub(super) fn all_send_halves_finished(&self) -> bool {
         self.streams.values().all(|s| s.send_reset || s.send.is_finished())
     }
 
@@ -354,7 +354,7 @@ impl Core {
     /// only while that write is sure to come: the stream has sealed bytes whose acknowledgement
     /// will make room, or has room enough that its writer is woken (`SendBuf::worth_waking`; the
     /// application was told, or is writing).
-    pub(crate) fn holds_short_tail(&self, id: StreamId) -> bool {
+    pub(super) fn holds_short_tail(&self, id: StreamId) -> bool {
         self.streams.get(id).is_some_and(|s| {
             self.completed_by_writer(s, s.send.sendable()) && (s.send.in_flight() > 0 || s.send.worth_waking())
         })

@@ -86,7 +86,7 @@ impl Session {
 
     /// Connection `conn` is lost (its socket ended or failed, or we gave up on it): the one
     /// way a connection is marked lost. What it carried unacknowledged fails over.
-    pub(crate) fn lose_connection(&mut self, conn: ConnId, loss: Loss<'_>) {
+    pub(super) fn lose_connection(&mut self, conn: ConnId, loss: Loss<'_>) {
         if let Some(c) = self.conns.get_mut(conn) {
             c.lose(loss);
         }
@@ -94,7 +94,7 @@ impl Session {
     }
 
     /// Runs the handshake or record layer of `conn` over what it has buffered.
-    pub(crate) fn process(&mut self, conn: ConnId, now: Instant) {
+    pub(super) fn process(&mut self, conn: ConnId, now: Instant) {
         self.core.clock.advance(now);
         self.drive_handshakes();
         let Some(c) = self.conns.get_mut(conn) else {
@@ -127,7 +127,7 @@ impl Session {
         self.after_connection_change();
     }
 
-    pub(crate) fn drive_handshakes(&mut self) {
+    pub(super) fn drive_handshakes(&mut self) {
         for c in &mut self.conns {
             let result = c.drive_handshake();
             // Server: accepted early data goes to the session before the handshake completes.
@@ -161,7 +161,7 @@ impl Session {
     }
 
     /// Carries out what received frames asked of the connection table.
-    pub(crate) fn run_actions(&mut self) {
+    pub(super) fn run_actions(&mut self) {
         for action in std::mem::take(&mut self.core.actions) {
             match action {
                 ConnAction::Reset(id) => {

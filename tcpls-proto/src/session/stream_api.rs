@@ -8,7 +8,7 @@ use super::streams::Stream;
 use super::{Core, Session, Side};
 
 impl Core {
-    pub(crate) fn create_stream(&mut self, id: StreamId, peer_initiated: bool) {
+    pub(super) fn create_stream(&mut self, id: StreamId, peer_initiated: bool) {
         let stream = Stream::new(&self.config, self.streams.send_account(), self.life.is_fallback(), peer_initiated);
         self.streams.insert(id, stream);
         if peer_initiated {
@@ -19,7 +19,7 @@ impl Core {
         }
     }
 
-    pub(crate) fn notify_readable(&mut self, id: StreamId) {
+    pub(super) fn notify_readable(&mut self, id: StreamId) {
         if let Some(s) = self.streams.get_mut(id) {
             if !s.read_notified {
                 s.read_notified = true;
@@ -31,7 +31,7 @@ impl Core {
     /// Tells the application it can write `id` again if it found it full, then (since `id`
     /// may just have released some of the session's send budget) the streams the budget held
     /// back that fit now.
-    pub(crate) fn notify_writable_if_blocked(&mut self, id: StreamId) {
+    pub(super) fn notify_writable_if_blocked(&mut self, id: StreamId) {
         if let Some(s) = self.streams.get_mut(id) {
             if s.write_blocked && (s.send.worth_waking() || s.send_reset) {
                 s.write_blocked = false;
@@ -43,7 +43,7 @@ impl Core {
     }
 
     /// Forgets a stream once both halves are over.
-    pub(crate) fn maybe_remove(&mut self, id: StreamId) {
+    pub(super) fn maybe_remove(&mut self, id: StreamId) {
         self.streams.remove_if_done(id);
     }
 

@@ -21,7 +21,7 @@ use super::Side;
 const STREAM_STATE_CHARGE: u64 = 2048;
 
 /// What a newly opened stream is charged: its 64 KiB initial window and its state.
-pub(crate) const NEW_STREAM_CHARGE: u64 = INITIAL_MAX_STREAM_DATA + STREAM_STATE_CHARGE;
+pub(super) const NEW_STREAM_CHARGE: u64 = INITIAL_MAX_STREAM_DATA + STREAM_STATE_CHARGE;
 
 /// Most ranges of refused stream IDs remembered until a frame for one of them is answered;
 /// beyond, the lowest range is forgotten (its streams then get no Stream Reset: only a peer
@@ -36,7 +36,7 @@ const MAX_REFUSED_RANGES: usize = 4096;
 /// open), but without the session's random keys it cannot tell which ones collide; the
 /// multiply folds every bit of the ID into the low (bucket) and high (tag) bits alike.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct StreamIdHash {
+pub(super) struct StreamIdHash {
     k0: u64,
     k1: u64,
     k2: u64,
@@ -63,7 +63,7 @@ impl BuildHasher for StreamIdHash {
     }
 }
 
-pub(crate) struct StreamIdHasher {
+pub(super) struct StreamIdHasher {
     k: StreamIdHash,
     h: u64,
 }
@@ -94,32 +94,32 @@ impl Hasher for StreamIdHasher {
 }
 
 #[derive(Debug)]
-pub(crate) struct Stream {
-    pub(crate) send: SendBuf,
-    pub(crate) recv: RecvBuf,
+pub(super) struct Stream {
+    pub(super) send: SendBuf,
+    pub(super) recv: RecvBuf,
     /// We reset our sending half.
-    pub(crate) send_reset: bool,
+    pub(super) send_reset: bool,
     /// The peer reset its sending half with this code.
-    pub(crate) recv_reset: Option<u32>,
+    pub(super) recv_reset: Option<u32>,
     /// The application will not read any more: data is dropped, credit still granted.
-    pub(crate) recv_stopped: bool,
+    pub(super) recv_stopped: bool,
     /// The application saw the end (EOF or reset) of the receiving half.
-    pub(crate) recv_observed_end: bool,
+    pub(super) recv_observed_end: bool,
     /// In the ready queue ([`Streams::schedule`]).
-    pub(crate) queued: bool,
+    pub(super) queued: bool,
     /// A StreamReadable event is pending and not yet followed by a read.
-    pub(crate) read_notified: bool,
+    pub(super) read_notified: bool,
     /// The application found the send buffer full.
-    pub(crate) write_blocked: bool,
+    pub(super) write_blocked: bool,
     /// Waiting in [`Streams::block_on_budget`]'s queue: the session's send budget, not this
     /// stream's buffer, held back its last write.
-    pub(crate) budget_waiting: bool,
+    pub(super) budget_waiting: bool,
     /// The application's last write did not fit (it has more for this stream): the scheduler
     /// need not cut a short record of what is queued (`packetize.rs`, `holds_short_tail`).
-    pub(crate) more_coming: bool,
-    pub(crate) peer_initiated: bool,
+    pub(super) more_coming: bool,
+    pub(super) peer_initiated: bool,
     /// The connection this stream's records go on (stream steering); None: any.
-    pub(crate) steer: Option<crate::event::ConnId>,
+    pub(super) steer: Option<crate::event::ConnId>,
     /// This stream's [`Stream::receive_charge`] as counted in [`Streams`]' running total.
     charge_counted: u64,
     /// Handed out mutably since it was counted: [`Streams::receive_charged`] counts it again.
@@ -127,7 +127,7 @@ pub(crate) struct Stream {
 }
 
 impl Stream {
-    pub(crate) fn new(
+    pub(super) fn new(
         config: &SessionConfig,
         account: &Arc<SendAccount>,
         fallback: bool,
@@ -168,7 +168,7 @@ impl Stream {
     /// window (the peer may fill that without asking), so that floors are paid for too. A half
     /// whose data is dropped (reset, or the application stopped reading) holds no data; a
     /// finished one holds what is left to read. Every stream also pays for its own state.
-    pub(crate) fn receive_charge(&self) -> u64 {
+    pub(super) fn receive_charge(&self) -> u64 {
         let data = if self.recv_reset.is_some() || self.recv_stopped {
             0
         } else {
@@ -198,7 +198,7 @@ impl Stream {
 
 /// Every stream of the session and the queues and budgets over them.
 #[derive(Debug)]
-pub(crate) struct Streams {
+pub(super) struct Streams {
     side: Side,
     map: HashMap<StreamId, Stream, StreamIdHash>,
     /// Next stream ID we open.
@@ -235,7 +235,7 @@ pub(crate) struct Streams {
 }
 
 impl Streams {
-    pub(crate) fn new(side: Side, config: &SessionConfig) -> Self {
+    pub(super) fn new(side: Side, config: &SessionConfig) -> Self {
         let (next_local, next_peer) = match side {
             Side::Client => (0, 1),
             Side::Server => (1, 0),
@@ -262,13 +262,13 @@ impl Streams {
 
     // ---------------------------------------------------------------- the streams
 
-    pub(crate) fn get(&self, id: StreamId) -> Option<&Stream> {
+    pub(super) fn get(&self, id: StreamId) -> Option<&Stream> {
         self.map.get(&id)
     }
 
     /// The stream, to change: its receive charge is counted again at the next
     /// [`Streams::receive_charged`].
-    pub(crate) fn get_mut(&mut self, id: StreamId) -> Option<&mut Stream> {
+    pub(super) fn get_mut(&mut self, id: StreamId) -> Option<&mut Stream> {
         let listed_enough = self.dirty.len() > 2 * self.map.len() + 64;
         let s = self.map.get_mut(&id)?;
         if !s.charge_dirty && !self.all_dirty {
@@ -285,29 +285,29 @@ impl Streams {
         Some(s)
     }
 
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (StreamId, &Stream)> {
+    pub(super) fn iter(&self) -> impl Iterator<Item = (StreamId, &Stream)> {
         self.map.iter().map(|(id, s)| (*id, s))
     }
 
-    pub(crate) fn values(&self) -> impl Iterator<Item = &Stream> {
+    pub(super) fn values(&self) -> impl Iterator<Item = &Stream> {
         self.map.values()
     }
 
-    pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut Stream> {
+    pub(super) fn values_mut(&mut self) -> impl Iterator<Item = &mut Stream> {
         self.all_dirty = true;
         self.map.values_mut()
     }
 
-    pub(crate) fn ids(&self) -> Vec<StreamId> {
+    pub(super) fn ids(&self) -> Vec<StreamId> {
         self.map.keys().copied().collect()
     }
 
-    pub(crate) fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.map.len()
     }
 
     /// A new stream enters the session; a peer's also waits to be accepted.
-    pub(crate) fn insert(&mut self, id: StreamId, mut stream: Stream) {
+    pub(super) fn insert(&mut self, id: StreamId, mut stream: Stream) {
         if stream.peer_initiated {
             self.peer_open += 1;
             self.accept_queue.push_back(id);
@@ -321,7 +321,7 @@ impl Streams {
     }
 
     /// Forgets a stream once both halves are over.
-    pub(crate) fn remove_if_done(&mut self, id: StreamId) {
+    pub(super) fn remove_if_done(&mut self, id: StreamId) {
         let Some(s) = self.map.get(&id) else { return };
         if s.is_done() {
             if s.peer_initiated {
@@ -334,55 +334,55 @@ impl Streams {
     }
 
     /// A stream the peer opened that the application has not accepted yet.
-    pub(crate) fn accept(&mut self) -> Option<StreamId> {
+    pub(super) fn accept(&mut self) -> Option<StreamId> {
         self.accept_queue.pop_front()
     }
 
     // ---------------------------------------------------------------- stream IDs
 
     /// `id` is of the kind we open (even for a client, odd for a server).
-    pub(crate) fn is_local(&self, id: StreamId) -> bool {
+    pub(super) fn is_local(&self, id: StreamId) -> bool {
         (id % 2 == 0) == (self.side == Side::Client)
     }
 
     /// A locally-initiated ID we never opened (it cannot appear in a peer's frame).
-    pub(crate) fn never_opened(&self, id: StreamId) -> bool {
+    pub(super) fn never_opened(&self, id: StreamId) -> bool {
         self.is_local(id) && id >= self.next_local
     }
 
     /// The ID our next stream gets.
-    pub(crate) fn next_local_id(&self) -> StreamId {
+    pub(super) fn next_local_id(&self) -> StreamId {
         self.next_local
     }
 
     /// Takes the next local stream ID (`None` once they run out).
-    pub(crate) fn allocate_local(&mut self) -> Option<StreamId> {
+    pub(super) fn allocate_local(&mut self) -> Option<StreamId> {
         let id = self.next_local;
         self.next_local = id.checked_add(2)?;
         Some(id)
     }
 
     /// Streams we opened that are still known.
-    pub(crate) fn local_open(&self) -> usize {
+    pub(super) fn local_open(&self) -> usize {
         self.map.values().filter(|s| !s.peer_initiated).count()
     }
 
     /// Lowest peer stream ID not seen yet.
-    pub(crate) fn next_peer(&self) -> u64 {
+    pub(super) fn next_peer(&self) -> u64 {
         self.next_peer
     }
 
-    pub(crate) fn set_next_peer(&mut self, next: u64) {
+    pub(super) fn set_next_peer(&mut self, next: u64) {
         self.next_peer = next;
     }
 
-    pub(crate) fn peer_open(&self) -> usize {
+    pub(super) fn peer_open(&self) -> usize {
         self.peer_open
     }
 
     /// Peer streams `ids` (one parity) are refused; each is owed a Stream Reset when a frame
     /// names it ([`Streams::answer_refused`]).
-    pub(crate) fn refuse(&mut self, ids: std::ops::Range<u64>) {
+    pub(super) fn refuse(&mut self, ids: std::ops::Range<u64>) {
         self.refused.insert(ids);
         while self.refused.len() > MAX_REFUSED_RANGES {
             self.refused.pop_first();
@@ -390,7 +390,7 @@ impl Streams {
     }
 
     /// A frame named peer stream `id`: true (once) if it was refused and not answered yet.
-    pub(crate) fn answer_refused(&mut self, id: StreamId) -> bool {
+    pub(super) fn answer_refused(&mut self, id: StreamId) -> bool {
         let id64 = u64::from(id);
         if !self.is_local(id) && self.refused.contains(id64) {
             self.refused.remove(id64..id64 + 1);
@@ -402,7 +402,7 @@ impl Streams {
     // ---------------------------------------------------------------- the ready queue
 
     /// Puts a stream in the round robin of streams with something to send.
-    pub(crate) fn schedule(&mut self, id: StreamId) {
+    pub(super) fn schedule(&mut self, id: StreamId) {
         if let Some(s) = self.map.get_mut(&id) {
             if !s.queued && s.send.has_pending() {
                 s.queued = true;
@@ -411,21 +411,21 @@ impl Streams {
         }
     }
 
-    pub(crate) fn has_ready(&self) -> bool {
+    pub(super) fn has_ready(&self) -> bool {
         !self.ready.is_empty()
     }
 
-    pub(crate) fn ready_len(&self) -> usize {
+    pub(super) fn ready_len(&self) -> usize {
         self.ready.len()
     }
 
     /// The streams queued after the front one, in order.
-    pub(crate) fn ready_after_front(&self) -> impl Iterator<Item = &StreamId> {
+    pub(super) fn ready_after_front(&self) -> impl Iterator<Item = &StreamId> {
         self.ready.iter().skip(1)
     }
 
     /// The next stream with data it may send now, in round-robin order (it stays at the front).
-    pub(crate) fn next_ready(&mut self) -> Option<StreamId> {
+    pub(super) fn next_ready(&mut self) -> Option<StreamId> {
         while let Some(&id) = self.ready.front() {
             match self.map.get_mut(&id) {
                 Some(s) if s.send.has_pending() && !s.send_reset => {
@@ -449,7 +449,7 @@ impl Streams {
     }
 
     /// The front stream's turn is over (the next one starts afresh).
-    pub(crate) fn end_turn(&mut self) {
+    pub(super) fn end_turn(&mut self) {
         self.turn.1 = 0;
         if let Some(&next) = self.ready.get(1) {
             self.turn.0 = next;
@@ -461,7 +461,7 @@ impl Streams {
     /// next write, the acknowledgement of its bytes in flight, a loss, credit, its FIN), and
     /// each of those schedules it. Kept in the queue instead, every pass would look at it
     /// again: with many such streams each pass became a scan of all of them.
-    pub(crate) fn park_front(&mut self) {
+    pub(super) fn park_front(&mut self) {
         self.end_turn();
         if let Some(id) = self.ready.pop_front() {
             if let Some(s) = self.map.get_mut(&id) {
@@ -471,18 +471,18 @@ impl Streams {
     }
 
     /// The front stream lets the others go first (its turn ends, it goes to the back).
-    pub(crate) fn skip_front(&mut self) {
+    pub(super) fn skip_front(&mut self) {
         self.end_turn();
         self.ready.rotate_left(1);
     }
 
     /// The stream whose turn it is, and the bytes sealed for it in this turn.
-    pub(crate) fn turn(&self) -> (StreamId, usize) {
+    pub(super) fn turn(&self) -> (StreamId, usize) {
         self.turn
     }
 
     /// `len` more bytes of `id` were sealed in its turn; returns the turn's total.
-    pub(crate) fn add_to_turn(&mut self, id: StreamId, len: usize) -> usize {
+    pub(super) fn add_to_turn(&mut self, id: StreamId, len: usize) -> usize {
         if self.turn.0 == id {
             self.turn.1 += len;
         } else {
@@ -492,7 +492,7 @@ impl Streams {
     }
 
     /// The front stream (`id`) leaves the front: to the back while it has more to send.
-    pub(crate) fn requeue_front(&mut self, id: StreamId) {
+    pub(super) fn requeue_front(&mut self, id: StreamId) {
         self.ready.pop_front();
         if let Some(s) = self.map.get_mut(&id) {
             if s.send.has_pending() {
@@ -506,18 +506,18 @@ impl Streams {
     // ---------------------------------------------------------------- budgets
 
     /// The send budget shared by the streams' send buffers.
-    pub(crate) fn send_account(&self) -> &Arc<SendAccount> {
+    pub(super) fn send_account(&self) -> &Arc<SendAccount> {
         &self.send_account
     }
 
     /// Bytes held by the streams' send buffers (what the send budget bounds).
-    pub(crate) fn send_buffered(&self) -> usize {
+    pub(super) fn send_buffered(&self) -> usize {
         self.send_account.bytes()
     }
 
     /// The send budget, not the stream's buffer, held back a write of `id`: it is told when
     /// the budget frees up ([`Streams::wake_budget_blocked`]).
-    pub(crate) fn block_on_budget(&mut self, id: StreamId) {
+    pub(super) fn block_on_budget(&mut self, id: StreamId) {
         if let Some(s) = self.map.get_mut(&id) {
             if !s.budget_waiting {
                 s.budget_waiting = true;
@@ -529,7 +529,7 @@ impl Streams {
     /// Streams held back by the send budget (`send_budget` bytes), oldest first: `writable` is
     /// called for those that may write now; a few that still may not go to the back, so that
     /// one stream over its share does not hold up the others. Bounded work per call.
-    pub(crate) fn wake_budget_blocked(&mut self, send_budget: usize, mut writable: impl FnMut(StreamId)) {
+    pub(super) fn wake_budget_blocked(&mut self, send_budget: usize, mut writable: impl FnMut(StreamId)) {
         const LOOK: usize = 8;
         // A stream waits here only once it holds at least its floor, so while the budget is
         // spent none of them may write (the common case under load: no lookups).
@@ -559,7 +559,7 @@ impl Streams {
 
     /// The receive budget in use: the sum of every stream's [`Stream::receive_charge`]
     /// (counting again only the streams changed since the last call).
-    pub(crate) fn receive_charged(&mut self) -> u64 {
+    pub(super) fn receive_charged(&mut self) -> u64 {
         if self.all_dirty {
             self.all_dirty = false;
             self.dirty.clear();
@@ -584,23 +584,23 @@ impl Streams {
     }
 
     /// `id` is due for credit that the receive budget held back.
-    pub(crate) fn starve(&mut self, id: StreamId) {
+    pub(super) fn starve(&mut self, id: StreamId) {
         self.credit_starved.insert(id);
     }
 
     /// The streams held back by the receive budget, to retry.
-    pub(crate) fn take_starved(&mut self) -> BTreeSet<StreamId> {
+    pub(super) fn take_starved(&mut self) -> BTreeSet<StreamId> {
         std::mem::take(&mut self.credit_starved)
     }
 
     // ---------------------------------------------------------------- plain TLS fallback
 
     /// Bytes of the plain TLS byte stream received so far (stream 0's next offset).
-    pub(crate) fn fallback_received(&self) -> u64 {
+    pub(super) fn fallback_received(&self) -> u64 {
         self.fallback_received
     }
 
-    pub(crate) fn add_fallback_received(&mut self, n: usize) {
+    pub(super) fn add_fallback_received(&mut self, n: usize) {
         self.fallback_received += n as u64;
     }
 }
