@@ -128,29 +128,26 @@ impl Core {
         if stream.is_none() && kept.is_empty() {
             return;
         }
-        c.sent_log_control += kept.len();
         let sent_at = self.clock.now();
         c.loss.on_record_logged(sent_at);
-        c.sent_log.push_back(SentRecord { number, sent_at, stream, control: kept });
+        c.sent.push(SentRecord { number, sent_at, stream, control: kept });
         // Bounded: a peer that reads but does not acknowledge (ACKs are a default, not a duty,
         // PROTOCOL.md §5) must not grow it for ever. The oldest records are released as if
         // acknowledged; only their failover guarantee is lost, and it is counted.
         let (max_records, max_control) = (self.config.max_unacked_records, self.config.max_unacked_control);
-        while c.sent_log.len() > max_records || c.sent_log_control > max_control {
-            let Some(record) = c.sent_log.pop_front() else { break };
+        while c.sent.len() > max_records || c.sent.control_bytes() > max_control {
+            let Some(record) = c.sent.pop_oldest() else { break };
             self.stats.unacked_released += 1;
-            self.release(c, record);
+            self.release(record);
         }
     }
 
     /// Releases what the peer acknowledged on `c` (records numbered up to `highest`).
     pub(super) fn on_acked(&mut self, c: &mut Connection, highest: u64) {
         let mut newest_sent = None;
-        while c.sent_log.front().is_some_and(|r| r.number <= highest) {
-            if let Some(record) = c.sent_log.pop_front() {
-                newest_sent = record.sent_at;
-                self.release(c, record);
-            }
+        while let Some(record) = c.sent.pop_acknowledged(highest) {
+            newest_sent = record.sent_at;
+            self.release(record);
         }
         if highest == u64::MAX {
             // A clean close, not an ACK from the peer.
@@ -159,14 +156,13 @@ impl Core {
         self.peer_acknowledges = true;
         let now = self.clock.now();
         let sample = newest_sent.zip(now).map(|(sent, now)| now.saturating_duration_since(sent));
-        if c.loss.on_ack(highest, sample, !c.sent_log.is_empty(), now) {
+        if c.loss.on_ack(highest, sample, !c.sent.is_empty(), now) {
             self.stats.paths_recovered += 1;
             self.events.push(Event::PathRecovered { conn: c.id });
         }
     }
 
-    fn release(&mut self, c: &mut Connection, record: SentRecord) {
-        c.sent_log_control -= record.control.len();
+    fn release(&mut self, record: SentRecord) {
         if let Some((id, offset, len, fin)) = record.stream {
             if let Some(s) = self.streams.get_mut(id) {
                 s.send.ack(offset, len, fin);
@@ -192,9 +188,8 @@ impl Core {
     /// Queues again, for the other connections, everything `c` carried that the peer did not
     /// acknowledge (a failover, or a suspicion: `loss.rs`). Returns whether there was any.
     pub(super) fn resend_unacked(&mut self, c: &mut Connection) -> bool {
-        let resent = !c.sent_log.is_empty();
-        c.sent_log_control = 0;
-        for record in std::mem::take(&mut c.sent_log) {
+        let resent = !c.sent.is_empty();
+        for record in c.sent.take_all() {
             self.stats.records_resent += 1;
             if let Some((id, offset, len, fin)) = record.stream {
                 self.stats.stream_bytes_resent += len as u64;
@@ -224,12 +219,12 @@ impl Session {
     pub(super) fn on_connection_finished(&mut self, id: ConnId) -> Option<String> {
         let others = self.conns.iter().any(|c| c.id != id && c.is_usable());
         let c = self.conns.get_mut(id)?;
-        if c.error.is_none() {
+        if c.error().is_none() {
             let highest = u64::MAX;
             self.core.on_acked(c, highest);
             return None;
         }
-        if !self.core.config.failover && others && c.carried_streams && self.core.streams.len() > 0 {
+        if !self.core.config.failover && others && c.sent.carried_streams() && self.core.streams.len() > 0 {
             return Some(format!(
                 "connection {id} failed and failover is off: stream bytes it carried may be lost, so the session \
                  ends rather than leave a stream waiting for them (turn failover on to survive a lost connection)"

@@ -15,6 +15,9 @@ use super::Session;
 #[derive(Debug, Default)]
 pub(super) struct Connections {
     list: Vec<Connection>,
+    /// Finished connections whose end was reported to the application (`Event::ConnectionClosed`,
+    /// once each); pruned with them.
+    reported: Vec<ConnId>,
 }
 
 impl Connections {
@@ -49,7 +52,16 @@ impl Connections {
     /// Removes connection `id` (to hand it to another session).
     pub(super) fn take(&mut self, id: ConnId) -> Option<Connection> {
         let idx = self.list.iter().position(|c| c.id == id)?;
+        self.reported.retain(|r| *r != id);
         Some(self.list.remove(idx))
+    }
+
+    /// Finished connections not reported yet, now counted as reported.
+    pub(super) fn take_unreported_finished(&mut self) -> Vec<ConnId> {
+        let ids: Vec<ConnId> =
+            self.list.iter().filter(|c| c.is_finished() && !self.reported.contains(&c.id)).map(|c| c.id).collect();
+        self.reported.extend_from_slice(&ids);
+        ids
     }
 
     /// Connections not finished yet.
@@ -66,7 +78,8 @@ impl Connections {
     /// initial connection stays: its secret names the session.
     pub(super) fn prune_finished(&mut self) {
         const KEEP_FINISHED: usize = 8;
-        let finished = |c: &Connection| c.reported && c.is_finished() && (c.is_gone() || c.tx.is_empty());
+        let reported = &self.reported;
+        let finished = |c: &Connection| reported.contains(&c.id) && c.is_finished() && (c.is_gone() || c.tx.is_empty());
         let mut excess = self.list.iter().filter(|c| finished(c)).count().saturating_sub(KEEP_FINISHED);
         if excess > 0 {
             self.list.retain(|c| {
@@ -76,6 +89,8 @@ impl Connections {
                 }
                 true
             });
+            let list = &self.list;
+            self.reported.retain(|id| list.iter().any(|c| c.id == *id));
         }
     }
 }
@@ -123,13 +138,13 @@ impl Session {
     /// Tells the core the socket addresses of a connection (for Address Echo and reports).
     pub fn set_addresses(&mut self, conn: ConnId, local: Option<SocketAddr>, remote: Option<SocketAddr>) {
         if let Some(c) = self.conns.get_mut(conn) {
-            c.local = local;
-            c.remote = remote;
+            c.path.local = local;
+            c.path.remote = remote;
         }
     }
 
     pub fn addresses(&self, conn: ConnId) -> (Option<SocketAddr>, Option<SocketAddr>) {
-        self.conns.get(conn).map(|c| (c.local, c.remote)).unwrap_or_default()
+        self.conns.get(conn).map(|c| (c.path.local, c.path.remote)).unwrap_or_default()
     }
 }
 
@@ -146,8 +161,8 @@ impl Session {
     /// Tells the scheduler a connection's RTT and congestion window (from TCP_INFO).
     pub fn set_path_info(&mut self, conn: ConnId, rtt_us: Option<u32>, cwnd: Option<u32>) {
         if let Some(c) = self.conns.get_mut(conn) {
-            c.path.rtt_us = rtt_us;
-            c.path.cwnd = cwnd;
+            c.path.tcp.rtt_us = rtt_us;
+            c.path.tcp.cwnd = cwnd;
         }
     }
 
@@ -155,7 +170,7 @@ impl Session {
     /// delivery rate, bytes the kernel holds unsent).
     pub fn set_path(&mut self, conn: ConnId, info: crate::session::sched::PathInfo) {
         if let Some(c) = self.conns.get_mut(conn) {
-            c.path = info;
+            c.path.tcp = info;
         }
     }
 
@@ -166,7 +181,7 @@ impl Session {
 
     /// Why a connection failed, if it did.
     pub fn connection_error(&self, conn: ConnId) -> Option<&Error> {
-        self.conns.get(conn).and_then(|c| c.error.as_ref())
+        self.conns.get(conn).and_then(|c| c.error())
     }
 
     /// The connection's TLS handshake is complete and it has not finished (it may still be
@@ -195,8 +210,8 @@ impl Session {
     /// neither side sends unsteered stream data on a backup one.
     pub fn set_connection_backup(&mut self, conn: ConnId, backup: bool) -> Result<(), Error> {
         let c = self.conns.get_mut(conn).ok_or_else(|| TransportError::internal(format!("no connection {conn}")))?;
-        if c.backup != backup {
-            c.backup = backup;
+        if c.path.backup != backup {
+            c.path.backup = backup;
             self.core.control.push(&Frame::PathPriority { connection_id: conn, backup }, None);
         }
         Ok(())
@@ -204,19 +219,19 @@ impl Session {
 
     /// Whether `conn` is a backup path (set by either side).
     pub fn is_connection_backup(&self, conn: ConnId) -> bool {
-        self.conns.get(conn).is_some_and(|c| c.backup)
+        self.conns.get(conn).is_some_and(|c| c.path.backup)
     }
 
     pub(super) fn path_view(c: &Connection) -> PathView {
         PathView {
             conn: c.id,
-            rtt_us: c.path.rtt_us,
-            cwnd: c.path.cwnd,
+            rtt_us: c.path.tcp.rtt_us,
+            cwnd: c.path.tcp.cwnd,
             queued: c.tx.len(),
             bytes_sent: c.stats.bytes_sent,
             room: true,
-            delivery_rate: c.path.delivery_rate,
-            kernel_unsent: c.path.kernel_unsent,
+            delivery_rate: c.path.tcp.delivery_rate,
+            kernel_unsent: c.path.tcp.kernel_unsent,
         }
     }
 

@@ -23,10 +23,11 @@ use crate::event::StreamId;
 use crate::frame::{write_stream_trailer, Frame, STREAM_FRAME_OVERHEAD};
 use crate::tls::{Handshake, MAX_EARLY_DATA};
 
-use super::conn::{ConnState, Connection};
+use super::conn::Connection;
 use super::frames::decode_all;
 use super::placement::Scan;
-use super::{Core, Session, Side};
+use super::side::Side;
+use super::{Core, Session};
 
 /// Most stream bytes a client puts in its early data (one record with the Stream frame).
 pub const MAX_EARLY_STREAM_BYTES: usize = MAX_EARLY_DATA - STREAM_FRAME_OVERHEAD;
@@ -91,7 +92,7 @@ impl Session {
         let limit = self.core.config.transmit_high_water;
         let record_size = self.core.config.record_size.clamp(STREAM_FRAME_OVERHEAD + 1, crate::record::MAX_PLAINTEXT);
         let Some(c) = self.conns.get_mut(0) else { return };
-        let ConnState::Handshaking(hs, _) = &mut c.state else { return };
+        let Some((hs, stats, sent)) = c.handshake_mut() else { return };
         if !hs.half_rtt_writable() {
             // rustls would not seal it (no `send_half_rtt_data`): it goes after the handshake.
             return;
@@ -118,8 +119,8 @@ impl Session {
             s.send.mark_sent(offset, len, fin);
             s.send.ack(offset, len, fin);
             core.early.half_rtt_sent += len;
-            c.stats.records_sent += 1;
-            c.carried_streams = true;
+            stats.records_sent += 1;
+            sent.note_stream_data();
             queued = true;
             core.streams.requeue_front(id);
             core.notify_writable_if_blocked(id);
@@ -144,18 +145,18 @@ impl Core {
     /// Rate Limit or Stream Reset, before the client proved it holds the handshake keys) is a
     /// protocol violation, checked before any frame of the record is acted on.
     pub(super) fn deliver_early_data(&mut self, c: &mut Connection) -> Result<(), Error> {
-        if c.early_received.is_empty() {
+        if c.reading.early_received.is_empty() {
             return Ok(());
         }
-        for plaintext in std::mem::take(&mut c.early_received) {
+        for plaintext in std::mem::take(&mut c.reading.early_received) {
             // Decoded once: checked whole, then acted on.
             let frames = decode_all(&plaintext).map_err(|e| TransportError::decode(format!("early data: {e}")))?;
             if let Some((other, _)) = frames.iter().find(|(f, _)| !matches!(f, Frame::Stream { .. })) {
                 let kind = other.frame_type();
                 return Err(TransportError::unexpected(format!("{kind:?} frame in early data")).into());
             }
-            let first = c.app_records == 0;
-            c.app_records += 1;
+            let first = c.reading.app_records == 0;
+            c.reading.app_records += 1;
             self.early.received += plaintext.len();
             let mut scan = Scan::default();
             if first {

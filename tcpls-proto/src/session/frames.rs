@@ -11,7 +11,8 @@ use crate::stream::RecvError;
 use super::conn::Flow;
 use super::multipath::{JoinKey, JoinRequest, JOIN_FRAME_LEN};
 use super::placement::{LeadStream, Scan};
-use super::{Core, Inbound, RecordSink, Side};
+use super::side::Side;
+use super::{Core, Inbound, RecordSink};
 
 /// Work a frame asks for that needs the connection table.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -212,9 +213,7 @@ impl Core {
                 self.open_peer_streams(stream_id)?;
                 if let Some(s) = self.streams.get_mut(stream_id) {
                     s.recv.reset(final_size).map_err(|e| recv_error(stream_id, e))?;
-                    if s.recv_reset.is_none() {
-                        s.recv_reset = Some(error_code);
-                    }
+                    s.recv_state = s.recv_state.on_peer_reset(error_code);
                     self.notify_readable(stream_id);
                     self.maybe_remove(stream_id);
                 } else {
@@ -342,7 +341,7 @@ impl Core {
             self.answer_refused(id);
             return Ok(());
         };
-        if s.recv_reset.is_some() {
+        if s.recv_state.peer_reset().is_some() {
             // The data is dropped, but the final size the reset stated still binds (PROTOCOL.md
             // §4.1): `insert` checks it and stores nothing after a reset.
             return s.recv.insert(offset, data, fin).map_err(|e| recv_error(id, e));
@@ -353,7 +352,7 @@ impl Core {
         let duplicate = (offset + data.len() as u64).min(s.recv.contiguous_end()).saturating_sub(offset);
         self.stats.duplicate_bytes_received += duplicate;
         s.recv.insert(offset, data, fin).map_err(|e| recv_error(id, e))?;
-        if s.recv_stopped {
+        if s.recv_state.is_stopped() {
             let n = s.recv.readable();
             s.recv.consume(n);
             self.update_credit(id);
@@ -427,7 +426,7 @@ impl RecordSink for Core {
             return None;
         }
         let s = self.streams.get_mut(id)?;
-        if s.recv_reset.is_some() || s.recv_stopped {
+        if s.recv_state.drops_data() {
             return None;
         }
         // Slack `len`: the record's trailing frames may run past the flow control limit; the

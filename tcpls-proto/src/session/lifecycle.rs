@@ -18,7 +18,8 @@ use crate::error::{Error, TransportError};
 use crate::event::{ConnId, Event};
 use crate::tls::HandshakeInfo;
 
-use super::{Core, Session, Side};
+use super::side::Side;
+use super::{Core, Session};
 
 /// What the first handshake negotiated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,18 +175,15 @@ impl Session {
     pub(super) fn after_connection_change(&mut self) {
         let mut last_errors = Vec::new();
         let mut finished = Vec::new();
-        for c in &mut self.conns {
-            if c.is_finished() && !c.reported {
-                c.reported = true;
-                let error = c.error.clone();
-                if error.is_some() {
-                    self.core.stats.connections_lost += 1;
-                }
-                last_errors.push(error.clone());
-                finished.push(c.id);
-                self.core.control.forget_conn(c.id);
-                self.core.events.push(Event::ConnectionClosed { conn: c.id, error });
+        for id in self.conns.take_unreported_finished() {
+            let error = self.conns.get(id).and_then(|c| c.error().cloned());
+            if error.is_some() {
+                self.core.stats.connections_lost += 1;
             }
+            last_errors.push(error.clone());
+            finished.push(id);
+            self.core.control.forget_conn(id);
+            self.core.events.push(Event::ConnectionClosed { conn: id, error });
         }
         let mut must_end = None;
         for id in finished {
@@ -345,7 +343,7 @@ impl Core {
         for id in ids {
             self.notify_readable(id);
             if let Some(s) = self.streams.get_mut(id) {
-                s.write_blocked = false;
+                s.wake_writer();
             }
             self.events.push(Event::StreamWritable(id));
         }

@@ -26,6 +26,7 @@ mod paths;
 mod placement;
 mod receive;
 pub mod sched;
+mod side;
 mod stream_api;
 mod streams;
 mod timers;
@@ -36,35 +37,18 @@ use std::sync::Arc;
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ServerConfig};
 
-pub use conn::ConnStats;
+pub use conn::{ConnStats, MIN_READ_CHUNK, READ_CHUNK};
 use conn::{Connection, Inbound, RecordSink};
 use control::ControlQueue;
 pub use early::MAX_EARLY_STREAM_BYTES;
 pub use multipath::{Accepted, JoiningConnection, REJOIN_ID_BASE};
 pub use observe::{MemoryUse, StreamProgress};
 pub use packetize::{MULTIPATH_HIGH_WATER, MULTIPATH_QUEUE_TIME};
+pub use side::Side;
 
 use crate::config::SessionConfig;
 use crate::error::Error;
 use crate::tls::{Handshake, HandshakeInfo, ALPN_TCPLS};
-
-/// Which end of the session we are: clients open connections and even-numbered streams.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Side {
-    Client,
-    Server,
-}
-
-/// Most bytes one socket read asks for, once a connection is busy (large reads: fewer
-/// syscalls). Reads start at [`MIN_READ_CHUNK`] and grow while they fill the buffer.
-pub const READ_CHUNK: usize = 256 * 1024;
-
-/// Smallest read size, the one an idle connection returns to. An idle connection keeps no
-/// read buffer: the core frees an empty one after a read at this size that drained the socket.
-pub const MIN_READ_CHUNK: usize = 16 * 1024;
-
-/// Read size before a connection's handshake completes (a handshake flight fits easily).
-pub const HANDSHAKE_READ_CHUNK: usize = 16 * 1024;
 
 /// Queued control frames beyond which we stop reading (see [`Session::read_buffer`]).
 const MAX_QUEUED_CONTROL: usize = 4096;

@@ -62,15 +62,15 @@ impl Session {
             m.send_buffered += s.send.buffered() as u64;
         }
         for c in &self.conns {
-            m.unacked_records += c.sent_log.len() as u64;
-            m.unacked_control_bytes += c.sent_log_control as u64;
+            m.unacked_records += c.sent.len() as u64;
+            m.unacked_control_bytes += c.sent.control_bytes() as u64;
         }
         m
     }
 
     /// Sent records of `conn` not yet acknowledged (kept for failover).
     pub fn connection_unacked_records(&self, conn: ConnId) -> usize {
-        self.conns.get(conn).map_or(0, |c| c.sent_log.len())
+        self.conns.get(conn).map_or(0, |c| c.sent.len())
     }
 
     /// Calls `f` with the progress of every open stream (no allocation).
@@ -85,7 +85,7 @@ impl Session {
                 blocked: s.send.is_blocked(),
                 received: s.recv.read_offset() + s.recv.readable() as u64,
                 peer_final_size: s.recv.final_size(),
-                peer_reset: s.recv_reset,
+                peer_reset: s.recv_state.peer_reset(),
             });
         }
     }

@@ -60,15 +60,15 @@ impl Session {
             if !c.is_tcpls() || !c.is_established() {
                 continue;
             }
-            let last = *c.last_rx.get_or_insert(now);
-            match c.ping_sent {
+            let last = *c.keepalive.last_rx.get_or_insert(now);
+            match c.keepalive.ping_sent {
                 Some(sent) if now.saturating_duration_since(sent) >= timeout => {
                     c.lose(Loss::KeepaliveTimeout);
                     failed = true;
                 }
                 None if now.saturating_duration_since(last) >= idle => {
                     self.core.control.push(&Frame::Ping, Some(c.id));
-                    c.ping_sent = Some(now);
+                    c.keepalive.ping_sent = Some(now);
                 }
                 _ => {}
             }
@@ -102,14 +102,14 @@ impl Session {
         let limit = self.core.config.idle_timeout?;
         let core = &self.core;
         let life = &core.life;
-        if core.side != super::Side::Server
+        if core.side != super::side::Side::Server
             || life.is_closed()
             || !life.is_established()
             || life.orphaned_since().is_some()
         {
             return None;
         }
-        let last = self.conns.iter().filter_map(|c| c.last_rx).max().or(core.clock.start())?;
+        let last = self.conns.iter().filter_map(|c| c.keepalive.last_rx).max().or(core.clock.start())?;
         Some(last + limit)
     }
 
@@ -120,9 +120,9 @@ impl Session {
         self.conns
             .iter()
             .filter(|c| c.is_tcpls() && c.is_established())
-            .filter_map(|c| match c.ping_sent {
+            .filter_map(|c| match c.keepalive.ping_sent {
                 Some(sent) => Some(sent + timeout),
-                None => c.last_rx.map(|last| last + idle),
+                None => c.keepalive.last_rx.map(|last| last + idle),
             })
             .min()
     }

@@ -6,19 +6,19 @@
 //! stream calls; credit and the receive budget's rules are in `credit.rs`.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::hash::{BuildHasher, Hasher, RandomState};
 use std::sync::Arc;
 
 use crate::config::SessionConfig;
 use crate::event::StreamId;
-use crate::stream::{RangeSet, RecvBuf, SendAccount, SendBuf, INITIAL_MAX_STREAM_DATA};
+use crate::stream::{RangeSet, SendAccount, INITIAL_MAX_STREAM_DATA};
 
-use super::Side;
+use super::side::Side;
+use id_hash::StreamIdHash;
+pub(super) use stream::Stream;
+use stream::{Marks, STREAM_STATE_CHARGE};
 
-/// What a stream's own state costs (its entry, buffers' bookkeeping, queue slots; measured
-/// ~1.3 KB with the allocator in `tests/hostile_memory.rs`), charged against the receive budget
-/// with its data, so that the budget bounds all the memory a peer's streams hold.
-const STREAM_STATE_CHARGE: u64 = 2048;
+mod id_hash;
+mod stream;
 
 /// What a newly opened stream is charged: its 64 KiB initial window and its state.
 pub(super) const NEW_STREAM_CHARGE: u64 = INITIAL_MAX_STREAM_DATA + STREAM_STATE_CHARGE;
@@ -27,174 +27,6 @@ pub(super) const NEW_STREAM_CHARGE: u64 = INITIAL_MAX_STREAM_DATA + STREAM_STATE
 /// beyond, the lowest range is forgotten (its streams then get no Stream Reset: only a peer
 /// that opened far more streams than allowed, in a scattered order, gets there).
 const MAX_REFUSED_RANGES: usize = 4096;
-
-/// Hashes the stream map's keys (stream IDs, `u32`): two folded 64x64->128-bit multiplies with
-/// keys drawn per session from std's `RandomState` (one alone left some key draws with all of
-/// 64 sequential IDs in 2 of 64 buckets: ~2% of sessions, ~7% for IDs differing in high bits). The map is looked up a dozen times per
-/// record sealed or acknowledged, and SipHash (std's default) was 3% of a 64-stream sender's
-/// CPU. HashDoS: the peer chooses its stream IDs (in order, at most `max_concurrent_streams`
-/// open), but without the session's random keys it cannot tell which ones collide; the
-/// multiply folds every bit of the ID into the low (bucket) and high (tag) bits alike.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct StreamIdHash {
-    k0: u64,
-    k1: u64,
-    k2: u64,
-    k3: u64,
-}
-
-impl StreamIdHash {
-    fn new() -> Self {
-        let random = RandomState::new();
-        // An odd multiplier: the product is then a bijection of the ID.
-        Self {
-            k0: random.hash_one(0x7463_706c_u64),
-            k1: random.hash_one(0x7374_7265_u64) | 1,
-            k2: random.hash_one(0x616d_6964_u64),
-            k3: random.hash_one(0x6861_7368_u64) | 1,
-        }
-    }
-}
-
-impl BuildHasher for StreamIdHash {
-    type Hasher = StreamIdHasher;
-    fn build_hasher(&self) -> StreamIdHasher {
-        StreamIdHasher { k: *self, h: 0 }
-    }
-}
-
-pub(super) struct StreamIdHasher {
-    k: StreamIdHash,
-    h: u64,
-}
-
-impl Hasher for StreamIdHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        // Not used by `u32` keys; any other input still mixes every byte in.
-        for b in bytes {
-            self.write_u64(u64::from(*b));
-        }
-    }
-
-    fn write_u32(&mut self, n: u32) {
-        self.write_u64(u64::from(n));
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        let fold = |a: u64, b: u64| {
-            let x = u128::from(a) * u128::from(b);
-            (x as u64) ^ ((x >> 64) as u64)
-        };
-        self.h = fold(fold(self.h ^ n ^ self.k.k0, self.k.k1) ^ self.k.k2, self.k.k3);
-    }
-
-    fn finish(&self) -> u64 {
-        self.h
-    }
-}
-
-#[derive(Debug)]
-pub(super) struct Stream {
-    pub(super) send: SendBuf,
-    pub(super) recv: RecvBuf,
-    /// We reset our sending half.
-    pub(super) send_reset: bool,
-    /// The peer reset its sending half with this code.
-    pub(super) recv_reset: Option<u32>,
-    /// The application will not read any more: data is dropped, credit still granted.
-    pub(super) recv_stopped: bool,
-    /// The application saw the end (EOF or reset) of the receiving half.
-    pub(super) recv_observed_end: bool,
-    /// In the ready queue ([`Streams::schedule`]).
-    pub(super) queued: bool,
-    /// A StreamReadable event is pending and not yet followed by a read.
-    pub(super) read_notified: bool,
-    /// The application found the send buffer full.
-    pub(super) write_blocked: bool,
-    /// Waiting in [`Streams::block_on_budget`]'s queue: the session's send budget, not this
-    /// stream's buffer, held back its last write.
-    pub(super) budget_waiting: bool,
-    /// The application's last write did not fit (it has more for this stream): the scheduler
-    /// need not cut a short record of what is queued (`packetize.rs`, `holds_short_tail`).
-    pub(super) more_coming: bool,
-    pub(super) peer_initiated: bool,
-    /// The connection this stream's records go on (stream steering); None: any.
-    pub(super) steer: Option<crate::event::ConnId>,
-    /// This stream's [`Stream::receive_charge`] as counted in [`Streams`]' running total.
-    charge_counted: u64,
-    /// Handed out mutably since it was counted: [`Streams::receive_charged`] counts it again.
-    charge_dirty: bool,
-}
-
-impl Stream {
-    pub(super) fn new(
-        config: &SessionConfig,
-        account: &Arc<SendAccount>,
-        fallback: bool,
-        peer_initiated: bool,
-    ) -> Self {
-        let mut send = SendBuf::new(config.stream_send_buffer);
-        // With failover, sealed data stays until the peer acknowledges it.
-        send.set_retain_unacked(config.failover);
-        if fallback {
-            // The plain TLS byte stream has no Max Stream Data and no ACKs: TCP does flow control
-            // and delivery. Without this a fallback sender stalls after the initial 64 KiB credit.
-            send.set_max_data(u64::MAX);
-            send.set_retain_unacked(false);
-        } else {
-            send.set_account(account.clone());
-        }
-        Self {
-            send,
-            recv: RecvBuf::new(config.stream_receive_window),
-            send_reset: false,
-            recv_reset: None,
-            recv_stopped: false,
-            recv_observed_end: false,
-            queued: false,
-            read_notified: false,
-            write_blocked: false,
-            budget_waiting: false,
-            more_coming: false,
-            peer_initiated,
-            steer: None,
-            charge_counted: 0,
-            charge_dirty: false,
-        }
-    }
-
-    /// What this stream's receiving half counts against the session's receive budget: the
-    /// credit the peer may still fill, and never less than the 64 KiB of a new stream's initial
-    /// window (the peer may fill that without asking), so that floors are paid for too. A half
-    /// whose data is dropped (reset, or the application stopped reading) holds no data; a
-    /// finished one holds what is left to read. Every stream also pays for its own state.
-    pub(super) fn receive_charge(&self) -> u64 {
-        let data = if self.recv_reset.is_some() || self.recv_stopped {
-            0
-        } else {
-            match self.recv.final_size() {
-                Some(end) => end.saturating_sub(self.recv.read_offset()),
-                None => self.recv.outstanding().max(INITIAL_MAX_STREAM_DATA),
-            }
-        };
-        data + STREAM_STATE_CHARGE
-    }
-
-    /// Both halves are over: the stream can be forgotten.
-    fn is_done(&self) -> bool {
-        self.send_done() && self.recv_done() && !self.queued
-    }
-
-    fn send_done(&self) -> bool {
-        self.send_reset || self.send.is_done()
-    }
-
-    fn recv_done(&self) -> bool {
-        self.recv_observed_end
-            || (self.recv_stopped
-                && (self.recv_reset.is_some() || self.recv.final_size().is_some_and(|f| self.recv.read_offset() >= f)))
-    }
-}
 
 /// Every stream of the session and the queues and budgets over them.
 #[derive(Debug)]
@@ -226,7 +58,7 @@ pub(super) struct Streams {
     /// Bytes of plain TLS application data received (the offset of fallback stream 0).
     fallback_received: u64,
     /// The receive budget in use ([`Streams::receive_charged`]), as of the last count of each
-    /// stream: streams handed out mutably since (`charge_dirty`, listed in `dirty`, or all of
+    /// stream: streams handed out mutably since (`Charge::dirty`, listed in `dirty`, or all of
     /// them after `values_mut`) are counted again at the next call, so that the sum costs
     /// what changed rather than every stream on every read (1000 streams: 11% of a receiver).
     charged: u64,
@@ -271,8 +103,8 @@ impl Streams {
     pub(super) fn get_mut(&mut self, id: StreamId) -> Option<&mut Stream> {
         let listed_enough = self.dirty.len() > 2 * self.map.len() + 64;
         let s = self.map.get_mut(&id)?;
-        if !s.charge_dirty && !self.all_dirty {
-            s.charge_dirty = true;
+        if !s.charge.dirty && !self.all_dirty {
+            s.charge.dirty = true;
             if listed_enough {
                 // Streams removed while listed stay listed until the next count: when that
                 // count is long in coming, recount everything instead of growing the list.
@@ -312,11 +144,11 @@ impl Streams {
             self.peer_open += 1;
             self.accept_queue.push_back(id);
         }
-        stream.charge_counted = stream.receive_charge();
-        stream.charge_dirty = false;
-        self.charged = self.charged.saturating_add(stream.charge_counted);
+        stream.charge.counted = stream.receive_charge();
+        stream.charge.dirty = false;
+        self.charged = self.charged.saturating_add(stream.charge.counted);
         if let Some(old) = self.map.insert(id, stream) {
-            self.charged = self.charged.saturating_sub(old.charge_counted);
+            self.charged = self.charged.saturating_sub(old.charge.counted);
         }
     }
 
@@ -328,7 +160,7 @@ impl Streams {
                 self.peer_open = self.peer_open.saturating_sub(1);
             }
             if let Some(s) = self.map.remove(&id) {
-                self.charged = self.charged.saturating_sub(s.charge_counted);
+                self.charged = self.charged.saturating_sub(s.charge.counted);
             }
         }
     }
@@ -404,8 +236,8 @@ impl Streams {
     /// Puts a stream in the round robin of streams with something to send.
     pub(super) fn schedule(&mut self, id: StreamId) {
         if let Some(s) = self.map.get_mut(&id) {
-            if !s.queued && s.send.has_pending() {
-                s.queued = true;
+            if !s.marks.has(Marks::QUEUED) && s.send.has_pending() {
+                s.marks.set(Marks::QUEUED);
                 self.ready.push_back(id);
             }
         }
@@ -428,14 +260,14 @@ impl Streams {
     pub(super) fn next_ready(&mut self) -> Option<StreamId> {
         while let Some(&id) = self.ready.front() {
             match self.map.get_mut(&id) {
-                Some(s) if s.send.has_pending() && !s.send_reset => {
+                Some(s) if s.send.has_pending() && !s.send_reset() => {
                     if self.turn.0 != id {
                         self.turn = (id, 0);
                     }
                     return Some(id);
                 }
                 Some(s) => {
-                    s.queued = false;
+                    s.marks.clear(Marks::QUEUED);
                     self.ready.pop_front();
                     // Being queued was all that kept a reset stream whose end was read.
                     self.remove_if_done(id);
@@ -465,7 +297,7 @@ impl Streams {
         self.end_turn();
         if let Some(id) = self.ready.pop_front() {
             if let Some(s) = self.map.get_mut(&id) {
-                s.queued = false;
+                s.marks.clear(Marks::QUEUED);
             }
         }
     }
@@ -498,7 +330,7 @@ impl Streams {
             if s.send.has_pending() {
                 self.ready.push_back(id);
             } else {
-                s.queued = false;
+                s.marks.clear(Marks::QUEUED);
             }
         }
     }
@@ -519,8 +351,7 @@ impl Streams {
     /// the budget frees up ([`Streams::wake_budget_blocked`]).
     pub(super) fn block_on_budget(&mut self, id: StreamId) {
         if let Some(s) = self.map.get_mut(&id) {
-            if !s.budget_waiting {
-                s.budget_waiting = true;
+            if s.marks.set(Marks::BUDGET_WAITING) {
                 self.budget_blocked.push_back(id);
             }
         }
@@ -544,11 +375,10 @@ impl Streams {
                 self.budget_blocked.pop_front();
                 continue;
             };
-            if !s.write_blocked || s.send.worth_waking() || s.send_reset {
+            if !s.marks.has(Marks::WRITE_BLOCKED) || s.send.worth_waking() || s.send_reset() {
                 self.budget_blocked.pop_front();
-                s.budget_waiting = false;
-                if s.write_blocked {
-                    s.write_blocked = false;
+                s.marks.clear(Marks::BUDGET_WAITING);
+                if s.marks.clear(Marks::WRITE_BLOCKED) {
                     writable(id);
                 }
             } else {
@@ -565,17 +395,17 @@ impl Streams {
             self.dirty.clear();
             self.charged = 0;
             for s in self.map.values_mut() {
-                s.charge_counted = s.receive_charge();
-                s.charge_dirty = false;
-                self.charged = self.charged.saturating_add(s.charge_counted);
+                s.charge.counted = s.receive_charge();
+                s.charge.dirty = false;
+                self.charged = self.charged.saturating_add(s.charge.counted);
             }
         } else {
             for id in self.dirty.drain(..) {
                 if let Some(s) = self.map.get_mut(&id) {
                     let now = s.receive_charge();
-                    self.charged = self.charged.saturating_sub(s.charge_counted).saturating_add(now);
-                    s.charge_counted = now;
-                    s.charge_dirty = false;
+                    self.charged = self.charged.saturating_sub(s.charge.counted).saturating_add(now);
+                    s.charge.counted = now;
+                    s.charge.dirty = false;
                 }
             }
         }
@@ -602,36 +432,5 @@ impl Streams {
 
     pub(super) fn add_fallback_received(&mut self, n: usize) {
         self.fallback_received += n as u64;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn stream_id_hash_is_keyed_per_session_and_spreads_ids() {
-        // Many sessions (key draws): the spread must hold for every one, not on average.
-        for _ in 0..500 {
-            let (a, b) = (StreamIdHash::new(), StreamIdHash::new());
-            for ids in [(0..64).map(|i| i << 20).collect::<Vec<u32>>(), (0..64).map(|i| i * 4).collect()] {
-                spreads(a, b, &ids);
-            }
-        }
-    }
-
-    fn spreads(a: StreamIdHash, b: StreamIdHash, ids: &[u32]) {
-        // Two sessions hash the same IDs differently (random keys).
-        assert!(ids.iter().any(|id| a.hash_one(id) != b.hash_one(id)));
-        // Sequential IDs, and IDs that differ only in their high bits, land in different buckets
-        // of a small table: the multiplies bring every bit into the low ones (about 40 of 64 buckets
-        // are used for random hashes; 20 is 6 standard deviations below).
-        let buckets: std::collections::HashSet<u64> = ids.iter().map(|id| a.hash_one(id) & 63).collect();
-        assert!(buckets.len() > 20, "{} buckets of 64 for 64 IDs", buckets.len());
-        let mut map: HashMap<StreamId, u32, StreamIdHash> = HashMap::with_hasher(a);
-        for id in ids {
-            map.insert(*id, id.wrapping_mul(3));
-        }
-        assert!(ids.iter().all(|id| map.get(id) == Some(&id.wrapping_mul(3))));
     }
 }
