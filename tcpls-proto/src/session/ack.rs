@@ -7,7 +7,6 @@
 //! connection fails, its unacknowledged records are re-sent, re-encrypted, on the others; the
 //! receiver drops bytes it already has by offset, so nothing is lost or delivered twice.
 
-use std::collections::HashMap;
 use std::time::Instant;
 
 use crate::event::{ConnId, Event, StreamId};
@@ -17,22 +16,6 @@ use super::conn::{Connection, SentRecord};
 use super::{Core, Session};
 
 /// Receive-side acknowledgement state of one connection.
-#[derive(Debug, Default, Clone, Copy)]
-pub(super) struct AckState {
-    /// Highest record number processed.
-    highest: u64,
-    /// The last record counted (a record with several frames counts once).
-    last_counted: Option<u64>,
-    /// Ack-eliciting records since the last ACK.
-    pending: u32,
-    deadline: Option<Instant>,
-}
-
-#[derive(Debug, Default)]
-pub(super) struct Acks {
-    conns: HashMap<ConnId, AckState>,
-}
-
 impl Core {
     /// Record `number` on `conn` carried an ack-eliciting frame.
     pub(super) fn note_ack_eliciting(&mut self, conn: ConnId, number: u64) {

@@ -19,30 +19,17 @@ use rustls::ClientConfig;
 
 use crate::config::SessionConfig;
 use crate::error::{Error, TransportError};
-use crate::event::StreamId;
 use crate::frame::{write_stream_trailer, Frame, STREAM_FRAME_OVERHEAD};
-use crate::tls::{Handshake, MAX_EARLY_DATA};
+use crate::tls::Handshake;
 
 use super::conn::Connection;
+use super::early_state::MAX_EARLY_STREAM_BYTES;
 use super::frames::decode_all;
 use super::placement::Scan;
 use super::side::Side;
 use super::{Core, Session};
 
 /// Most stream bytes a client puts in its early data (one record with the Stream frame).
-pub const MAX_EARLY_STREAM_BYTES: usize = MAX_EARLY_DATA - STREAM_FRAME_OVERHEAD;
-
-/// The session's 0-RTT state.
-#[derive(Debug, Default)]
-pub(super) struct EarlyState {
-    /// Client: stream bytes [0, n) of stream 0 offered as early data.
-    offered: Option<(StreamId, usize)>,
-    /// Server: early-data bytes accepted and delivered.
-    pub(super) received: usize,
-    /// Server: stream bytes sealed at half-RTT.
-    half_rtt_sent: usize,
-}
-
 impl Session {
     /// A client session whose handshake offers the first bytes of `data`, written on stream 0,
     /// as TLS early data (0-RTT). Without a ticket that allows early data (or if the server

@@ -9,27 +9,11 @@ use crate::frame::{Frame, FrameError, FrameReader};
 use crate::stream::RecvError;
 
 use super::conn::Flow;
-use super::multipath::{JoinKey, JoinRequest, JOIN_FRAME_LEN};
+use super::conn_action::ConnAction;
+use super::joining::{JoinKey, JoinRequest, JOIN_FRAME_LEN};
 use super::placement::{LeadStream, Scan};
 use super::side::Side;
 use super::{Core, Inbound, RecordSink};
-
-/// Work a frame asks for that needs the connection table.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum ConnAction {
-    /// The peer says this connection failed.
-    Reset(ConnId),
-    /// Answer an Address Probe about `about` on connection `on`.
-    EchoAddress { on: ConnId, about: ConnId },
-    /// The peer acknowledged records of connection `conn` up to `highest`.
-    Ack { conn: ConnId, highest: u64 },
-    /// The peer asks that `stream` be sent on `conn` (receiver-driven steering).
-    Steer { stream: StreamId, conn: ConnId },
-    /// Answer an RTT Probe on the probed connection, if we have it.
-    EchoRtt { conn: ConnId, timestamp_us: u64 },
-    /// The peer marked `conn` as a backup path (or a regular one again).
-    SetBackup { conn: ConnId, backup: bool },
-}
 
 /// Every frame of a record, decoded (last on the wire first), each with the number of bytes
 /// that precede it; the first frame that does not parse is the error.
@@ -190,9 +174,7 @@ impl Core {
                 let total = self.paths.receive_token(sequence, token);
                 self.events.push(Event::TokensReceived { total });
             }
-            Frame::ConnectionReset { connection_id } => {
-                self.actions.push(super::frames::ConnAction::Reset(connection_id))
-            }
+            Frame::ConnectionReset { connection_id } => self.actions.push(ConnAction::Reset(connection_id)),
             Frame::NewAddress { address_id, addr } => {
                 if self.paths.add_peer_address(address_id, addr) {
                     self.events.push(Event::PeerAddressAdded { address_id, addr });

@@ -8,15 +8,23 @@
 //! `now` is passed in where time matters.
 
 mod ack;
+mod ack_state;
+mod clock;
 mod conn;
+mod conn_action;
+mod connection_calls;
 mod connections;
 mod control;
 mod credit;
 mod danger;
 mod early;
+mod early_state;
 mod events;
-mod ext;
+mod extensions;
 mod frames;
+mod high_water;
+mod joining;
+mod life;
 mod lifecycle;
 mod loss;
 mod multipath;
@@ -24,9 +32,11 @@ mod observe;
 mod packetize;
 mod paths;
 mod placement;
+mod rate_caps;
 mod receive;
 pub mod sched;
 mod side;
+mod snapshots;
 mod stream_api;
 mod streams;
 mod timers;
@@ -40,11 +50,11 @@ use rustls::{ClientConfig, ServerConfig};
 pub use conn::{ConnStats, MIN_READ_CHUNK, READ_CHUNK};
 use conn::{Connection, Inbound, RecordSink};
 use control::ControlQueue;
-pub use early::MAX_EARLY_STREAM_BYTES;
-pub use multipath::{Accepted, JoiningConnection, REJOIN_ID_BASE};
-pub use observe::{MemoryUse, StreamProgress};
-pub use packetize::{MULTIPATH_HIGH_WATER, MULTIPATH_QUEUE_TIME};
+pub use early_state::MAX_EARLY_STREAM_BYTES;
+pub use high_water::{MULTIPATH_HIGH_WATER, MULTIPATH_QUEUE_TIME};
+pub use joining::{Accepted, JoiningConnection, REJOIN_ID_BASE};
 pub use side::Side;
+pub use snapshots::{MemoryUse, StreamProgress};
 
 use crate::config::SessionConfig;
 use crate::error::Error;
@@ -60,9 +70,9 @@ struct Core {
     side: Side,
     config: SessionConfig,
     /// The session's own life: established, closing, orphaned, closed (`lifecycle.rs`).
-    life: lifecycle::Lifecycle,
+    life: life::Lifecycle,
     /// The one clock (`timers.rs`).
-    clock: timers::Clock,
+    clock: clock::Clock,
     /// Streams, their IDs, ready queue and budgets (`streams.rs`).
     streams: streams::Streams,
     /// Tokens, peer addresses, join state and the scheduler (`paths.rs`).
@@ -72,17 +82,17 @@ struct Core {
     /// Events waiting for the application (`events.rs`).
     events: events::Events,
     /// Receive-side acknowledgement state per connection (`ack.rs`).
-    acks: ack::Acks,
+    acks: ack_state::Acks,
     /// Send-rate caps per connection (`ext.rs`).
-    ext: ext::ExtState,
+    ext: rate_caps::ExtState,
     /// 0-RTT state (`early.rs`).
-    early: early::EarlyState,
+    early: early_state::EarlyState,
     stats: SessionStats,
     /// The peer has acknowledged a record: loss detection may count on its ACKs (`loss.rs`).
     peer_acknowledges: bool,
     /// Frame consequences that need the connection table, run after each batch of records
     /// (`receive.rs`).
-    actions: Vec<frames::ConnAction>,
+    actions: Vec<conn_action::ConnAction>,
     /// Reused buffer for the trailing frames of the record being built (`packetize.rs`):
     /// empty until the first record, grown to what records need (usually a few dozen bytes,
     /// a record's worth where a send ring wraps), freed by `release_idle_memory`.

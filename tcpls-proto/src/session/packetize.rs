@@ -13,52 +13,13 @@ use crate::frame::{write_stream_trailer, Frame, FrameReader, STREAM_FRAME_OVERHE
 use crate::record::{CT_APPLICATION_DATA, MAX_PLAINTEXT};
 
 use super::conn::Connection;
+use super::high_water::HighWater;
 use super::sched::PathView;
 use super::streams::Stream;
 use super::{Core, Session};
 
 /// Below this many bytes of room, a record is not worth starting with stream data.
 const MIN_STREAM_CHUNK: usize = 64;
-
-/// While several connections are up, each seals ahead what its path delivers in this long
-/// (`HighWater::of`), at least [`MULTIPATH_HIGH_WATER`].
-pub const MULTIPATH_QUEUE_TIME: std::time::Duration = std::time::Duration::from_millis(20);
-
-/// The least a connection may seal ahead while several are up.
-pub const MULTIPATH_HIGH_WATER: usize = 128 << 10;
-
-/// How much each connection may hold sealed and not yet written (`transmit_high_water`),
-/// decided once per `prepare_transmit`.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct HighWater {
-    configured: usize,
-    multipath: bool,
-}
-
-impl HighWater {
-    /// With one connection, what is configured. With several, about [`MULTIPATH_QUEUE_TIME`]
-    /// of what the connection's path delivers (TCP_INFO's delivery rate), between
-    /// [`MULTIPATH_HIGH_WATER`] and what is configured: what is sealed is committed to its
-    /// connection (records cannot move once encrypted), so a deep queue on a slow path delays
-    /// the re-sending of a path that goes silent and the ACKs that wait behind it, while a
-    /// fast path (loopback, a LAN) keeps its large queue and its few large writes.
-    pub(super) fn of(&self, c: &Connection) -> usize {
-        if !self.multipath {
-            return self.configured;
-        }
-        match c.path.tcp.delivery_rate {
-            Some(rate) => {
-                let time_worth = rate.saturating_mul(MULTIPATH_QUEUE_TIME.as_millis() as u64) / 1000;
-                (time_worth as usize).clamp(MULTIPATH_HIGH_WATER.min(self.configured), self.configured)
-            }
-            None => self.configured,
-        }
-    }
-
-    pub(super) fn has_room(&self, c: &Connection) -> bool {
-        c.tx.len() < self.of(c)
-    }
-}
 
 /// Encoded size of a Stream Change frame: stream ID, offset, type.
 const STREAM_CHANGE_LEN: usize = 4 + 8 + 1;
@@ -263,7 +224,7 @@ impl Session {
     /// How much each connection may hold sealed ahead now ([`HighWater`]).
     fn high_water(&self) -> HighWater {
         let multipath = self.conns.iter().filter(|c| c.is_up()).take(2).count() > 1;
-        HighWater { configured: self.core.config.transmit_high_water, multipath }
+        HighWater::new(self.core.config.transmit_high_water, multipath)
     }
 
     /// The connection that takes first the control frames that may travel on any: the one that

@@ -12,7 +12,7 @@ use rustls::ClientConfig;
 use crate::event::ConnId;
 use crate::frame::TOKEN_LEN;
 
-use super::multipath::{JoinRequest, REJOIN_ID_BASE};
+use super::joining::{JoinRequest, REJOIN_ID_BASE};
 use super::sched::{LowestRtt, Scheduler};
 
 /// Most join tokens or peer addresses we keep; more are ignored (a peer cannot grow our memory).

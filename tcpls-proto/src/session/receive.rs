@@ -27,7 +27,7 @@ use crate::event::{ConnId, Event};
 
 use super::conn::HANDSHAKE_READ_CHUNK;
 use super::conn::{Connection, Loss};
-use super::frames::ConnAction;
+use super::conn_action::ConnAction;
 use super::{Session, MAX_QUEUED_CONTROL};
 
 impl Session {
