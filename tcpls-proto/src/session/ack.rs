@@ -91,7 +91,7 @@ impl Core {
         }
         // ACKs and Padding are not worth re-sending, nor answers about one connection (probe
         // echoes, TCP Info, Ping), which mean nothing once it failed: keeping them let a peer
-        // that probes and never acknowledges grow this log (issue #14). The rest is kept.
+        // that probes and never acknowledges grow this log without bound. The rest is kept.
         let mut kept = Vec::new();
         if !control.is_empty() {
             for frame in FrameReader::new(control).flatten() {

@@ -35,7 +35,7 @@ pub(super) struct ControlQueue {
     refused: VecDeque<(StreamId, StreamId)>,
     /// Answers to the peer's probes (RTT Echo, Address Echo, TCP Info), at most one per kind
     /// and connection asked about: a newer answer replaces the queued one, so a flood of probes
-    /// costs one answer per record we send, never one per probe (issue #14).
+    /// costs one answer per record we send, never one per probe (no amplifier).
     answers: Vec<Answer>,
     /// Connections that carry the ACKs of their own records (`Session::route_acks`); the ACKs
     /// of any other connection travel on any connection.

@@ -1,4 +1,4 @@
-//! Events for the application, waiting to be polled ([`Session::poll_event`]).
+//! Events for the application, waiting to be polled (`Session::poll_event`).
 //!
 //! Two queues, both bounded against peers that make us report things: ordinary events in the
 //! order they happened, and answers to probes and per-connection requests, of which only the
@@ -10,7 +10,7 @@ use crate::event::Event;
 
 /// Events not yet polled beyond which the session stops reading: most events answer a peer's
 /// frame one for one, so an IO layer that polls them only between reads must not see them pile
-/// up ([`Session::read_buffer`]).
+/// up (`Session::read_buffer`).
 const MAX_QUEUED_EVENTS: usize = 4096;
 
 /// Most answers to our probes and per-connection requests waiting to be polled.

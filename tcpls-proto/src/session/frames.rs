@@ -288,7 +288,8 @@ impl Core {
         }
         let mut next = first;
         // A stream is admitted while the concurrency limit and the receive budget allow: each
-        // new stream's 64 KiB initial window is memory the peer can fill at once (issue #14).
+        // new stream's 64 KiB initial window is memory the peer can fill at once, so a peer
+        // that opens streams must not take us past the budget.
         let mut charged = self.streams.receive_charged();
         while next <= u64::from(id) && self.streams.peer_open() < max && self.peer_stream_fits(charged) {
             self.create_stream(next as StreamId, true);
@@ -299,7 +300,7 @@ impl Core {
             // The rest is refused. Each refused stream gets its Stream Reset when a frame naming
             // it arrives (this one now, the others when their own frames come), so that we send
             // one reset per frame received: answering every ID at once made one 15-byte frame
-            // cost 4096 resets sent and kept for failover (issue #14).
+            // cost 4096 resets sent and kept for failover (an amplifier).
             self.stats.streams_refused += (u64::from(id) - next) / 2 + 1;
             self.streams.refuse(next..u64::from(id) + 1);
         }

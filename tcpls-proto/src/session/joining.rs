@@ -32,7 +32,7 @@ pub(super) struct JoinRequest {
 }
 
 /// A connection detached from the session that accepted it, on its way to the session its
-/// join token names (see [`Session::take_joining_connection`]).
+/// join token names (see [`Session::take_joining_connection`](crate::Session::take_joining_connection)).
 pub struct JoiningConnection {
     pub(super) conn: Box<Connection>,
     pub(super) request: JoinRequest,
@@ -54,7 +54,7 @@ impl JoiningConnection {
     }
 
     /// The session reference the client presented (Rejoin, no token): look up the session it
-    /// belongs to with this (see [`Session::session_ref`]).
+    /// belongs to with this (see [`Session::session_ref`](crate::Session::session_ref)).
     pub fn session_ref(&self) -> Option<&[u8; SESSION_REF_LEN]> {
         match &self.request.key {
             JoinKey::Token(_) => None,
@@ -71,7 +71,7 @@ pub enum Accepted {
     /// A new session (TCPLS or plain TLS fallback).
     NewSession,
     /// A connection that wants to join another session: take it out with
-    /// [`Session::take_joining_connection`].
+    /// [`Session::take_joining_connection`](crate::Session::take_joining_connection).
     Join,
     /// The handshake failed.
     Failed,

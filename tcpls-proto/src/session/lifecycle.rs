@@ -1,16 +1,6 @@
-//! The session's own life, apart from its connections': handshaking, established (TCPLS or
-//! plain TLS fallback), closing, orphaned (every connection lost, waiting for a rejoin) and
-//! closed, with the error that ended it.
-//!
-//! ```text
-//! Open ──> Closing ──> Closed          (the application closes, or the peer did and we are done)
-//!  │ ^                  ^
-//!  v │ rejoined         │ timeout, close, abort, refused rejoin
-//! Orphaned ─────────────┘
-//! ```
-//!
-//! Whether the first handshake completed (and how) is a fact beside the state: a session is
-//! established from then on, whatever happens next.
+//! What moves the session's life (`life.rs`): connections that end (reported once each, and
+//! the session ended, orphaned or failed when none is left), the application's `close` and
+//! `abort`, the first handshake's completion, and the end of the session.
 
 use std::time::Instant;
 
@@ -120,13 +110,13 @@ impl Session {
     }
 
     /// Every connection was lost and the session waits for a rejoin (see
-    /// [`SessionConfig::rejoin_timeout`]); the client's IO layer should add a connection.
+    /// [`SessionConfig::rejoin_timeout`](crate::SessionConfig::rejoin_timeout)); the client's IO layer should add a connection.
     pub fn is_orphaned(&self) -> bool {
         self.core.life.orphaned_since().is_some()
     }
 
     /// Changes how long this session waits for a rejoin once every connection is lost
-    /// ([`SessionConfig::rejoin_timeout`]), e.g. a client's path manager applying its outage
+    /// ([`SessionConfig::rejoin_timeout`](crate::SessionConfig::rejoin_timeout)), e.g. a client's path manager applying its outage
     /// tolerance. Zero: the session ends with its last connection.
     pub fn set_rejoin_timeout(&mut self, timeout: std::time::Duration) {
         self.core.config.rejoin_timeout = timeout;

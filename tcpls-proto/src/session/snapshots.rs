@@ -17,7 +17,7 @@ pub struct MemoryUse {
     pub unacked_records: u64,
     /// Bytes of control frames held in those records.
     pub unacked_control_bytes: u64,
-    /// Buffer memory a quiet session can give back ([`Session::releasable_memory`]); the tokio
+    /// Buffer memory a quiet session can give back ([`Session::releasable_memory`](crate::Session::releasable_memory)); the tokio
     /// layer releases it within about a second once the session is quiet.
     pub releasable: u64,
 }

@@ -1,10 +1,11 @@
-//! The session's one clock and everything that happens by time rather than by input: delayed
+//! Everything that happens by time rather than by input, read from the session's one clock
+//! (`clock.rs`): delayed
 //! ACKs, keepalive Pings and their deadline, the server idle timeout, the wait for a rejoin,
 //! and paced (rate-limited) sending. [`Session::poll_timeout`] is the earliest of them.
 //!
 //! The core never reads the wall clock. Every entry point that may act on time takes `now` and
-//! hands it to [`Clock::advance`] first; code below reads [`Clock::now`], which is the time of
-//! the latest such call.
+//! hands it to `Clock::advance` first; code below reads `Clock::now`, which is the time of the
+//! latest such call.
 
 use std::time::Instant;
 
@@ -47,7 +48,8 @@ impl Session {
 
     /// Server idle timeout (`SessionConfig::idle_timeout`): a session that received nothing on
     /// any connection for that long ends (close_notify, then `Error::ConnectionLost`), so
-    /// silent clients do not hold server sessions for ever (issue #14).
+    /// silent clients (or a peer that opens sessions and goes quiet) do not hold server
+    /// sessions for ever.
     pub(super) fn check_idle(&mut self, now: Instant) {
         let Some(deadline) = self.idle_deadline() else { return };
         if now < deadline {
