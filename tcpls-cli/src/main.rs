@@ -8,11 +8,10 @@ mod iperf3;
 mod logging;
 mod metrics;
 mod perf;
-mod perf_cmd;
-mod perf_interval;
-mod perf_proto;
-mod perf_report;
-mod perf_stream;
+use perf::{
+    command as perf_cmd, interval as perf_interval, protocol as perf_proto, report as perf_report,
+    stream as perf_stream,
+};
 mod probe;
 mod serve;
 mod session_info;
