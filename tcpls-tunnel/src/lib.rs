@@ -20,15 +20,14 @@
 
 pub mod cli;
 pub mod clients;
-pub mod codec;
 pub mod frontend;
 pub mod http_proxy;
-mod lp;
-mod mux;
 pub mod policy;
-pub mod reorder;
-pub mod rp;
+pub mod tm3;
 pub mod tunnel;
+
+pub use tm3::{codec, reorder, rp};
+use tm3::{lp, mux};
 
 use std::time::Duration;
 
