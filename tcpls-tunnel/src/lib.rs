@@ -26,15 +26,15 @@ pub mod policy;
 pub mod tm3;
 pub mod tunnel;
 
+// The TM3 modules other crates (the fuzz targets, the tests) name from the crate root.
 pub use tm3::{codec, reorder, rp};
-use tm3::{lp, mux};
 
 use std::time::Duration;
 
 pub use frontend::Frontend;
-pub use lp::{original_dst, LocalProxy};
 pub use policy::DestPolicy;
-pub use rp::RemoteProxy;
+pub use tm3::lp::{original_dst, LocalProxy};
+pub use tm3::rp::RemoteProxy;
 pub use tunnel::{Stats, StatsSnapshot};
 
 /// Default port of the remote proxy.

@@ -1,7 +1,7 @@
 //! `tcpls perf`: iperf-style bulk transfer with byte-for-byte verification.
 //!
 //! The client opens `--streams` streams (twice as many with `--bidir`), each asking the server
-//! for one direction (perf_proto.rs), steers them over the session's connections, and runs
+//! for one direction (protocol.rs), steers them over the session's connections, and runs
 //! until the byte count is done, the time is up, or Ctrl-C/SIGTERM. An interval sampler prints
 //! what happened every `-i` seconds; the report gives iperf3's sender and receiver lines, and
 //! what each end saw of the paths (the server's asked on a stats stream at the end).
@@ -23,11 +23,11 @@ use tcpls_proto::sync::LockExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
+use super::interval::{Counters, Sampled, Sampler, SenderView, Snapshot, SPREAD};
+use super::protocol::{encode_stats_request, Direction, PathStats, Request, MAX_STATS_LEN};
+use super::report::{ConnectionReport, DirectionSummary, EndSummary, MigrationReport, Output, PerfReport, HEADER};
+use super::stream::{StreamOutcome, StreamTask};
 use crate::interrupt::Stop;
-use crate::perf_interval::{Counters, Sampled, Sampler, SenderView, Snapshot, SPREAD};
-use crate::perf_proto::{encode_stats_request, Direction, PathStats, Request, MAX_STATS_LEN};
-use crate::perf_report::{ConnectionReport, DirectionSummary, EndSummary, MigrationReport, Output, PerfReport, HEADER};
-use crate::perf_stream::{StreamOutcome, StreamTask};
 use crate::transfer::until;
 
 /// How long after `--time` (and `--omit`) a timed run waits for its streams' last words: the
@@ -323,7 +323,7 @@ pub async fn run(opts: PerfOptions, interrupted: watch::Receiver<Option<Stop>>) 
         ask_server_stats(&session, wait).await
     };
     let stats = session.stats();
-    let client_stats = crate::perf_report::path_stats(&stats, &counters.stalls);
+    let client_stats = super::report::path_stats(&stats, &counters.stalls);
     let stop = *interrupted.borrow();
     let close_wait = match (stop, last_words) {
         (Some(_), _) => Duration::from_secs(1),
@@ -469,7 +469,7 @@ async fn ask_server_stats(session: &Session, wait: Duration) -> Result<PathStats
         let mut answer = Vec::new();
         recv.take(MAX_STATS_LEN as u64).read_to_end(&mut answer).await.map_err(|e| {
             match e.get_ref().and_then(|i| i.downcast_ref::<tcpls::StreamError>()) {
-                Some(tcpls::StreamError::Reset(crate::perf_proto::NOT_A_PERF_REQUEST)) => {
+                Some(tcpls::StreamError::Reset(super::protocol::NOT_A_PERF_REQUEST)) => {
                     "the server does not answer stats requests (an older tcpls serve)".to_string()
                 }
                 _ => format!("no answer: {e}"),

@@ -1,5 +1,5 @@
 //! `tcpls perf`'s options (iperf3's where they mean the same) and their checks, before the
-//! measurement itself (perf.rs).
+//! measurement itself (client.rs).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -8,11 +8,12 @@ use std::time::Duration;
 use clap::Args;
 use tcpls::SessionConfig;
 
+use super::report::{Out, Output};
+use super::{client, report};
 use crate::args::{host_of, parse_duration, parse_rate, parse_size, resolve};
 use crate::interrupt::{stop_watch, Stop};
-use crate::perf_report::{Out, Output};
 use crate::units::Format;
-use crate::{client_setup, logging, perf, perf_report, probe, Ended, TrustArgs};
+use crate::{client_setup, logging, probe, Ended, TrustArgs};
 
 #[derive(Args)]
 pub struct PerfArgs {
@@ -235,7 +236,7 @@ pub async fn run(a: PerfArgs) -> Result<Ended, String> {
         None => Out::stdout(),
     };
     let output = Output { out, json: a.json, format: a.format };
-    let opts = perf::PerfOptions {
+    let opts = client::PerfOptions {
         addrs,
         paths,
         bind_device,
@@ -252,11 +253,11 @@ pub async fn run(a: PerfArgs) -> Result<Ended, String> {
         tls,
         settings,
         mode: if a.bidir {
-            perf::Mode::Bidir
+            client::Mode::Bidir
         } else if a.download {
-            perf::Mode::Download
+            client::Mode::Download
         } else {
-            perf::Mode::Upload
+            client::Mode::Upload
         },
         bytes: a.bytes,
         time,
@@ -273,8 +274,8 @@ pub async fn run(a: PerfArgs) -> Result<Ended, String> {
         output: Some(output.clone()),
     };
     let stop = stop_watch("perf", "stopping the transfer and printing what was done");
-    let report = perf::run(opts, stop.clone()).await?;
-    perf_report::print(&report, &output)?;
+    let report = client::run(opts, stop.clone()).await?;
+    report::print(&report, &output)?;
     if let Some(e) = &report.error {
         return Err(format!("{e} (the summary above covers what was done until then)"));
     }
@@ -287,7 +288,7 @@ pub async fn run(a: PerfArgs) -> Result<Ended, String> {
         Some(Stop::Terminate) => Ok(Ended::Terminated),
         None if !report.undelivered.is_empty() => Err(format!(
             "the run ended at its deadline ({:.1} s after --time) with data not delivered: {}",
-            perf::DEADLINE_GRACE.as_secs_f64(),
+            client::DEADLINE_GRACE.as_secs_f64(),
             report.undelivered.join("; ")
         )),
         None => Ok(Ended::Done),

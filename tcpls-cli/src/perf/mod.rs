@@ -9,5 +9,3 @@ pub mod interval;
 pub mod protocol;
 pub mod report;
 pub mod stream;
-
-pub use client::*;

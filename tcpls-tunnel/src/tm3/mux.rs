@@ -16,8 +16,8 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch, Notify};
 use tracing::{debug, error, info, warn};
 
-use crate::codec::{self, Message, MAX_PAYLOAD, REASON_FIN, REASON_RST};
-use crate::reorder::{Reorder, ReorderError, ENTRY_OVERHEAD};
+use super::codec::{self, Message, MAX_PAYLOAD, REASON_FIN, REASON_RST};
+use super::reorder::{Reorder, ReorderError, ENTRY_OVERHEAD};
 use crate::{Config, Stats};
 
 /// Which side of the tunnel this multiplexer is.
