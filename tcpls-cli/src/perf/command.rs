@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::Args;
 use tcpls::SessionConfig;
 
-use super::report::{Out, Output};
+use super::report::{Out, Output, PerfReport};
 use super::{client, report};
 use crate::args::{host_of, parse_duration, parse_rate, parse_size, resolve};
 use crate::interrupt::{stop_watch, Stop};
@@ -166,7 +166,7 @@ pub async fn run(a: PerfArgs) -> Result<Ended, String> {
         let _ = tcpls::flush_default_trace();
         std::process::exit(2);
     }
-    let addr = a.addr.or(a.client).ok_or("no server address: give ADDR (or -c ADDR)")?;
+    let addr = a.addr.clone().or_else(|| a.client.clone()).ok_or("no server address: give ADDR (or -c ADDR)")?;
     let addr = match a.port {
         Some(port) => with_port(&addr, port)?,
         None => addr,
@@ -178,59 +178,12 @@ pub async fn run(a: PerfArgs) -> Result<Ended, String> {
     if (a.aggregate || a.migrate_at.is_some()) && paths.is_empty() {
         return Err("--aggregate and --migrate-at need at least one --path".into());
     }
-    let (bind_ip, bind_device) = match a.bind.as_deref() {
-        None => (None, None),
-        Some(b) => {
-            let local = crate::args::parse_local(b).map_err(|e| format!("-B/--bind {b}: {e}"))?;
-            (local.local_address().map(|a| a.ip()), local.device_name().map(str::to_string))
-        }
-    };
-    let bind = match (bind_ip, a.cport) {
-        (None, None) => None,
-        (ip, port) => {
-            let ip = ip.unwrap_or(if addrs[0].is_ipv4() {
-                std::net::Ipv4Addr::UNSPECIFIED.into()
-            } else {
-                std::net::Ipv6Addr::UNSPECIFIED.into()
-            });
-            Some(SocketAddr::new(ip, port.unwrap_or(0)))
-        }
-    };
+    let (bind, bind_device) = local_side(&a, &addrs)?;
     if (bind.is_some() || bind_device.is_some()) && a.zero_rtt {
         return Err("-B/--cport cannot be combined with --zero-rtt".into());
     }
-    let mut settings =
-        SessionConfig { failover: !a.no_failover, zero_copy: !a.no_zero_copy, ..SessionConfig::default() };
-    if let Some(b) = a.send_budget {
-        settings.send_budget = b;
-    }
-    if let Some(r) = a.record_size {
-        // Within 256..=16384 (`usage`).
-        settings.record_size = r as usize;
-    }
-    if let Some(bps) = a.rate_limit.filter(|_| !a.download) {
-        // What we queue beyond what the pacing lets out in a quarter second only makes the
-        // sender's count run ahead of the wire (and is dropped at the deadline).
-        let quarter_second = usize::try_from(bps / 8 / 4).unwrap_or(usize::MAX);
-        settings.stream_send_buffer = quarter_second.clamp(64 << 10, settings.stream_send_buffer);
-    }
-    // iperf3's default: a 10 s run.
-    let time = match (a.bytes, a.time) {
-        (None, None) => Some(Duration::from_secs(10)),
-        (_, t) => t,
-    };
-    if let (Some(at), Some(t)) = (a.migrate_at, time) {
-        if at >= t + a.omit {
-            logging::warn(
-                "perf",
-                &format!(
-                    "--migrate-at {:.2} s is not before the end of the run ({:.2} s): nothing will be migrated",
-                    at.as_secs_f64(),
-                    (t + a.omit).as_secs_f64()
-                ),
-            );
-        }
-    }
+    let settings = session_settings(&a);
+    let time = run_time(&a);
     let out = match &a.logfile {
         Some(path) => Out::file(path)?,
         None => Out::stdout(),
@@ -283,6 +236,80 @@ pub async fn run(a: PerfArgs) -> Result<Ended, String> {
         return Err("payload verification failed: bytes were lost, duplicated or corrupted".into());
     }
     let signal = *stop.borrow();
+    ended(&report, signal)
+}
+
+/// The first connection's local side: `-B` (address or `dev:NAME`) and `--cport`, as a
+/// socket address (unspecified IP of the server's family when only the port is given) and an
+/// interface name.
+fn local_side(a: &PerfArgs, addrs: &[SocketAddr]) -> Result<(Option<SocketAddr>, Option<String>), String> {
+    let (bind_ip, bind_device) = match a.bind.as_deref() {
+        None => (None, None),
+        Some(b) => {
+            let local = crate::args::parse_local(b).map_err(|e| format!("-B/--bind {b}: {e}"))?;
+            (local.local_address().map(|a| a.ip()), local.device_name().map(str::to_string))
+        }
+    };
+    let bind = match (bind_ip, a.cport) {
+        (None, None) => None,
+        (ip, port) => {
+            let ip = ip.unwrap_or(if addrs[0].is_ipv4() {
+                std::net::Ipv4Addr::UNSPECIFIED.into()
+            } else {
+                std::net::Ipv6Addr::UNSPECIFIED.into()
+            });
+            Some(SocketAddr::new(ip, port.unwrap_or(0)))
+        }
+    };
+    Ok((bind, bind_device))
+}
+
+/// The session's settings from the options.
+fn session_settings(a: &PerfArgs) -> SessionConfig {
+    let mut settings =
+        SessionConfig { failover: !a.no_failover, zero_copy: !a.no_zero_copy, ..SessionConfig::default() };
+    if let Some(b) = a.send_budget {
+        settings.send_budget = b;
+    }
+    if let Some(r) = a.record_size {
+        // Within 256..=16384 (`usage`).
+        settings.record_size = r as usize;
+    }
+    if let Some(bps) = a.rate_limit.filter(|_| !a.download) {
+        // What we queue beyond what the pacing lets out in a quarter second only makes the
+        // sender's count run ahead of the wire (and is dropped at the deadline).
+        let quarter_second = usize::try_from(bps / 8 / 4).unwrap_or(usize::MAX);
+        settings.stream_send_buffer = quarter_second.clamp(64 << 10, settings.stream_send_buffer);
+    }
+    settings
+}
+
+/// How long the run lasts: `--time`, or iperf3's default of 10 s without `--bytes`. Warns when
+/// `--migrate-at` falls after the end.
+fn run_time(a: &PerfArgs) -> Option<Duration> {
+    // iperf3's default: a 10 s run.
+    let time = match (a.bytes, a.time) {
+        (None, None) => Some(Duration::from_secs(10)),
+        (_, t) => t,
+    };
+    if let (Some(at), Some(t)) = (a.migrate_at, time) {
+        if at >= t + a.omit {
+            logging::warn(
+                "perf",
+                &format!(
+                    "--migrate-at {:.2} s is not before the end of the run ({:.2} s): nothing will be migrated",
+                    at.as_secs_f64(),
+                    (t + a.omit).as_secs_f64()
+                ),
+            );
+        }
+    }
+    time
+}
+
+/// The command's outcome once the report is printed: a signal's exit, or an error when data
+/// was not delivered by the deadline.
+fn ended(report: &PerfReport, signal: Option<Stop>) -> Result<Ended, String> {
     match signal {
         Some(Stop::Interrupt) => Ok(Ended::Interrupted),
         Some(Stop::Terminate) => Ok(Ended::Terminated),
