@@ -8,6 +8,7 @@
 mod fallback;
 mod handshake;
 mod tickets;
+mod unbuffered;
 
 pub use fallback::FallbackTls;
 pub use handshake::{Handshake, HandshakeInfo, HandshakeOutcome, Progress, MAX_EARLY_DATA};
