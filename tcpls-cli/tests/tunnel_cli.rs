@@ -181,7 +181,7 @@ fn curl_through_socks5_byte_exact_and_failures() {
     assert!(report["bytes_down"].as_u64().unwrap() > 2 * 5_000_000 + 2 * 800, "{report}");
 }
 
-/// Two uplinks to a concentrator with ONE address (issue #15): `--path LOCAL@ADDR` adds a
+/// Two uplinks to a concentrator with ONE address (a multihomed client, a single-homed server): `--path LOCAL@ADDR` adds a
 /// connection from another local address (127.0.0.3 stands for a second interface's address);
 /// downloads through the tunnel stay byte-exact (its streams go round-robin over the two).
 #[test]
@@ -399,7 +399,7 @@ fn mutual_tls_keeps_clients_without_a_certificate_out() {
     assert_eq!(sha256(&dst), web.sha256("file.bin"));
 }
 
-/// Issue 14: the concentrator must not be a way into its own host. By default it refuses its
+/// The concentrator must not be a way into its own host (an open relay to its loopback would be). By default it refuses its
 /// loopback (by address, by a name resolving to it, IPv4-mapped), link-local and cloud
 /// metadata destinations: curl through SOCKS5 gets reply 2 ("not allowed by ruleset"), a
 /// `--forward` connection is reset; with `--allow-dest 127.0.0.0/8` the same page is served.

@@ -1,4 +1,5 @@
-//! Stream resets racing full-speed writes (issue #22): a reset of one stream never ends the
+//! Stream resets racing full-speed writes (as a tunnel's streams are reset when its
+//! applications close sockets with unread data): a reset of one stream never ends the
 //! session, whichever side resets and whatever is in flight, and every other stream's bytes
 //! arrive exactly once and in order.
 //!
