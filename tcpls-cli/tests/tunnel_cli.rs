@@ -242,8 +242,8 @@ fn two_uplinks_under_the_path_manager() {
 #[test]
 fn curl_over_two_paths_survives_killing_one() {
     require_curl();
-    if !can_kill_sockets() {
-        eprintln!("SKIPPED: curl_over_two_paths_survives_killing_one: needs root and ss -K");
+    if let Err(why) = tcpls_test::sockets::can_kill_sockets() {
+        eprintln!("SKIPPED: curl_over_two_paths_survives_killing_one: {why}");
         return;
     }
     const SIZE: usize = 48 << 20;
@@ -262,20 +262,14 @@ fn curl_over_two_paths_survives_killing_one() {
         })
         .collect();
     std::thread::sleep(Duration::from_millis(1200));
-    let killed =
-        Command::new("ss").args(["-K", "-t", "dst", "127.0.0.1", &format!("dport = :{}", ports[1])]).output().unwrap();
-    assert!(killed.status.success() && String::from_utf8_lossy(&killed.stdout).contains(&format!(":{}", ports[1])));
+    let killed = tcpls_test::sockets::kill_sockets_to_port(ports[1]).unwrap();
+    assert!(killed > 0, "ss -K killed no socket to port {}", ports[1]);
     for (d, file) in downloads.into_iter().zip(["a.bin", "b.bin"]) {
         let (done, dst) = d.join().unwrap();
         assert!(done.status.success(), "curl {file}: {}\n{}", done.describe(), client.diagnostics());
         assert!(done.elapsed > Duration::from_millis(1500), "the kill happened mid-transfer");
         assert_eq!(sha256(&dst), web.sha256(file), "{file} is byte-exact after the failover");
     }
-}
-
-fn can_kill_sockets() -> bool {
-    let root = Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
-    root && Command::new("ss").args(["-K", "dst", "192.0.2.1"]).output().is_ok_and(|o| o.status.success())
 }
 
 /// Transparent mode in network namespaces (tcpls-netem): curl in the client namespace fetches
