@@ -110,14 +110,15 @@ impl Session {
     }
 
     /// Every connection was lost and the session waits for a rejoin (see
-    /// [`SessionConfig::rejoin_timeout`](crate::SessionConfig::rejoin_timeout)); the client's IO layer should add a connection.
+    /// [`SessionConfig::rejoin_timeout`](crate::SessionConfig::rejoin_timeout)); the client's IO
+    /// layer should add a connection.
     pub fn is_orphaned(&self) -> bool {
         self.core.life.orphaned_since().is_some()
     }
 
     /// Changes how long this session waits for a rejoin once every connection is lost
-    /// ([`SessionConfig::rejoin_timeout`](crate::SessionConfig::rejoin_timeout)), e.g. a client's path manager applying its outage
-    /// tolerance. Zero: the session ends with its last connection.
+    /// ([`SessionConfig::rejoin_timeout`](crate::SessionConfig::rejoin_timeout)), e.g. a client's
+    /// path manager applying its outage tolerance. Zero: the session ends with its last connection.
     pub fn set_rejoin_timeout(&mut self, timeout: std::time::Duration) {
         self.core.config.rejoin_timeout = timeout;
     }
