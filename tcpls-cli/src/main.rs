@@ -23,6 +23,7 @@ mod transfer;
 mod tunnel;
 mod tunnel_config;
 mod tunnel_config_values;
+mod tunnel_forward;
 mod units;
 
 /// The perf payload, shared with the benchmarks and the experiments.

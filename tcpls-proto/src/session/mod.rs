@@ -40,7 +40,7 @@ pub use conn::ConnStats;
 pub(crate) use conn::{Connection, Inbound, RecordSink};
 pub(crate) use control::ControlQueue;
 pub use early::MAX_EARLY_STREAM_BYTES;
-pub use multipath::{Accepted, JoiningConnection, REJOIN_ID_BASE};
+pub use multipath::{Accepted, JoiningConnection, REJOIN_ID_BASE, STEER_ANY};
 pub use observe::{MemoryUse, StreamProgress};
 pub use packetize::{MULTIPATH_HIGH_WATER, MULTIPATH_QUEUE_TIME};
 

@@ -26,6 +26,7 @@
 //! # }
 //! ```
 
+pub mod bond;
 mod client;
 mod dial;
 mod order;
@@ -100,6 +101,10 @@ pub struct TunnelConfig {
     /// Concentrator: per-client destinations, rate and sessions, by client certificate name
     /// ([`crate::clients`]); default: none (every client gets the server-wide policy).
     pub client_policy: ClientPolicy,
+    /// Client: bond every tunneled TCP connection, i.e. spread its stream over every usable
+    /// path in both directions ([`bond`]) instead of steering it to one; default false
+    /// (per-forward: [`TunnelClient::bonded`]).
+    pub bond: bool,
 }
 
 /// Default of [`TunnelConfig::max_sessions`].
@@ -147,6 +152,7 @@ impl Default for TunnelConfig {
             bind: tcpls::PathOptions::new(),
             path_manager: None,
             client_policy: ClientPolicy::default(),
+            bond: false,
         }
     }
 }

@@ -398,6 +398,8 @@ async fn serve_session(session: Session, peer: SocketAddr, ctx: &Arc<Ctx>) -> Se
         Err((code, why)) => return refuse_session(session, peer, &who, code, &why, ctx).await,
     };
     info!("tunnel: session from {tag}");
+    // Streams a client bonds are unsteered (Stream Steer "any"): this scheduler spreads them.
+    session.set_scheduler(super::bond::scheduler());
     let mine = Arc::new(Stats::default());
     let next_path = Arc::new(AtomicUsize::new(0));
     let order = ConnectOrder::new();
