@@ -534,6 +534,7 @@ async fn demo(bytes: u64, json: bool) -> Result<(), String> {
                 paths: Vec::new(),
                 path_manager: None,
                 aggregate: false,
+                scheduler: None,
                 migrate_at: None,
                 server_name: name,
                 tls,
