@@ -217,6 +217,7 @@ impl Session {
             room: true,
             delivery_rate: c.path.delivery_rate,
             kernel_unsent: c.path.kernel_unsent,
+            stream_backlog: 0,
         }
     }
 
