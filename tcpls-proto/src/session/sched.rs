@@ -151,9 +151,12 @@ impl EarliestArrival {
     /// Bytes per second `p` delivers: TCP_INFO's delivery rate, or without one yet a window
     /// per RTT.
     fn rate(p: &PathView) -> Option<u64> {
-        match p.delivery_rate.filter(|r| *r > 0) {
-            Some(rate) => Some(rate),
-            None => Some(u64::from(p.cwnd?) * 1448 * 1_000_000 / u64::from(p.rtt_us?).max(1)),
+        let window = p.cwnd.zip(p.rtt_us).map(|(c, r)| u64::from(c) * 1448 * 1_000_000 / u64::from(r).max(1));
+        match (p.delivery_rate.filter(|r| *r > 0), window) {
+            // A path the scheduler used little reports the little it delivered (app-limited):
+            // its window per RTT says what it could carry.
+            (Some(rate), Some(window)) => Some(rate.max(window)),
+            (rate, window) => rate.or(window),
         }
     }
 
