@@ -17,11 +17,25 @@
 //! Backup paths keep their meaning: the session never schedules unsteered data on a backup
 //! while a regular path is usable.
 
-use tcpls::{EarliestArrival, RecvStream, Scheduler, STEER_ANY};
+use tcpls::{EarliestArrival, RecvStream, Scheduler, Session, STEER_ANY};
 
 /// The scheduler of the tunnel's sessions for unsteered (bonded) stream data.
 pub fn scheduler() -> Box<dyn Scheduler> {
     Box::new(EarliestArrival)
+}
+
+/// Asks the concentrator to answer a new bonded stream on the session's lowest-RTT path: until
+/// the client's "any" (after Connect OK) the concentrator steers the stream, by default round
+/// robin, which would put every other answer behind the slow path's queue.
+pub fn answer_on_fastest_path(session: &Session, recv: &RecvStream) {
+    let fastest = session
+        .connections()
+        .into_iter()
+        .filter(|c| c.usable && !c.suspect)
+        .min_by_key(|c| c.tcp_info.as_ref().map_or(u32::MAX, |i| i.rtt_us));
+    if let Some(c) = fastest {
+        recv.request_steer(c.id);
+    }
 }
 
 /// Asks the concentrator to spread this stream's download over every usable path (Stream

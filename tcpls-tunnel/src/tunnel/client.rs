@@ -274,8 +274,10 @@ impl TunnelClient {
 
     /// Steers a new stream to one path (round robin), unless it is bonded (then the session's
     /// scheduler spreads it).
-    fn place(&self, session: &Session, send: &SendStream, transport: Transport) {
-        if !(self.bond && transport == Transport::Tcp) {
+    fn place(&self, session: &Session, (send, recv): (&SendStream, &RecvStream), transport: Transport) {
+        if self.bond && transport == Transport::Tcp {
+            super::bond::answer_on_fastest_path(session, recv);
+        } else {
             steer_round_robin(session, send, &self.inner.next_path);
         }
     }
@@ -468,7 +470,7 @@ impl TunnelClient {
         check_host_name(target)?;
         let session = self.live_session().await?;
         let (send, recv) = session.open_stream().map_err(|e| OpenError::Failed(e.to_string()))?;
-        self.place(&session, &send, transport);
+        self.place(&session, (&send, &recv), transport);
         self.send_request(send, recv, target, transport).await
     }
 
@@ -485,8 +487,8 @@ impl TunnelClient {
             return Some(Err(e));
         }
         let opened = current.open_stream().map_err(|e| OpenError::Failed(e.to_string()));
-        if let Ok((send, _)) = &opened {
-            self.place(&current, send, Transport::Tcp);
+        if let Ok((send, recv)) = &opened {
+            self.place(&current, (send, recv), Transport::Tcp);
         }
         Some(opened)
     }

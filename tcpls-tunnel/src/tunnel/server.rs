@@ -472,8 +472,13 @@ async fn refuse_session(
 }
 
 /// Spreads the streams' data over the session's connections, one connection per stream (a
-/// stream whose connection dies is re-scheduled on the others by the session).
+/// stream whose connection dies is re-scheduled on the others by the session). A stream the
+/// client already asked to be sent on a connection (Stream Steer, a bonded connection's
+/// answer on its fastest path: `bond.rs`) keeps it.
 pub(crate) fn steer_round_robin(session: &Session, send: &SendStream, next: &AtomicUsize) {
+    if send.steering().is_some() {
+        return;
+    }
     let conns = session.usable_connections();
     if conns.len() > 1 {
         let i = next.fetch_add(1, Ordering::Relaxed) % conns.len();
