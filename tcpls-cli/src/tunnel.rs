@@ -761,6 +761,8 @@ async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
         listeners.push((l, listen, frontend, bond));
     }
     let mut cfg = TunnelConfig { reconnect_wait: Duration::from_secs_f64(a.reconnect_wait), ..TunnelConfig::default() };
+    // A bonded forward needs the bonded receive window too (TunnelConfig::bond raises it).
+    cfg.bond = a.bond || listeners.iter().any(|(_, _, _, bond)| *bond);
     // A concentrator that vanished without a FIN or RST (a dead uplink, a blackhole) is noticed
     // by the keepalive rather than by TCP's retransmission timeout (minutes).
     cfg.session.keepalive = Some(Duration::from_secs_f64(a.keepalive));

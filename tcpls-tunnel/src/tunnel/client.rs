@@ -236,6 +236,10 @@ impl TunnelClient {
         paths: &[(SocketAddr, PathOptions)],
         cfg: TunnelConfig,
     ) -> io::Result<TunnelClient> {
+        let mut cfg = cfg;
+        if cfg.bond {
+            cfg.session.stream_receive_window = cfg.session.stream_receive_window.max(super::BOND_RECEIVE_WINDOW);
+        }
         // The connector keeps the TLS configuration and with it rustls' ticket store: a new
         // session to the same concentrator process resumes (PSK) rather than a full handshake.
         let connector = TcplsConnector::new(tls).with_settings(cfg.session.clone()).with_path(cfg.bind.clone());
