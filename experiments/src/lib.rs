@@ -8,6 +8,7 @@
 //! (receive logs → goodput series, recovery times), [`plot`] and [`output`].
 
 pub mod aggregation;
+pub mod bonding;
 pub mod failover_outage;
 pub mod failover_periodic;
 pub mod flow_limit;

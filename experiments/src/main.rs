@@ -40,6 +40,8 @@ enum Experiment {
     Migration,
     /// Paper Fig. 11 and 13: bandwidth aggregation, second path after 5 s, TCPLS (16 KiB, 1500 B records) vs MPTCP.
     Aggregation,
+    /// One HTTP download over two uplinks (unequal and equal): tunnel --bond vs one path vs MPTCP vs TCP; 4 KB latency; schedulers.
+    Bonding,
     /// TM3 Table 6: 4 KB object load time next to a bulk download, TCPLS streams vs one TLS/TCP connection.
     HolBlocking,
     /// TCPLS through real middleboxes (firewall, NAT, TCP proxy, TLS-terminating proxy).
@@ -93,6 +95,7 @@ fn main() -> ExitCode {
         Experiment::FailoverPeriodic => experiments::failover_periodic::run(&opts),
         Experiment::Migration => experiments::migration::run(&opts),
         Experiment::Aggregation => experiments::aggregation::run(&opts),
+        Experiment::Bonding => experiments::bonding::run(&opts),
         Experiment::HolBlocking => experiments::hol_blocking::run(&opts),
         Experiment::Middleboxes => experiments::middleboxes::run(&opts),
         Experiment::Streams => experiments::streams::run(&opts),

@@ -199,6 +199,20 @@ pub fn parse_local(l: &str) -> Result<tcpls::PathOptions, String> {
 }
 
 /// A `--path-manager` value.
+/// The schedulers `--scheduler` offers for aggregated (unsteered) streams
+/// (docs/ARCHITECTURE.md, "Scheduler of aggregated streams").
+pub const SCHEDULERS: [&str; 3] = ["earliest-arrival", "lowest-rtt", "round-robin"];
+
+/// The scheduler named `name` (one of [`SCHEDULERS`]).
+pub fn scheduler(name: &str) -> Result<Box<dyn tcpls::Scheduler>, String> {
+    match name {
+        "earliest-arrival" => Ok(Box::new(tcpls::EarliestArrival)),
+        "lowest-rtt" => Ok(Box::new(tcpls::LowestRtt)),
+        "round-robin" => Ok(Box::new(tcpls::RoundRobin::default())),
+        _ => Err(format!("--scheduler {name}: expected one of {}", SCHEDULERS.join(", "))),
+    }
+}
+
 pub fn parse_policy(p: &str) -> Result<tcpls::PathPolicy, String> {
     match p {
         "manual" => Ok(tcpls::PathPolicy::Manual),

@@ -18,6 +18,7 @@ mod transfer;
 mod tunnel;
 mod tunnel_config;
 mod tunnel_config_values;
+mod tunnel_forward;
 mod units;
 
 /// The perf payload, shared with the benchmarks and the experiments.
@@ -470,6 +471,7 @@ async fn demo(bytes: u64, json: bool) -> Result<(), String> {
                 paths: Vec::new(),
                 path_manager: None,
                 aggregate: false,
+                scheduler: None,
                 migrate_at: None,
                 server_name: name,
                 tls,

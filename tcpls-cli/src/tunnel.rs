@@ -188,6 +188,11 @@ struct ClientArgs {
     /// connections, failovers, memory; docs/OBSERVABILITY.md §3).
     #[arg(long, value_name = "ADDR")]
     metrics: Option<String>,
+    /// Bond every tunneled TCP connection: spread its bytes over all usable paths, both ways,
+    /// by a scheduler that sends each record on the path where it arrives first (one download
+    /// gets the sum of the uplinks). Per forward: `--forward LISTEN=TARGET,bond`.
+    #[arg(long)]
+    bond: bool,
     #[command(flatten)]
     mode: Mode,
 }
@@ -408,7 +413,13 @@ fn check_config(path: &std::path::Path) -> Result<(), String> {
                 return Err("[client]: an empty listening address".into());
             }
         }
-        for fw in f.forward.iter().chain(&f.forward_udp).chain(&f.reverse) {
+        let forwards = f.forward.iter().map(|fw| (fw, "--forward"));
+        let udp = f.forward_udp.iter().map(|fw| (fw, "--forward-udp"));
+        for (fw, what) in forwards.chain(udp).chain(f.reverse.iter().map(|fw| (fw, "--reverse"))) {
+            let fw = match what {
+                "--reverse" => fw.as_str(),
+                _ => crate::tunnel_forward::split_options(fw, what).map_err(|e| format!("[client]: {e}"))?.0,
+            };
             let (_, t) = split_forward(fw).map_err(|e| format!("[client]: {e}"))?;
             Target::parse(t).map_err(|e| format!("[client]: {e}"))?;
         }
@@ -648,6 +659,7 @@ struct ClientSettings {
     reconnect_max: f64,
     keepalive: f64,
     metrics: Option<String>,
+    bond: bool,
 }
 
 impl ClientSettings {
@@ -685,6 +697,7 @@ impl ClientSettings {
             reconnect_max: secs(pick(a.reconnect_max, f.reconnect_max), "reconnect-max", 30.0)?,
             keepalive: secs(pick(a.keepalive, f.keepalive), "keepalive", 10.0)?,
             metrics: pick(a.metrics, f.metrics),
+            bond: a.bond || f.bond.unwrap_or(false),
         };
         if s.socks.is_none()
             && s.http.is_none()
@@ -707,19 +720,22 @@ async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
     let concentrator = *resolve(&a.concentrator)?.first().ok_or("no address")?;
     // [LOCAL@]REMOTE: a second uplink towards the concentrator's one address, or another address.
     let paths = a.path.iter().map(|p| crate::args::parse_path(p)).collect::<Result<Vec<_>, _>>()?;
+    // (listening address, front end, bonded)
     let mut frontends = Vec::new();
     if let Some(s) = &a.socks {
-        frontends.push((tcpls_tunnel::cli::resolve(s, None).await?, Frontend::Socks));
+        frontends.push((tcpls_tunnel::cli::resolve(s, None).await?, Frontend::Socks, a.bond));
     }
     if let Some(h) = &a.http {
-        frontends.push((tcpls_tunnel::cli::resolve(h, None).await?, Frontend::Http));
+        frontends.push((tcpls_tunnel::cli::resolve(h, None).await?, Frontend::Http, a.bond));
     }
     for f in &a.forward {
+        let (f, options) = crate::tunnel_forward::split_options(f, "--forward")?;
         let (l, t) = split_forward(f)?;
-        frontends.push((tcpls_tunnel::cli::resolve(l, None).await?, Frontend::Forward(Target::parse(t)?)));
+        let listen = tcpls_tunnel::cli::resolve(l, None).await?;
+        frontends.push((listen, Frontend::Forward(Target::parse(t)?), a.bond || options.bond));
     }
     if let Some(p) = a.transparent {
-        frontends.push((SocketAddr::from((Ipv4Addr::UNSPECIFIED, p)), Frontend::Transparent));
+        frontends.push((SocketAddr::from((Ipv4Addr::UNSPECIFIED, p)), Frontend::Transparent, a.bond));
     }
     let name = a.server_name.clone().unwrap_or_else(|| host_of(&a.concentrator));
     let name = tcpls::server_name_for(&name).map_err(|e| e.to_string())?;
@@ -740,11 +756,13 @@ async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
         reverse.push((remote, Target::parse(local)?));
     }
     let mut listeners = Vec::new();
-    for (listen, frontend) in frontends {
+    for (listen, frontend, bond) in frontends {
         let l = tcpls_tunnel::frontend::listen(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
-        listeners.push((l, listen, frontend));
+        listeners.push((l, listen, frontend, bond));
     }
     let mut cfg = TunnelConfig { reconnect_wait: Duration::from_secs_f64(a.reconnect_wait), ..TunnelConfig::default() };
+    // A bonded forward needs the bonded receive window too (TunnelConfig::bond raises it).
+    cfg.bond = a.bond || listeners.iter().any(|(_, _, _, bond)| *bond);
     // A concentrator that vanished without a FIN or RST (a dead uplink, a blackhole) is noticed
     // by the keepalive rather than by TCP's retransmission timeout (minutes).
     cfg.session.keepalive = Some(Duration::from_secs_f64(a.keepalive));
@@ -767,7 +785,10 @@ async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
     }
     let conns = client.session().usable_connections().len();
     let mut stop = crate::stop_signal::listen();
-    let mut what: Vec<String> = listeners.iter().map(|(_, l, f)| format!("{l} ({})", describe(f))).collect();
+    let mut what: Vec<String> = listeners
+        .iter()
+        .map(|(_, l, f, bond)| format!("{l} ({}{})", describe(f), if *bond { ", bonded" } else { "" }))
+        .collect();
     what.extend(udp.iter().map(|(_, l, t)| format!("{l}/udp (forward to {t})")));
     what.extend(reverse.iter().map(|(r, l)| format!("{r} on the concentrator (reverse to {l})")));
     eprintln!(
@@ -775,8 +796,8 @@ async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
         what.join(", ")
     );
     let mut serving = tokio::task::JoinSet::new();
-    for (l, _, frontend) in listeners {
-        let client = client.clone();
+    for (l, _, frontend, bond) in listeners {
+        let client = client.bonded(bond);
         serving.spawn(async move { client.serve(l, frontend).await });
     }
     for (socket, _, target) in udp {

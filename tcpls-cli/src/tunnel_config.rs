@@ -114,6 +114,7 @@ pub struct ClientFile {
     pub reconnect_max: Option<f64>,
     pub keepalive: Option<f64>,
     pub metrics: Option<String>,
+    pub bond: Option<bool>,
     pub keylog: Option<PathBuf>,
     pub trace: Option<PathBuf>,
     pub verbose: Option<bool>,

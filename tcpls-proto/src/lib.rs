@@ -48,7 +48,7 @@ pub use session::sched::{
 pub use session::MAX_EARLY_STREAM_BYTES;
 pub use session::{
     tcpls_client_config, tcpls_server_config, Accepted, ConnStats, JoiningConnection, MemoryUse, Session, SessionStats,
-    Side, StreamProgress, MIN_READ_CHUNK, READ_CHUNK, REJOIN_ID_BASE,
+    Side, StreamProgress, MIN_READ_CHUNK, READ_CHUNK, REJOIN_ID_BASE, STEER_ANY,
 };
 pub use session::{MULTIPATH_HIGH_WATER, MULTIPATH_QUEUE_TIME};
 pub use tls::{crypto_provider, HandshakeInfo, TicketStats, TicketStore, ALPN_TCPLS, MAX_EARLY_DATA};

@@ -166,6 +166,55 @@ fn a_receiver_can_steer_what_its_peer_sends() {
     assert!(p.server.connection_stats(second).unwrap().bytes_sent - before > 1 << 20);
 }
 
+#[test]
+fn a_receiver_can_ask_its_peer_to_spread_a_steered_stream_over_every_connection() {
+    let mut p = MultiPair::default_pair();
+    let second = p.join().unwrap();
+    let sid = p.server.open_stream().unwrap();
+    p.server.steer_stream(sid, Some(0)).unwrap();
+    p.server.write(sid, b"hello").unwrap();
+    p.drive();
+    // "Any": the server stops steering the stream; its scheduler spreads it.
+    p.client.request_steer(sid, tcpls_proto::STEER_ANY);
+    p.drive();
+    assert_eq!(p.server.stream_steering(sid), None);
+    assert!(p.server_events.contains(&Event::SteerRequested { stream: sid, conn: tcpls_proto::STEER_ANY }));
+    let before = [0, second].map(|c| p.server.connection_stats(c).unwrap().bytes_sent);
+    p.server.set_scheduler(Box::new(tcpls_proto::RoundRobin::default()));
+    let data = payload(1 << 20, 9);
+    p.server.write(sid, &data).unwrap();
+    p.server.finish(sid).unwrap();
+    p.drive();
+    let mut expect = b"hello".to_vec();
+    expect.extend_from_slice(&data);
+    assert!(p.read_to_end_client(sid) == expect);
+    let after = [0, second].map(|c| p.server.connection_stats(c).unwrap().bytes_sent);
+    assert!(after[0] - before[0] > 100_000 && after[1] - before[1] > 100_000, "{before:?} -> {after:?}");
+}
+
+/// What an older peer does with "any" (it does not know the value): a Stream Steer naming no
+/// connection of the session is ignored, the stream stays where it was and its data flows.
+#[test]
+fn a_steer_request_for_an_unknown_connection_is_ignored() {
+    let mut p = MultiPair::default_pair();
+    let _second = p.join().unwrap();
+    let sid = p.server.open_stream().unwrap();
+    p.server.steer_stream(sid, Some(0)).unwrap();
+    p.server.write(sid, b"hello").unwrap();
+    p.drive();
+    p.client.request_steer(sid, 0x7000_0000);
+    p.drive();
+    assert_eq!(p.server.stream_steering(sid), Some(0));
+    assert!(p.client.error().is_none() && p.server.error().is_none());
+    let data = payload(100_000, 3);
+    p.server.write(sid, &data).unwrap();
+    p.server.finish(sid).unwrap();
+    p.drive();
+    let mut expect = b"hello".to_vec();
+    expect.extend_from_slice(&data);
+    assert!(p.read_to_end_client(sid) == expect);
+}
+
 /// Reads every stream in `ids` to its end on the given side, driving the pair (bounded).
 fn read_all(p: &mut MultiPair, server_side: bool, ids: &[u32]) -> Vec<Vec<u8>> {
     let mut out = vec![Vec::new(); ids.len()];

@@ -98,7 +98,7 @@ pub use stream::{RecvStream, SendStream};
 pub use tcp_info::TcpInfo;
 pub use tcpls_proto::{
     self as proto, crypto_provider, ConnId, EarliestArrival, Error, Event, FnScheduler, LowestRtt, PathInfo, PathView,
-    RoundRobin, Scheduler, SessionConfig, StreamError, StreamId, Weighted,
+    RoundRobin, Scheduler, SessionConfig, StreamError, StreamId, Weighted, STEER_ANY,
 };
 pub use tcpls_proto::{MemoryUse, StreamProgress};
 pub use trace::{

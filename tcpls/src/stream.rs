@@ -52,6 +52,12 @@ impl SendStream {
         Ok(())
     }
 
+    /// The connection this stream's data is steered to (set by [`SendStream::steer`] or by the
+    /// peer's Stream Steer); None: the scheduler spreads it.
+    pub fn steering(&self) -> Option<tcpls_proto::ConnId> {
+        self.shared.lock().proto.stream_steering(self.id)
+    }
+
     /// Aborts the stream: queued bytes are dropped and the peer's reader gets `error_code`.
     pub fn reset(&mut self, error_code: u32) -> io::Result<()> {
         self.finished = true;

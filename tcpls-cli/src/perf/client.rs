@@ -81,6 +81,9 @@ pub struct PerfOptions {
     pub path_manager: Option<tcpls::PathPolicy>,
     /// Spread every stream over all connections instead of one connection per stream.
     pub aggregate: bool,
+    /// The scheduler of this end's aggregated streams (`--scheduler`, [`crate::args::SCHEDULERS`]);
+    /// None: the session's default.
+    pub scheduler: Option<String>,
     /// Move every stream to the next connection after this long.
     pub migrate_at: Option<Duration>,
     pub server_name: ServerName<'static>,
@@ -249,6 +252,9 @@ async fn set_up(opts: &PerfOptions, first_request: &Request) -> Result<Setup, St
         return Err(format!(
             "{shown} does not speak TCPLS (plain TLS only): tcpls perf needs `tcpls serve --mode perf`"
         ));
+    }
+    if let Some(name) = &opts.scheduler {
+        session.set_scheduler(crate::args::scheduler(name)?);
     }
     let mut conns = vec![0u32];
     match opts.path_manager {

@@ -81,6 +81,12 @@ pub struct PerfArgs {
     /// Spread each stream over all connections (default: one connection per stream, round-robin).
     #[arg(long)]
     aggregate: bool,
+    /// With --aggregate: how this end spreads each stream's records over the connections:
+    /// `earliest-arrival` (on the path where the record arrives first, waiting for a fast path
+    /// rather than sending late on a slow one; for unequal paths), `lowest-rtt` (the default,
+    /// MPTCP's) or `round-robin`. Applies to what this end sends (uploads).
+    #[arg(long, value_name = "NAME", requires = "aggregate", value_parser = crate::args::SCHEDULERS)]
+    scheduler: Option<String>,
     /// At this time (seconds), move every stream from the first connection to the second and
     /// close the first.
     #[arg(long, value_parser = parse_duration, value_name = "SECONDS")]
@@ -201,6 +207,7 @@ pub async fn run(a: PerfArgs) -> Result<Ended, String> {
             }
         }),
         aggregate: a.aggregate,
+        scheduler: a.scheduler,
         migrate_at: a.migrate_at,
         server_name,
         tls,

@@ -102,6 +102,7 @@ pub(super) fn expected(name: &str) -> Option<Vec<Frame<'static>>> {
         "rate-limit" => one(Frame::RateLimit { connection_id: 1, bytes_per_second: 12_500_000 }),
         "congestion-control" => one(Frame::CongestionControl { connection_id: 1, name: b"bbr" }),
         "stream-steer" => one(Frame::StreamSteer { stream_id: 4, connection_id: 1 }),
+        "stream-steer-any" => one(Frame::StreamSteer { stream_id: 4, connection_id: 0xFFFF_FFFF }),
         "path-priority" => one(Frame::PathPriority { connection_id: 1, backup: true }),
         "rejoin" => one(Frame::Rejoin {
             connection_id: 0x8000_0000,
@@ -118,7 +119,7 @@ pub(super) fn expected(name: &str) -> Option<Vec<Frame<'static>>> {
 }
 
 /// Every vector name `expected` knows, so a vector deleted from the document is noticed.
-const NAMES: [&str; 28] = [
+const NAMES: [&str; 29] = [
     "padding",
     "ping",
     "stream",
@@ -144,6 +145,7 @@ const NAMES: [&str; 28] = [
     "rate-limit",
     "congestion-control",
     "stream-steer",
+    "stream-steer-any",
     "path-priority",
     "rejoin",
     "record-stream-max-stream-data-padding",

@@ -130,6 +130,7 @@ impl Session {
             room: true,
             delivery_rate: c.path.tcp.delivery_rate,
             kernel_unsent: c.path.tcp.kernel_unsent,
+            stream_backlog: 0,
         }
     }
 

@@ -13,6 +13,11 @@ pub(super) const JOIN_FRAME_LEN: usize = TOKEN_LEN + 1;
 /// First Connection ID of the rejoin space (PROTOCOL.md §3): token sequence numbers stay below it.
 pub const REJOIN_ID_BASE: ConnId = 0x8000_0000;
 
+/// The Connection ID of a Stream Steer that asks the peer to stop steering the stream and let
+/// its scheduler spread it over every usable connection (PROTOCOL.md §3, "Steering"). Reserved:
+/// no connection has it; a peer that does not know it ignores the request (no such connection).
+pub const STEER_ANY: ConnId = u32::MAX;
+
 /// How a joining connection names its session: a token (Join) or a session reference with a
 /// proof (Rejoin).
 #[derive(Debug)]

@@ -52,7 +52,7 @@ use conn::{Connection, Inbound, RecordSink};
 use control::ControlQueue;
 pub use early_state::MAX_EARLY_STREAM_BYTES;
 pub use high_water::{MULTIPATH_HIGH_WATER, MULTIPATH_QUEUE_TIME};
-pub use joining::{Accepted, JoiningConnection, REJOIN_ID_BASE};
+pub use joining::{Accepted, JoiningConnection, REJOIN_ID_BASE, STEER_ANY};
 pub use side::Side;
 pub use snapshots::{MemoryUse, StreamProgress};
 

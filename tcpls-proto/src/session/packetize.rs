@@ -166,12 +166,17 @@ impl Session {
                     // A scheduler that may wait for a fast path rather than send on a slow one
                     // sees every carrier, those without room too (`Scheduler::pick_any`).
                     let all = self.core.paths.scheduler().waits_for_paths();
+                    let stream_backlog = self
+                        .core
+                        .streams
+                        .get(id)
+                        .map_or(0, |s| s.send.write_offset().saturating_sub(s.send.sent_offset()));
                     views.clear();
                     views.extend(
                         self.conns
                             .iter()
                             .filter(|c| carries_unsteered(c) && self.core.ext.may_send(c.id))
-                            .map(|c| PathView { room: high.has_room(c), ..Session::path_view(c) })
+                            .map(|c| PathView { room: high.has_room(c), stream_backlog, ..Session::path_view(c) })
                             .filter(|v| all || v.room),
                     );
                     if !views.iter().any(|v| v.room) {

@@ -190,7 +190,9 @@ impl Session {
                 ConnAction::Steer { stream, conn } => {
                     // Honoured when that connection can carry data; otherwise the stream stays
                     // where it is (the request may be stale, e.g. the connection just failed).
-                    if self.conns.get(conn).is_some_and(Connection::carries_streams) {
+                    if conn == super::joining::STEER_ANY {
+                        let _ = self.steer_stream(stream, None);
+                    } else if self.conns.get(conn).is_some_and(Connection::carries_streams) {
                         let _ = self.steer_stream(stream, Some(conn));
                     }
                 }

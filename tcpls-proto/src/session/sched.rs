@@ -41,6 +41,10 @@ pub struct PathView {
     pub delivery_rate: Option<u64>,
     /// Bytes the kernel holds unsent on this connection (TCP_INFO), if known.
     pub kernel_unsent: Option<u32>,
+    /// Bytes of the stream being scheduled that wait to be sent, this record's included (the
+    /// same in every view of one decision; 0 when unknown): what [`EarliestArrival`] weighs
+    /// against waiting for a fast path.
+    pub stream_backlog: u64,
 }
 
 /// A policy for unsteered stream records. Return one of `paths[i].conn`, or None to send nothing
@@ -120,7 +124,10 @@ impl Scheduler for Weighted {
 }
 
 /// Earliest arrival: the connection on which a record given now would reach the peer first,
-/// waiting for it when it has no room rather than sending on a slower path. For unequal paths
+/// waiting for it when it has no room rather than sending on a slower path, unless the stream
+/// has so much waiting that the slower path delivers the record before the earliest one could
+/// deliver the stream's backlog (ECF's rule: then the slower path only adds capacity, it delays
+/// nothing). For unequal paths
 /// (Wi-Fi and LTE, 40 and 10 Mbit/s), where sending on the slow path whatever the fast one could
 /// carry sooner fills the receiver's window with data that arrives late (head-of-line blocking):
 /// the rule of ECF (Lim et al., "ECF: An MPTCP Path Scheduler to Manage Heterogeneous Paths",
@@ -136,13 +143,27 @@ impl EarliestArrival {
     /// information.
     pub fn arrival_us(p: &PathView) -> Option<u64> {
         let rtt = u64::from(p.rtt_us?);
-        let rate = match p.delivery_rate.filter(|r| *r > 0) {
-            Some(rate) => rate,
-            // No rate yet: a window's worth per RTT.
-            None => u64::from(p.cwnd?) * 1448 * 1_000_000 / rtt.max(1),
-        };
+        let rate = Self::rate(p)?;
         let ahead = p.queued as u64 + u64::from(p.kernel_unsent.unwrap_or(0));
         Some((ahead.saturating_mul(1_000_000) / rate.max(1)).saturating_add(rtt / 2))
+    }
+
+    /// Bytes per second `p` delivers: TCP_INFO's delivery rate, or without one yet a window
+    /// per RTT.
+    fn rate(p: &PathView) -> Option<u64> {
+        let window = p.cwnd.zip(p.rtt_us).map(|(c, r)| u64::from(c) * 1448 * 1_000_000 / u64::from(r).max(1));
+        match (p.delivery_rate.filter(|r| *r > 0), window) {
+            // A path the scheduler used little reports the little it delivered (app-limited):
+            // its window per RTT says what it could carry.
+            (Some(rate), Some(window)) => Some(rate.max(window)),
+            (rate, window) => rate.or(window),
+        }
+    }
+
+    /// When the stream's backlog would be delivered through `p` alone, microseconds from now.
+    fn drained_us(p: &PathView) -> Option<u64> {
+        let rate = Self::rate(p)?.max(1);
+        Some(Self::arrival_us(p)?.saturating_add(p.stream_backlog.saturating_mul(1_000_000) / rate))
     }
 }
 
@@ -162,8 +183,16 @@ impl Scheduler for EarliestArrival {
             return Some(p.conn);
         }
         let best = paths.iter().filter_map(|p| Some((Self::arrival_us(p)?, !p.room, p.conn, p.room))).min()?;
-        // The earliest path has no room: wait for it (None), nothing goes on a later one.
-        best.3.then_some(best.2)
+        if best.3 {
+            return Some(best.2);
+        }
+        // The earliest path has no room. A later one with room takes the record if it delivers
+        // it before the earliest could deliver the stream's backlog: a bulk transfer then uses
+        // every path, while a short message (a small backlog) waits for the fast path rather
+        // than arriving late on the slow one.
+        let drained = paths.iter().find(|p| p.conn == best.2).and_then(Self::drained_us)?;
+        let later = paths.iter().filter(|p| p.room).filter_map(|p| Some((Self::arrival_us(p)?, p.conn))).min()?;
+        (later.0 <= drained).then_some(later.1)
     }
 }
 
@@ -190,6 +219,7 @@ mod tests {
             room: true,
             delivery_rate: None,
             kernel_unsent: None,
+            stream_backlog: 0,
         }
     }
 
@@ -224,6 +254,17 @@ mod tests {
         assert_eq!(s.pick_any(0, &[wifi(0, true), path(7, None, 0, 0)]), Some(7));
         assert_eq!(s.pick_any(0, &[wifi(0, false), lte(0, false)]), None);
         assert_eq!(s.pick_any(0, &[]), None);
+        // A bulk stream (1 MB waiting: 200 ms through Wi-Fi alone) uses LTE while Wi-Fi is full,
+        // since LTE delivers in 40 ms; a 100 KB message (Wi-Fi: 30 ms) waits for Wi-Fi.
+        let backlog = |mut p: PathView, b| {
+            p.stream_backlog = b;
+            p
+        };
+        assert_eq!(
+            s.pick_any(0, &[backlog(wifi(100_000, false), 1_000_000), backlog(lte(0, true), 1_000_000)]),
+            Some(1)
+        );
+        assert_eq!(s.pick_any(0, &[backlog(wifi(100_000, false), 20_000), backlog(lte(0, true), 20_000)]), None);
         // Without a rate, a window per RTT: 10 segments per 10 ms ≈ 11.6 Mbit/s.
         let mut p = path(3, Some(10_000), 14_480, 0);
         p.cwnd = Some(10);

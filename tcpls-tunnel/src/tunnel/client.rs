@@ -119,6 +119,8 @@ impl Dial {
                 format!("{concentrator} speaks plain TLS, not TCPLS: is it a `tcpls tunnel server`?"),
             ));
         }
+        // Bonded streams are not steered: this scheduler spreads their uploads (see `bond`).
+        session.set_scheduler(super::bond::scheduler());
         if let Some(policy) = self.path_manager {
             // The manager lives as long as the session; paths down now keep being retried.
             let config = tcpls::PathManagerConfig::from_paths(policy, self.bind.clone(), &self.paths);
@@ -205,6 +207,9 @@ async fn trouble(session: &Session) -> (String, bool) {
 #[derive(Clone)]
 pub struct TunnelClient {
     inner: Arc<Inner>,
+    /// Tunneled TCP connections are bonded: spread over every usable path ([`super::bond`])
+    /// rather than steered to one. Starts as [`TunnelConfig::bond`]; see [`TunnelClient::bonded`].
+    bond: bool,
 }
 
 impl TunnelClient {
@@ -231,6 +236,10 @@ impl TunnelClient {
         paths: &[(SocketAddr, PathOptions)],
         cfg: TunnelConfig,
     ) -> io::Result<TunnelClient> {
+        let mut cfg = cfg;
+        if cfg.bond {
+            cfg.session.stream_receive_window = cfg.session.stream_receive_window.max(super::BOND_RECEIVE_WINDOW);
+        }
         // The connector keeps the TLS configuration and with it rustls' ticket store: a new
         // session to the same concentrator process resumes (PSK) rather than a full handshake.
         let connector = TcplsConnector::new(tls).with_settings(cfg.session.clone()).with_path(cfg.bind.clone());
@@ -244,6 +253,7 @@ impl TunnelClient {
         };
         let session = dial.session().await?;
         let (current, _) = watch::channel(Current { session, up: true, fatal: None, stopping: false });
+        let bond = cfg.bond;
         let inner = Inner {
             current,
             dial,
@@ -252,7 +262,28 @@ impl TunnelClient {
             stats: Arc::new(Stats::default()),
             next_path: AtomicUsize::new(0),
         };
-        Ok(TunnelClient { inner: Arc::new(inner) })
+        Ok(TunnelClient { inner: Arc::new(inner), bond })
+    }
+
+    /// The same client (same session), whose tunneled TCP connections are bonded or not: the
+    /// per-forward setting (`--forward LISTEN=TARGET,bond`).
+    pub fn bonded(&self, bond: bool) -> TunnelClient {
+        TunnelClient { inner: self.inner.clone(), bond }
+    }
+
+    /// Whether this client's tunneled TCP connections are bonded.
+    pub fn is_bonded(&self) -> bool {
+        self.bond
+    }
+
+    /// Steers a new stream to one path (round robin), unless it is bonded (then the session's
+    /// scheduler spreads it).
+    fn place(&self, session: &Session, (send, recv): (&SendStream, &RecvStream), transport: Transport) {
+        if self.bond && transport == Transport::Tcp {
+            super::bond::answer_on_fastest_path(session, recv);
+        } else {
+            steer_round_robin(session, send, &self.inner.next_path);
+        }
     }
 
     /// The current session (or the last one, while reconnecting).
@@ -410,7 +441,12 @@ impl TunnelClient {
     async fn open_as(&self, target: &Target, transport: Transport) -> Result<(SendStream, RecvStream), OpenError> {
         let (mut send, mut recv) = self.request_as(target, transport).await?;
         match tokio::time::timeout(self.inner.cfg.handshake_timeout, tlv::read_response(&mut recv)).await {
-            Ok(Ok(Ok(()))) => Ok((send, recv)),
+            Ok(Ok(Ok(()))) => {
+                if self.bond && transport == Transport::Tcp {
+                    super::bond::spread_download(&recv);
+                }
+                Ok((send, recv))
+            }
             Ok(Ok(Err(code))) => {
                 let _ = send.finish();
                 Err(OpenError::Refused(code))
@@ -438,7 +474,7 @@ impl TunnelClient {
         check_host_name(target)?;
         let session = self.live_session().await?;
         let (send, recv) = session.open_stream().map_err(|e| OpenError::Failed(e.to_string()))?;
-        steer_round_robin(&session, &send, &self.inner.next_path);
+        self.place(&session, (&send, &recv), transport);
         self.send_request(send, recv, target, transport).await
     }
 
@@ -455,8 +491,8 @@ impl TunnelClient {
             return Some(Err(e));
         }
         let opened = current.open_stream().map_err(|e| OpenError::Failed(e.to_string()));
-        if let Ok((send, _)) = &opened {
-            steer_round_robin(&current, send, &self.inner.next_path);
+        if let Ok((send, recv)) = &opened {
+            self.place(&current, (send, recv), Transport::Tcp);
         }
         Some(opened)
     }
@@ -507,7 +543,8 @@ impl TunnelClient {
         };
         let _ = tcp.set_nodelay(true);
         stats.relay_started();
-        let report = relay::relay_pipelined(tcp, send, recv, self.inner.cfg.handshake_timeout).await;
+        let timeout = self.inner.cfg.handshake_timeout;
+        let report = relay::relay_pipelined_spread(tcp, send, recv, timeout, self.bond).await;
         if report.answered {
             stats.connected();
         }

@@ -26,6 +26,7 @@
 //! # }
 //! ```
 
+pub mod bond;
 mod client;
 mod dial;
 mod order;
@@ -100,6 +101,10 @@ pub struct TunnelConfig {
     /// Concentrator: per-client destinations, rate and sessions, by client certificate name
     /// ([`crate::clients`]); default: none (every client gets the server-wide policy).
     pub client_policy: ClientPolicy,
+    /// Client: bond every tunneled TCP connection, i.e. spread its stream over every usable
+    /// path in both directions ([`bond`]) instead of steering it to one; default false
+    /// (per-forward: [`TunnelClient::bonded`]).
+    pub bond: bool,
 }
 
 /// Default of [`TunnelConfig::max_sessions`].
@@ -114,6 +119,11 @@ pub const TRANSMIT_HIGH_WATER: usize = 64 << 10;
 /// Receive window of each tunneled connection's stream (enough for ~330 Mbit/s per connection
 /// at 50 ms RTT; the session carries many).
 pub const STREAM_RECEIVE_WINDOW: u64 = 2 << 20;
+/// Receive window of a bonded connection's stream (`TunnelConfig::bond`): the bytes that the
+/// fast path delivers while the slow path's are still on their way wait in it, so it must hold
+/// the fast path's rate times the paths' delay difference, queues included (40 Mbit/s × 150 ms
+/// ≈ 750 KB), on top of a path's bandwidth-delay product.
+pub const BOND_RECEIVE_WINDOW: u64 = 8 << 20;
 /// Default TCP_NOTSENT_LOWAT of the tunnel's TCP connections.
 pub const NOTSENT_LOWAT: u32 = 64 << 10;
 /// Receive budget of the tunnel's sessions (`SessionConfig::receive_budget`): sized so that
@@ -147,6 +157,7 @@ impl Default for TunnelConfig {
             bind: tcpls::PathOptions::new(),
             path_manager: None,
             client_policy: ClientPolicy::default(),
+            bond: false,
         }
     }
 }

@@ -77,7 +77,7 @@ fn is_tcp_reset(e: &io::Error) -> bool {
 
 /// Runs until both directions are done or one side resets.
 pub async fn relay(tcp: TcpStream, send: SendStream, recv: RecvStream) -> Report {
-    relay_with(tcp, send, recv, None, None).await
+    relay_with(tcp, send, recv, None, None, false).await
 }
 
 /// [`relay`] with both directions taking their bytes from `limiter` (a client's rate): a
@@ -88,7 +88,7 @@ pub async fn relay_limited(
     recv: RecvStream,
     limiter: Option<&RateLimiter>,
 ) -> Report {
-    relay_with(tcp, send, recv, None, limiter).await
+    relay_with(tcp, send, recv, None, limiter, false).await
 }
 
 /// Like [`relay`], on a stream whose request was just sent (pipelining: the application's bytes
@@ -96,7 +96,19 @@ pub async fn relay_limited(
 /// answer, within `answer_timeout`; until Connect OK nothing reaches the application, and an
 /// Error resets it.
 pub async fn relay_pipelined(tcp: TcpStream, send: SendStream, recv: RecvStream, answer_timeout: Duration) -> Report {
-    relay_with(tcp, send, recv, Some(answer_timeout), None).await
+    relay_with(tcp, send, recv, Some(answer_timeout), None, false).await
+}
+
+/// [`relay_pipelined`] that, when `spread` (a bonded connection), asks the concentrator on
+/// Connect OK to spread the download over every path ([`super::bond::spread_download`]).
+pub async fn relay_pipelined_spread(
+    tcp: TcpStream,
+    send: SendStream,
+    recv: RecvStream,
+    answer_timeout: Duration,
+    spread: bool,
+) -> Report {
+    relay_with(tcp, send, recv, Some(answer_timeout), None, spread).await
 }
 
 /// [`relay_pipelined`] under a client's rate (see [`relay_limited`]).
@@ -107,7 +119,7 @@ pub async fn relay_pipelined_limited(
     answer_timeout: Duration,
     limiter: Option<&RateLimiter>,
 ) -> Report {
-    relay_with(tcp, send, recv, Some(answer_timeout), limiter).await
+    relay_with(tcp, send, recv, Some(answer_timeout), limiter, false).await
 }
 
 async fn relay_with(
@@ -116,6 +128,7 @@ async fn relay_with(
     mut recv: RecvStream,
     answer_timeout: Option<Duration>,
     limiter: Option<&RateLimiter>,
+    spread: bool,
 ) -> Report {
     let (mut sent, mut received) = (0u64, 0u64);
     let mut answered = answer_timeout.is_none();
@@ -147,7 +160,12 @@ async fn relay_with(
         let down = async {
             if let Some(t) = answer_timeout {
                 match tokio::time::timeout(t, tlv::read_response(&mut recv)).await {
-                    Ok(Ok(Ok(()))) => answered = true,
+                    Ok(Ok(Ok(()))) => {
+                        answered = true;
+                        if spread {
+                            super::bond::spread_download(&recv);
+                        }
+                    }
                     Ok(Ok(Err(code))) => return Down::Refused(code),
                     _ => return Down::NoAnswer,
                 }

@@ -398,6 +398,8 @@ async fn serve_session(session: Session, peer: SocketAddr, ctx: &Arc<Ctx>) -> Se
         Err((code, why)) => return refuse_session(session, peer, &who, code, &why, ctx).await,
     };
     info!("tunnel: session from {tag}");
+    // Streams a client bonds are unsteered (Stream Steer "any"): this scheduler spreads them.
+    session.set_scheduler(super::bond::scheduler());
     let mine = Arc::new(Stats::default());
     let next_path = Arc::new(AtomicUsize::new(0));
     let order = ConnectOrder::new();
@@ -470,8 +472,13 @@ async fn refuse_session(
 }
 
 /// Spreads the streams' data over the session's connections, one connection per stream (a
-/// stream whose connection dies is re-scheduled on the others by the session).
+/// stream whose connection dies is re-scheduled on the others by the session). A stream the
+/// client already asked to be sent on a connection (Stream Steer, a bonded connection's
+/// answer on its fastest path: `bond.rs`) keeps it.
 pub(crate) fn steer_round_robin(session: &Session, send: &SendStream, next: &AtomicUsize) {
+    if send.steering().is_some() {
+        return;
+    }
     let conns = session.usable_connections();
     if conns.len() > 1 {
         let i = next.fetch_add(1, Ordering::Relaxed) % conns.len();

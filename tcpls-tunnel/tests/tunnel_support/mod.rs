@@ -63,6 +63,24 @@ impl Tunnel {
         Tunnel { pki, addrs, server_stats, client }
     }
 
+    /// One path per rate (bit/s), each through its own [`slow_link`] to its own concentrator
+    /// address (127.0.0.1:0); `links` holds the links' addresses, in path order.
+    pub async fn start_over_links(cfg: TunnelConfig, rates: &[u64]) -> (Tunnel, Vec<SocketAddr>) {
+        let pki = Pki::new();
+        let listen: Vec<SocketAddr> = rates.iter().map(|_| "127.0.0.1:0".parse().unwrap()).collect();
+        let conc = Concentrator::bind(&listen, pki.server(), cfg.clone()).await.unwrap();
+        let addrs = conc.local_addrs();
+        let server_stats = conc.stats();
+        tokio::spawn(conc.run(|_| {}));
+        let mut links = Vec::new();
+        for (addr, bps) in addrs.iter().zip(rates) {
+            links.push(slow_link(*addr, *bps).await);
+        }
+        let name = tcpls::server_name_for("localhost").unwrap();
+        let client = TunnelClient::connect(links[0], name, pki.client(), &links[1..], cfg).await.unwrap();
+        (Tunnel { pki, addrs, server_stats, client }, links)
+    }
+
     /// Serves `frontend` on a fresh 127.0.0.1 port; returns that address.
     pub async fn listen(&self, frontend: Frontend) -> SocketAddr {
         let l = tcpls_tunnel::frontend::listen("127.0.0.1:0".parse().unwrap()).unwrap();
