@@ -17,6 +17,7 @@ mod probe;
 mod serve;
 mod session_info;
 mod stop_signal;
+mod ticket_keys;
 mod tlsconf;
 mod tm3;
 mod transfer;
@@ -210,6 +211,11 @@ struct ServeArgs {
     /// Join tokens given to each client (the limit on its extra connections).
     #[arg(long, default_value_t = 4)]
     tokens: u32,
+    /// Session ticket keys shared by the servers of a farm (one key per line, 64 hex digits,
+    /// current first; `openssl rand -hex 32`), re-read on SIGHUP: any server resumes any
+    /// server's tickets. Turns 0-RTT off (docs/RESUMPTION.md, "Farm tickets").
+    #[arg(long, value_name = "FILE")]
+    ticket_keys: Option<PathBuf>,
     /// Sessions served at once; more are refused.
     #[arg(long, default_value_t = 10_000)]
     max_sessions: usize,
@@ -436,6 +442,10 @@ async fn serve_cmd(a: ServeArgs) -> Result<Ended, String> {
     if a.mode == serve::Mode::Perf {
         tls.max_early_data_size = tcpls::proto::MAX_EARLY_DATA as u32;
     }
+    let tickets = match &a.ticket_keys {
+        Some(path) => Some(ticket_keys::install(&mut tls, path)?),
+        None => None,
+    };
     let mut listen = Vec::new();
     for l in &a.listen {
         listen.extend(resolve(l)?.into_iter().take(1));
@@ -467,6 +477,14 @@ async fn serve_cmd(a: ServeArgs) -> Result<Ended, String> {
         (Some(addr), Some(l)) => Some(metrics::start(addr, l.registry().clone(), "tcpls serve").await?),
         _ => None,
     };
+    if let Some(t) = tickets {
+        if let Some(m) = &metrics {
+            m.with_ticketer(t.clone());
+        }
+        if let Some(path) = a.ticket_keys.clone() {
+            ticket_keys::reload_on_sighup(t, path)?;
+        }
+    }
     let interrupt = interrupt::listen();
     for l in &listeners {
         logging::info("serve", &format!("listening on {} (mode {})", l.local_addr(), a.mode));

@@ -128,6 +128,15 @@ struct ServerArgs {
     /// `--path-manager` survive outages of up to 60 s: set it at least as long for them.
     #[arg(long, value_name = "SECS")]
     rejoin_timeout: Option<u64>,
+    /// Session ticket keys shared by the nodes of a farm (one key per line, 64 hex digits,
+    /// current first; `openssl rand -hex 32`), re-read on SIGHUP: any node resumes any node's
+    /// tickets. Turns 0-RTT off (docs/TUNNEL.md, "Farm").
+    #[arg(long, value_name = "FILE")]
+    ticket_keys: Option<PathBuf>,
+    /// Announce ADDR (IP:PORT, this node's own address) to clients, which join their further
+    /// connections there rather than through a load balancer; repeatable.
+    #[arg(long, value_name = "ADDR")]
+    advertise: Vec<String>,
 }
 
 #[derive(Args)]
@@ -268,6 +277,8 @@ struct ServerSettings {
     json: bool,
     metrics: Option<String>,
     rejoin_timeout: Option<u64>,
+    ticket_keys: Option<PathBuf>,
+    advertise: Vec<SocketAddr>,
     verbose: bool,
 }
 
@@ -333,6 +344,11 @@ impl ServerSettings {
             json: a.json || f.json.unwrap_or(false),
             metrics: pick(a.metrics.clone(), f.metrics),
             rejoin_timeout: pick(a.rejoin_timeout, f.rejoin_timeout),
+            ticket_keys: pick(a.ticket_keys.clone(), f.ticket_keys),
+            advertise: pick_list(a.advertise.clone(), f.advertise)
+                .iter()
+                .map(|r| r.parse().map_err(|_| format!("advertise: '{r}' is not IP:PORT")))
+                .collect::<Result<_, _>>()?,
             verbose: f.verbose.unwrap_or(false),
         })
     }
@@ -381,8 +397,13 @@ fn check_config(path: &std::path::Path) -> Result<(), String> {
             json: false,
             metrics: None,
             rejoin_timeout: None,
+            ticket_keys: None,
+            advertise: Vec::new(),
         };
         let s = ServerSettings::from(&args)?;
+        if let Some(path) = &s.ticket_keys {
+            crate::ticket_keys::load(path).map_err(|e| format!("[server]: {e}"))?;
+        }
         let policy = s.dest_policy().map_err(|e| format!("[server]: {e}"))?;
         for l in &s.listen {
             resolve(l).map_err(|e| format!("[server] listen: {e}"))?;
@@ -449,6 +470,8 @@ fn count_server_keys(f: &ServerFile) -> usize {
         f.json.is_some(),
         f.metrics.is_some(),
         f.rejoin_timeout.is_some(),
+        f.ticket_keys.is_some(),
+        !f.advertise.is_empty(),
         f.keylog.is_some(),
         f.trace.is_some(),
         f.verbose.is_some(),
@@ -464,6 +487,10 @@ async fn server(args: ServerArgs, a: ServerSettings) -> Result<(), String> {
     // The certificate is looked up through a resolver that SIGHUP can replace.
     let certs = Arc::new(ReloadableCert(RwLock::new(tls.cert_resolver.clone())));
     tls.cert_resolver = certs.clone();
+    let tickets = match &a.ticket_keys {
+        Some(path) => Some(crate::ticket_keys::install(&mut tls, path)?),
+        None => None,
+    };
     let mut addrs = Vec::new();
     for l in &a.listen {
         addrs.extend(resolve(l)?.into_iter().take(1));
@@ -481,10 +508,14 @@ async fn server(args: ServerArgs, a: ServerSettings) -> Result<(), String> {
     if let Some(secs) = a.rejoin_timeout {
         cfg.session.rejoin_timeout = Duration::from_secs(secs);
     }
+    cfg.session.advertise.extend(&a.advertise);
     let rejoin_timeout = cfg.session.rejoin_timeout;
     let mut conc = Concentrator::bind(&addrs, Arc::new(tls), cfg).await.map_err(|e| e.to_string())?;
     if let (Some(addr), Some(registry)) = (a.metrics.as_deref(), conc.registry()) {
-        crate::metrics::attach_to_concentrator(&mut conc, addr, registry).await?;
+        let metrics = crate::metrics::attach_to_concentrator(&mut conc, addr, registry).await?;
+        if let Some(t) = &tickets {
+            metrics.with_ticketer(t.clone());
+        }
     }
     let mut ctrl_c = crate::interrupt::listen();
     let bound = conc.local_addrs();
@@ -510,7 +541,19 @@ async fn server(args: ServerArgs, a: ServerSettings) -> Result<(), String> {
     for b in bound {
         eprintln!("tcpls tunnel server: listening on {b}");
     }
-    spawn_reload_on_sighup(args, a.clone(), conc.control(), certs)?;
+    if let Some(t) = &tickets {
+        let keys = t.keys();
+        eprintln!(
+            "tcpls tunnel server: farm ticket keys: {} key(s), current key id {}; 0-RTT off",
+            keys.len(),
+            keys.current_id()
+        );
+    }
+    if !a.advertise.is_empty() {
+        let list: Vec<String> = a.advertise.iter().map(|x| x.to_string()).collect();
+        eprintln!("tcpls tunnel server: clients join at {}", list.join(", "));
+    }
+    spawn_reload_on_sighup(args, a.clone(), conc.control(), certs, tickets)?;
     let json = a.json;
     let served = conc.run(move |s| {
         if json {
@@ -545,6 +588,7 @@ fn spawn_reload_on_sighup(
     start: ServerSettings,
     control: tcpls_tunnel::tunnel::ConcentratorControl,
     certs: Arc<ReloadableCert>,
+    tickets: Option<Arc<tcpls::proto::FarmTicketer>>,
 ) -> Result<(), String> {
     #[cfg(unix)]
     {
@@ -552,7 +596,7 @@ fn spawn_reload_on_sighup(
         let mut hup = signal(SignalKind::hangup()).map_err(|e| format!("cannot watch SIGHUP: {e}"))?;
         tokio::spawn(async move {
             while hup.recv().await.is_some() {
-                match reload(&args, &start, &control, &certs) {
+                match reload(&args, &start, &control, &certs, tickets.as_deref()) {
                     Ok(msg) => eprintln!("tcpls tunnel server: reloaded: {msg}"),
                     Err(e) => eprintln!("tcpls tunnel server: reload failed, configuration unchanged: {e}"),
                 }
@@ -560,7 +604,7 @@ fn spawn_reload_on_sighup(
         });
     }
     #[cfg(not(unix))]
-    let _ = (args, start, control, certs);
+    let _ = (args, start, control, certs, tickets);
     Ok(())
 }
 
@@ -569,21 +613,33 @@ fn reload(
     start: &ServerSettings,
     control: &tcpls_tunnel::tunnel::ConcentratorControl,
     certs: &ReloadableCert,
+    tickets: Option<&tcpls::proto::FarmTicketer>,
 ) -> Result<String, String> {
     let new = ServerSettings::from(args)?;
     let policy = new.dest_policy()?;
     let tls =
         crate::server_tls("tunnel server", new.cert.as_deref(), new.key.as_deref(), &[], start.client_ca.as_deref())?;
+    // Read before anything is replaced, so that a bad key file changes nothing.
+    let keys_msg = match (tickets, &start.ticket_keys) {
+        (Some(t), Some(path)) => Some(crate::ticket_keys::reload(t, path)?),
+        _ => None,
+    };
     *certs.0.write_unpoisoned() = tls.cert_resolver.clone();
     control.set_dest_policy(policy.clone());
     control.set_client_policy(new.client_policy.clone());
     let mut msg = format!("destinations: {policy}; {}; certificate re-read", describe_clients(&new.client_policy));
+    if let Some(k) = keys_msg {
+        msg.push_str("; ");
+        msg.push_str(&k);
+    }
     if new.listen != start.listen
         || new.client_ca != start.client_ca
+        || new.ticket_keys != start.ticket_keys
+        || new.advertise != start.advertise
         || (new.max_sessions, new.max_streams, new.max_lookups)
             != (start.max_sessions, start.max_streams, start.max_lookups)
     {
-        msg.push_str("; listen, client-ca and the limits changed in the file take effect at the next restart");
+        msg.push_str("; listen, client-ca, ticket-keys (the file's path), advertise and the limits changed in the file take effect at the next restart");
     }
     Ok(msg)
 }

@@ -85,6 +85,8 @@ pub struct ServerFile {
     pub json: Option<bool>,
     pub metrics: Option<String>,
     pub rejoin_timeout: Option<u64>,
+    pub ticket_keys: Option<PathBuf>,
+    pub advertise: Vec<String>,
     pub keylog: Option<PathBuf>,
     pub trace: Option<PathBuf>,
     pub verbose: Option<bool>,
@@ -152,6 +154,7 @@ pub fn load(path: &Path) -> Result<FileConfig, String> {
         rel(&mut s.cert);
         rel(&mut s.key);
         rel(&mut s.client_ca);
+        rel(&mut s.ticket_keys);
         rel(&mut s.keylog);
         rel(&mut s.trace);
     }

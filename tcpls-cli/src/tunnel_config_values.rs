@@ -32,6 +32,7 @@ struct ServerValues {
     allow_dest: Vec<Text>,
     deny_dest: Vec<Text>,
     allow_reverse: Vec<Text>,
+    advertise: Vec<Text>,
     metrics: Option<Text>,
 }
 
@@ -73,6 +74,7 @@ impl Values {
             each("[server] allow-dest", &s.allow_dest, cidr)?;
             each("[server] deny-dest", &s.deny_dest, cidr)?;
             each("[server] allow-reverse", &s.allow_reverse, ip_port)?;
+            each("[server] advertise", &s.advertise, ip_port)?;
             each("[server] metrics", s.metrics.iter(), |v| host_port(v, None))?;
         }
         if let Some(c) = &self.client {

@@ -51,4 +51,7 @@ pub use session::{
     Side, StreamProgress, MIN_READ_CHUNK, READ_CHUNK, REJOIN_ID_BASE,
 };
 pub use session::{MULTIPATH_HIGH_WATER, MULTIPATH_QUEUE_TIME};
-pub use tls::{crypto_provider, HandshakeInfo, TicketStats, TicketStore, ALPN_TCPLS, MAX_EARLY_DATA};
+pub use tls::{
+    crypto_provider, FarmTicketStats, FarmTicketer, HandshakeInfo, TicketKeys, TicketStats, TicketStore, ALPN_TCPLS,
+    MAX_EARLY_DATA, MAX_TICKET_KEYS, TICKET_KEY_LEN,
+};
