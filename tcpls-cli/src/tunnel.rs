@@ -144,9 +144,16 @@ struct ClientArgs {
     /// TOML file with a [client] table, one key per flag (docs/TUNNEL.md); flags win over it.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Concentrator address: HOST:PORT, [V6]:PORT or HOST (port 4443).
-    #[arg(long)]
+    /// Concentrator address: HOST:PORT, [V6]:PORT or HOST (port 4443). Several, comma-separated
+    /// (or a name with several addresses): tried in this order when the session is opened or
+    /// re-opened, the first that completes a handshake serves.
+    #[arg(long, value_name = "ADDR[,ADDR...]")]
     concentrator: Option<String>,
+    /// Join the session's further connections (--path, rejoins) at the address the
+    /// concentrator advertises (`tunnel server --advertise`), not through the address dialed:
+    /// for a farm behind a load balancer (docs/TUNNEL.md, "Farm").
+    #[arg(long)]
+    join_advertised: bool,
     /// Add a TCP connection to the session: [LOCAL@]ADDR, towards another concentrator address
     /// or the same one from another local address or interface (`dev:wwan0@ADDR`, a second
     /// uplink); repeatable.
@@ -700,6 +707,7 @@ struct ClientSettings {
     reverse: Vec<String>,
     transparent: Option<u16>,
     no_reconnect: bool,
+    join_advertised: bool,
     reconnect_wait: f64,
     reconnect_max: f64,
     keepalive: f64,
@@ -737,6 +745,7 @@ impl ClientSettings {
             reverse: pick_list(a.mode.reverse, f.reverse),
             transparent: pick(a.mode.frontend.transparent, f.transparent),
             no_reconnect: a.no_reconnect || f.no_reconnect.unwrap_or(false),
+            join_advertised: a.join_advertised || f.join_advertised.unwrap_or(false),
             reconnect_wait: secs(pick(a.reconnect_wait, f.reconnect_wait), "reconnect-wait", 10.0)?,
             reconnect_max: secs(pick(a.reconnect_max, f.reconnect_max), "reconnect-max", 30.0)?,
             keepalive: secs(pick(a.keepalive, f.keepalive), "keepalive", 10.0)?,
@@ -760,7 +769,15 @@ impl ClientSettings {
 
 async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
     let a = ClientSettings::from(a, file)?;
-    let concentrator = *resolve(&a.concentrator)?.first().ok_or("no address")?;
+    let mut concentrators: Vec<SocketAddr> = Vec::new();
+    for one in a.concentrator.split(',').map(str::trim) {
+        for addr in resolve(one).map_err(|e| format!("--concentrator {one}: {e}"))? {
+            if !concentrators.contains(&addr) {
+                concentrators.push(addr);
+            }
+        }
+    }
+    let concentrator = *concentrators.first().ok_or("--concentrator: no address")?;
     // [LOCAL@]REMOTE: a second uplink towards the concentrator's one address, or another address.
     let paths = a.path.iter().map(|p| crate::args::parse_path(p)).collect::<Result<Vec<_>, _>>()?;
     let mut frontends = Vec::new();
@@ -777,7 +794,8 @@ async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
     if let Some(p) = a.transparent {
         frontends.push((SocketAddr::from((Ipv4Addr::UNSPECIFIED, p)), Frontend::Transparent));
     }
-    let name = a.server_name.clone().unwrap_or_else(|| host_of(&a.concentrator));
+    let first = a.concentrator.split(',').next().unwrap_or_default().trim();
+    let name = a.server_name.clone().unwrap_or_else(|| host_of(first));
     let name = tcpls::server_name_for(&name).map_err(|e| e.to_string())?;
     let identity = a.cert.as_deref().zip(a.key.as_deref());
     let tls = crate::tlsconf::client_config_with_identity(a.ca.as_deref(), a.insecure, &[], None, identity)?;
@@ -808,6 +826,8 @@ async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
         cfg.bind = crate::args::parse_local(b).map_err(|e| format!("--bind {b}: {e}"))?;
     }
     cfg.path_manager = a.path_manager.as_deref().map(crate::args::parse_policy).transpose()?;
+    cfg.other_concentrators = concentrators[1..].to_vec();
+    cfg.join_advertised = a.join_advertised;
     let client = TunnelClient::connect_paths(concentrator, name, Arc::new(tls), &paths, cfg).await.map_err(|e| {
         match crate::tlsconf::advice(&e) {
             // An untrusted certificate asks for --ca or --insecure, as for connect and perf.

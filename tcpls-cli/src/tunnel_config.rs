@@ -112,6 +112,7 @@ pub struct ClientFile {
     pub reverse: Vec<String>,
     pub transparent: Option<u16>,
     pub no_reconnect: Option<bool>,
+    pub join_advertised: Option<bool>,
     pub reconnect_wait: Option<f64>,
     pub reconnect_max: Option<f64>,
     pub keepalive: Option<f64>,

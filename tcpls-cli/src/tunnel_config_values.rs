@@ -78,7 +78,9 @@ impl Values {
             each("[server] metrics", s.metrics.iter(), |v| host_port(v, None))?;
         }
         if let Some(c) = &self.client {
-            each("[client] concentrator", c.concentrator.iter(), |v| host_port(v, Some(4443)))?;
+            each("[client] concentrator", c.concentrator.iter(), |v| {
+                v.split(',').try_for_each(|one| host_port(one.trim(), Some(4443)))
+            })?;
             each("[client] path", &c.path, path)?;
             each("[client] bind", c.bind.iter(), |v| crate::args::parse_local(v).map(drop))?;
             each("[client] path-manager", c.path_manager.iter(), |v| crate::args::parse_policy(v).map(drop))?;

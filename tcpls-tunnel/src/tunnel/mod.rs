@@ -28,6 +28,7 @@
 
 mod client;
 mod dial;
+mod farm;
 mod order;
 pub mod rate;
 pub mod reconnect;
@@ -100,6 +101,13 @@ pub struct TunnelConfig {
     /// Concentrator: per-client destinations, rate and sessions, by client certificate name
     /// ([`crate::clients`]); default: none (every client gets the server-wide policy).
     pub client_policy: ClientPolicy,
+    /// Client: concentrators tried after the first one, in order, when opening or re-opening
+    /// the session (a farm's nodes, standbys); default: none.
+    pub other_concentrators: Vec<std::net::SocketAddr>,
+    /// Client: the session's further connections (paths, rejoins) go to the address the
+    /// concentrator advertised (New Address) rather than the one dialed: for a farm behind a
+    /// load balancer, whose address may lead to another node; default: false.
+    pub join_advertised: bool,
 }
 
 /// Default of [`TunnelConfig::max_sessions`].
@@ -147,6 +155,8 @@ impl Default for TunnelConfig {
             bind: tcpls::PathOptions::new(),
             path_manager: None,
             client_policy: ClientPolicy::default(),
+            other_concentrators: Vec::new(),
+            join_advertised: false,
         }
     }
 }
