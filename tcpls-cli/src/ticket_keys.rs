@@ -36,6 +36,17 @@ pub fn load(path: &Path) -> Result<TicketKeys, String> {
     TicketKeys::parse(&text).map_err(|e| format!("--ticket-keys {shown}: {e}"))
 }
 
+/// Reads a farm route key file (`--farm-route-key`).
+pub fn load_route_key(path: &Path) -> Result<tcpls::proto::farm_route::RouteKey, String> {
+    let shown = path.display();
+    let meta = std::fs::metadata(path).map_err(|e| format!("--farm-route-key {shown}: {e}"))?;
+    if meta.len() > MAX_FILE {
+        return Err(format!("--farm-route-key {shown}: {} bytes, more than a key file should be", meta.len()));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| format!("--farm-route-key {shown}: {e}"))?;
+    tcpls::proto::farm_route::RouteKey::parse(&text).map_err(|e| format!("--farm-route-key {shown}: {e}"))
+}
+
 /// Makes `tls` issue and resume farm tickets from the file. rustls then refuses early data
 /// (stateless tickets could replay it on any node), so 0-RTT is off.
 pub fn install(tls: &mut rustls::ServerConfig, path: &Path) -> Result<Arc<FarmTicketer>, String> {

@@ -137,6 +137,14 @@ struct ServerArgs {
     /// connections there rather than through a load balancer; repeatable.
     #[arg(long, value_name = "ADDR")]
     advertise: Vec<String>,
+    /// Farm route key (64 hex digits, shared with the load balancer, not the ticket keys): join
+    /// tokens then carry an encrypted label naming this node (--farm-node), which the balancer
+    /// reads from the join's server name (tools/haproxy/tcpls-farm.lua).
+    #[arg(long, value_name = "FILE", requires = "farm_node")]
+    farm_route_key: Option<PathBuf>,
+    /// This node's number in the farm (1 to 255), as the balancer's configuration numbers it.
+    #[arg(long, value_name = "N", requires = "farm_route_key", value_parser = clap::value_parser!(u8).range(1..))]
+    farm_node: Option<u8>,
 }
 
 #[derive(Args)]
@@ -154,6 +162,11 @@ struct ClientArgs {
     /// for a farm behind a load balancer (docs/TUNNEL.md, "Farm").
     #[arg(long)]
     join_advertised: bool,
+    /// Send each join with the server name `<label>.DOMAIN`, the label taken from its token: a
+    /// farm's balancer routes it to the node of the session (`tunnel server --farm-route-key`).
+    /// The concentrator's certificate must then be valid for `*.DOMAIN`.
+    #[arg(long, value_name = "DOMAIN")]
+    join_sni_domain: Option<String>,
     /// Add a TCP connection to the session: [LOCAL@]ADDR, towards another concentrator address
     /// or the same one from another local address or interface (`dev:wwan0@ADDR`, a second
     /// uplink); repeatable.
@@ -286,6 +299,7 @@ struct ServerSettings {
     rejoin_timeout: Option<u64>,
     ticket_keys: Option<PathBuf>,
     advertise: Vec<SocketAddr>,
+    farm_route: Option<(PathBuf, u8)>,
     verbose: bool,
 }
 
@@ -356,6 +370,11 @@ impl ServerSettings {
                 .iter()
                 .map(|r| r.parse().map_err(|_| format!("advertise: '{r}' is not IP:PORT")))
                 .collect::<Result<_, _>>()?,
+            farm_route: match (pick(a.farm_route_key.clone(), f.farm_route_key), pick(a.farm_node, f.farm_node)) {
+                (Some(k), Some(n)) if n >= 1 => Some((k, n)),
+                (None, None) => None,
+                _ => return Err("farm-route-key and farm-node (1 to 255) go together".into()),
+            },
             verbose: f.verbose.unwrap_or(false),
         })
     }
@@ -406,10 +425,15 @@ fn check_config(path: &std::path::Path) -> Result<(), String> {
             rejoin_timeout: None,
             ticket_keys: None,
             advertise: Vec::new(),
+            farm_route_key: None,
+            farm_node: None,
         };
         let s = ServerSettings::from(&args)?;
         if let Some(path) = &s.ticket_keys {
             crate::ticket_keys::load(path).map_err(|e| format!("[server]: {e}"))?;
+        }
+        if let Some((path, _)) = &s.farm_route {
+            crate::ticket_keys::load_route_key(path).map_err(|e| format!("[server]: {e}"))?;
         }
         let policy = s.dest_policy().map_err(|e| format!("[server]: {e}"))?;
         for l in &s.listen {
@@ -479,6 +503,8 @@ fn count_server_keys(f: &ServerFile) -> usize {
         f.rejoin_timeout.is_some(),
         f.ticket_keys.is_some(),
         !f.advertise.is_empty(),
+        f.farm_route_key.is_some(),
+        f.farm_node.is_some(),
         f.keylog.is_some(),
         f.trace.is_some(),
         f.verbose.is_some(),
@@ -516,6 +542,11 @@ async fn server(args: ServerArgs, a: ServerSettings) -> Result<(), String> {
         cfg.session.rejoin_timeout = Duration::from_secs(secs);
     }
     cfg.session.advertise.extend(&a.advertise);
+    if let Some((path, node)) = &a.farm_route {
+        let key = crate::ticket_keys::load_route_key(path)?;
+        cfg.session.random = tcpls::proto::farm_route::token_source(key, *node);
+        eprintln!("tcpls tunnel server: farm node {node}: join tokens carry its route label");
+    }
     let rejoin_timeout = cfg.session.rejoin_timeout;
     let mut conc = Concentrator::bind(&addrs, Arc::new(tls), cfg).await.map_err(|e| e.to_string())?;
     if let (Some(addr), Some(registry)) = (a.metrics.as_deref(), conc.registry()) {
@@ -708,6 +739,7 @@ struct ClientSettings {
     transparent: Option<u16>,
     no_reconnect: bool,
     join_advertised: bool,
+    join_sni_domain: Option<String>,
     reconnect_wait: f64,
     reconnect_max: f64,
     keepalive: f64,
@@ -746,6 +778,7 @@ impl ClientSettings {
             transparent: pick(a.mode.frontend.transparent, f.transparent),
             no_reconnect: a.no_reconnect || f.no_reconnect.unwrap_or(false),
             join_advertised: a.join_advertised || f.join_advertised.unwrap_or(false),
+            join_sni_domain: pick(a.join_sni_domain, f.join_sni_domain),
             reconnect_wait: secs(pick(a.reconnect_wait, f.reconnect_wait), "reconnect-wait", 10.0)?,
             reconnect_max: secs(pick(a.reconnect_max, f.reconnect_max), "reconnect-max", 30.0)?,
             keepalive: secs(pick(a.keepalive, f.keepalive), "keepalive", 10.0)?,
@@ -828,6 +861,11 @@ async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
     cfg.path_manager = a.path_manager.as_deref().map(crate::args::parse_policy).transpose()?;
     cfg.other_concentrators = concentrators[1..].to_vec();
     cfg.join_advertised = a.join_advertised;
+    if let Some(domain) = &a.join_sni_domain {
+        let names =
+            tcpls::proto::farm_route::join_server_name(domain).map_err(|e| format!("--join-sni-domain: {e}"))?;
+        cfg.session.join_server_name = Some(names);
+    }
     let client = TunnelClient::connect_paths(concentrator, name, Arc::new(tls), &paths, cfg).await.map_err(|e| {
         match crate::tlsconf::advice(&e) {
             // An untrusted certificate asks for --ca or --insecure, as for connect and perf.

@@ -87,6 +87,8 @@ pub struct ServerFile {
     pub rejoin_timeout: Option<u64>,
     pub ticket_keys: Option<PathBuf>,
     pub advertise: Vec<String>,
+    pub farm_route_key: Option<PathBuf>,
+    pub farm_node: Option<u8>,
     pub keylog: Option<PathBuf>,
     pub trace: Option<PathBuf>,
     pub verbose: Option<bool>,
@@ -113,6 +115,7 @@ pub struct ClientFile {
     pub transparent: Option<u16>,
     pub no_reconnect: Option<bool>,
     pub join_advertised: Option<bool>,
+    pub join_sni_domain: Option<String>,
     pub reconnect_wait: Option<f64>,
     pub reconnect_max: Option<f64>,
     pub keepalive: Option<f64>,
@@ -156,6 +159,7 @@ pub fn load(path: &Path) -> Result<FileConfig, String> {
         rel(&mut s.key);
         rel(&mut s.client_ca);
         rel(&mut s.ticket_keys);
+        rel(&mut s.farm_route_key);
         rel(&mut s.keylog);
         rel(&mut s.trace);
     }

@@ -19,6 +19,7 @@ mod coding;
 mod config;
 mod error;
 mod event;
+pub mod farm_route;
 #[cfg(feature = "danger")]
 pub mod frame;
 #[cfg(not(feature = "danger"))]
@@ -38,7 +39,7 @@ pub mod sync;
 mod tls;
 mod wire_enum;
 
-pub use config::{system_random, RandomSource, SessionConfig, SEND_FLOOR};
+pub use config::{system_random, JoinServerName, RandomSource, SessionConfig, SEND_FLOOR};
 pub use error::{AlertCode, Error, StreamError, TransportError};
 pub use event::{ConnId, Event, StreamId};
 pub use frame::{PeerTcpInfo, SESSION_REF_LEN};

@@ -124,6 +124,11 @@ impl Dial {
                 format!("{dialed} speaks plain TLS, not TCPLS: is it a `tcpls tunnel server`?"),
             ));
         }
+        if !self.join_advertised && self.connector.settings().join_server_name.is_some() {
+            // Joins routed by their server name (farm, mode b): the node is not known here.
+            let how = super::farm::handshake_kind(&session);
+            info!("tunnel client: session opened through {dialed} ({how}); joins are routed by their server name");
+        }
         let (concentrator, paths) = if self.join_advertised {
             let join_at = super::farm::join_address(&session, dialed).await;
             (join_at, super::farm::retarget(&self.paths, dialed, join_at))

@@ -52,10 +52,7 @@ pub(crate) async fn join_address(session: &Session, dialed: SocketAddr) -> Socke
     let deadline = tokio::time::Instant::now() + ADVERTISE_WAIT;
     loop {
         if let Some((_, addr)) = session.peer_addresses().into_iter().next() {
-            let how = match session.handshake_info() {
-                Some(h) if h.resumed => "resumed a session ticket",
-                _ => "full handshake",
-            };
+            let how = handshake_kind(session);
             info!("tunnel client: served by the concentrator at {addr} (reached through {dialed}; {how})");
             session.rejoin_at_advertised_addresses_only();
             return addr;
@@ -67,6 +64,14 @@ pub(crate) async fn join_address(session: &Session, dialed: SocketAddr) -> Socke
         // New Address arrives with the server's first records, a moment after the handshake:
         // no event to await for it, so poll briefly.
         tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// How the session's first handshake went, for the log: a farm client resumes on any node.
+pub(crate) fn handshake_kind(session: &Session) -> &'static str {
+    match session.handshake_info() {
+        Some(h) if h.resumed => "resumed a session ticket",
+        _ => "full handshake",
     }
 }
 
