@@ -2,6 +2,7 @@
 
 mod args;
 mod connect;
+mod farm_keys;
 mod frontend_args;
 mod interrupt;
 mod iperf3;
@@ -17,7 +18,6 @@ mod probe;
 mod serve;
 mod session_info;
 mod stop_signal;
-mod ticket_keys;
 mod tlsconf;
 mod tm3;
 mod transfer;
@@ -443,7 +443,7 @@ async fn serve_cmd(a: ServeArgs) -> Result<Ended, String> {
         tls.max_early_data_size = tcpls::proto::MAX_EARLY_DATA as u32;
     }
     let tickets = match &a.ticket_keys {
-        Some(path) => Some(ticket_keys::install(&mut tls, path)?),
+        Some(path) => Some(farm_keys::install(&mut tls, path)?),
         None => None,
     };
     let mut listen = Vec::new();
@@ -482,7 +482,7 @@ async fn serve_cmd(a: ServeArgs) -> Result<Ended, String> {
             m.with_ticketer(t.clone());
         }
         if let Some(path) = a.ticket_keys.clone() {
-            ticket_keys::reload_on_sighup(t, path)?;
+            farm_keys::reload_on_sighup(t, path)?;
         }
     }
     let interrupt = interrupt::listen();

@@ -430,10 +430,10 @@ fn check_config(path: &std::path::Path) -> Result<(), String> {
         };
         let s = ServerSettings::from(&args)?;
         if let Some(path) = &s.ticket_keys {
-            crate::ticket_keys::load(path).map_err(|e| format!("[server]: {e}"))?;
+            crate::farm_keys::load(path).map_err(|e| format!("[server]: {e}"))?;
         }
         if let Some((path, _)) = &s.farm_route {
-            crate::ticket_keys::load_route_key(path).map_err(|e| format!("[server]: {e}"))?;
+            crate::farm_keys::load_route_key(path).map_err(|e| format!("[server]: {e}"))?;
         }
         let policy = s.dest_policy().map_err(|e| format!("[server]: {e}"))?;
         for l in &s.listen {
@@ -521,7 +521,7 @@ async fn server(args: ServerArgs, a: ServerSettings) -> Result<(), String> {
     let certs = Arc::new(ReloadableCert(RwLock::new(tls.cert_resolver.clone())));
     tls.cert_resolver = certs.clone();
     let tickets = match &a.ticket_keys {
-        Some(path) => Some(crate::ticket_keys::install(&mut tls, path)?),
+        Some(path) => Some(crate::farm_keys::install(&mut tls, path)?),
         None => None,
     };
     let mut addrs = Vec::new();
@@ -543,7 +543,7 @@ async fn server(args: ServerArgs, a: ServerSettings) -> Result<(), String> {
     }
     cfg.session.advertise.extend(&a.advertise);
     if let Some((path, node)) = &a.farm_route {
-        let key = crate::ticket_keys::load_route_key(path)?;
+        let key = crate::farm_keys::load_route_key(path)?;
         cfg.session.random = tcpls::proto::farm_route::token_source(key, *node);
         eprintln!("tcpls tunnel server: farm node {node}: join tokens carry its route label");
     }
@@ -659,7 +659,7 @@ fn reload(
         crate::server_tls("tunnel server", new.cert.as_deref(), new.key.as_deref(), &[], start.client_ca.as_deref())?;
     // Read before anything is replaced, so that a bad key file changes nothing.
     let keys_msg = match (tickets, &start.ticket_keys) {
-        (Some(t), Some(path)) => Some(crate::ticket_keys::reload(t, path)?),
+        (Some(t), Some(path)) => Some(crate::farm_keys::reload(t, path)?),
         _ => None,
     };
     *certs.0.write_unpoisoned() = tls.cert_resolver.clone();

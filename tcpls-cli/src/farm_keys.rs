@@ -1,6 +1,7 @@
-//! `--ticket-keys FILE` (`tunnel server`, `serve`): session tickets that every node of a farm
-//! can resume, from a key file shared by the nodes and re-read on SIGHUP (docs/TUNNEL.md,
-//! "Farm"; RESUMPTION.md, "Farm tickets").
+//! The keys of a farm (docs/TUNNEL.md, "Farm"): `--ticket-keys FILE` (`tunnel server`,
+//! `serve`), session tickets that every node resumes, from a key file shared by the nodes and
+//! re-read on SIGHUP (docs/RESUMPTION.md, "Farm tickets"); and `--farm-route-key FILE`, the key
+//! of the join route labels the balancer reads.
 
 use std::path::Path;
 use std::sync::Arc;
