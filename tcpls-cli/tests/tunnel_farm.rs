@@ -372,3 +372,49 @@ fn farm(mode: Mode) {
     nodes.remove(victim);
     println!("{mode:?}: took {:.1} s", started.elapsed().as_secs_f64());
 }
+
+/// `--concentrator A,B,C`: A refuses connections, so the session goes to B; when B is killed,
+/// the client moves to C (A still refusing), and fetches work again. No balancer involved.
+#[test]
+fn a_client_with_several_concentrators_uses_the_first_that_answers() {
+    for (program, arg) in [("curl", "--version"), ("python3", "--version")] {
+        if !available(program, arg) {
+            println!("SKIPPED: {program} is not installed (apt-get install {program})");
+            return;
+        }
+    }
+    let dir = TempDir::new("tunnel-several");
+    let file = support::payload(FILE_SIZE, 35);
+    std::fs::write(dir.path().join("file"), &file).unwrap();
+    let (_web, web_port) = web(dir.path());
+    let server = |ip: &str| {
+        let ip = ip.to_string();
+        support::start_on_free_port("tcpls tunnel server", b"listening on", move |port| {
+            let mut cmd = tcpls();
+            cmd.args(["tunnel", "server", "--listen", &format!("{ip}:{port}"), "--allow-dest", "127.0.0.0/8"]);
+            cmd
+        })
+    };
+    // Nothing listens on A's port (bound and released: connections to it are refused).
+    let dead = format!("127.0.0.21:{}", free_port(LOCALHOST_V4));
+    let (b, b_port) = server("127.0.0.22");
+    let (_c, c_port) = server("127.0.0.23");
+    let list = format!("{dead},127.0.0.22:{b_port},127.0.0.23:{c_port}");
+    let (mut client, port) = support::start_on_free_port("tcpls tunnel client", b"accepting on", |port| {
+        let mut cmd = tcpls();
+        cmd.args(["tunnel", "client", "--insecure", "--concentrator", &list, "--reconnect-wait", "5"])
+            .args(["--forward", &format!("127.0.0.1:{port}=127.0.0.1:{web_port}")]);
+        cmd
+    });
+    let log = client.stderr.text();
+    assert!(log.contains(&format!("concentrator {dead} failed")), "A was tried first and failed\n{log}");
+    assert!(fetch(port, &file), "through B");
+    drop(b);
+    let deadline = Instant::now() + SHORT;
+    while !client.stderr.text().contains("re-established") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(fetch(port, &file), "through C after B died\n{}", client.diagnostics());
+    let log = client.stderr.text();
+    assert!(log.contains(&format!("trying 127.0.0.23:{c_port}")), "C took over\n{log}");
+}
