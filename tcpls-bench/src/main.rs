@@ -12,6 +12,7 @@ mod proto;
 mod quic;
 mod recv_cpu;
 mod scale;
+mod side;
 mod sys;
 
 use std::process::ExitCode;

@@ -9,6 +9,7 @@ mod fallback;
 mod handshake;
 mod ticket_keys;
 mod tickets;
+mod unbuffered;
 
 pub use fallback::FallbackTls;
 pub use handshake::{Handshake, HandshakeInfo, HandshakeOutcome, Progress, MAX_EARLY_DATA};
