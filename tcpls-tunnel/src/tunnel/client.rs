@@ -200,9 +200,9 @@ fn is_usable(session: &Session) -> bool {
 /// Waits until `session` is closed or has had no usable connection for [`ORPHAN_GRACE`];
 /// returns why, and whether the concentrator refused this client ([`reconnect::is_refusal`]).
 /// Polled: the session has no event for "orphaned" that can be awaited.
-/// `farm`: the session's node advertised its own address (a farm behind a balancer): without a
-/// usable connection, a node that refuses connections there is known dead at once.
-async fn trouble(session: &Session, farm: bool) -> (String, bool) {
+/// `watch` says how a farm client tells that its node died ([`super::farm::NodeWatch`]).
+async fn trouble(session: &Session, watch: super::farm::NodeWatch) -> (String, bool) {
+    let grace = watch.grace();
     let orphaned = async {
         let mut since = None;
         loop {
@@ -211,9 +211,9 @@ async fn trouble(session: &Session, farm: bool) -> (String, bool) {
                 // A path manager rejoins for its outage tolerance, and ends the session at once
                 // if the concentrator no longer knows it.
                 since = None;
-            } else if since.get_or_insert_with(tokio::time::Instant::now).elapsed() >= ORPHAN_GRACE {
-                return (format!("no usable connection for {ORPHAN_GRACE:?}"), false);
-            } else if farm && super::farm::node_is_down(session).await {
+            } else if since.get_or_insert_with(tokio::time::Instant::now).elapsed() >= grace {
+                return (format!("no usable connection for {grace:?}"), false);
+            } else if watch == super::farm::NodeWatch::Probe && super::farm::node_is_down(session).await {
                 return ("no usable connection, and its node refuses connections".to_string(), false);
             }
         }
@@ -328,17 +328,18 @@ impl TunnelClient {
         tokio::spawn(async move {
             let mut failures = 0u32;
             loop {
-                let Some((old, mut stop, farm)) = weak
-                    .upgrade()
-                    .map(|i| (i.current.borrow().session.clone(), i.current.subscribe(), i.dial.join_advertised))
-                else {
+                let Some((old, mut stop, watch)) = weak.upgrade().map(|i| {
+                    let routed = i.dial.connector.settings().join_server_name.is_some();
+                    let watch = super::farm::NodeWatch::of(i.dial.join_advertised, routed);
+                    (i.current.borrow().session.clone(), i.current.subscribe(), watch)
+                }) else {
                     return;
                 };
                 let since = tokio::time::Instant::now();
                 let (why, refused) = tokio::select! {
                     biased;
                     _ = stop.wait_for(|c| c.stopping) => return,
-                    t = trouble(&old, farm) => t,
+                    t = trouble(&old, watch) => t,
                 };
                 let Some(inner) = weak.upgrade() else { return };
                 if inner.current.borrow().stopping {

@@ -75,6 +75,40 @@ pub(crate) fn handshake_kind(session: &Session) -> &'static str {
     }
 }
 
+/// How a client tells that the node holding its session died, once the session has no usable
+/// connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NodeWatch {
+    /// Not a farm client: wait [`super::client::ORPHAN_GRACE`] for the session to rejoin.
+    Wait,
+    /// Joins at the node's advertised address: a node that refuses connections there is dead.
+    Probe,
+    /// Joins routed by the balancer: the node cannot be reached apart, so the wait is short
+    /// ([`ROUTED_ORPHAN_GRACE`]): a session whose every connection broke is replaced rather
+    /// than rejoined (its tunneled connections break either way if the node died).
+    ShortWait,
+}
+
+/// [`NodeWatch::ShortWait`]'s grace.
+pub const ROUTED_ORPHAN_GRACE: Duration = Duration::from_millis(300);
+
+impl NodeWatch {
+    pub(crate) fn of(join_advertised: bool, routed_joins: bool) -> Self {
+        match (join_advertised, routed_joins) {
+            (true, _) => Self::Probe,
+            (false, true) => Self::ShortWait,
+            (false, false) => Self::Wait,
+        }
+    }
+
+    pub(crate) fn grace(self) -> Duration {
+        match self {
+            Self::ShortWait => ROUTED_ORPHAN_GRACE,
+            Self::Wait | Self::Probe => super::client::ORPHAN_GRACE,
+        }
+    }
+}
+
 /// Whether the node serving `session` is down: the first address it advertised refuses TCP
 /// connections (nothing listens there any more). Then the session cannot rejoin it, and a new
 /// one can be opened through the balancer at once, without waiting for the orphan grace.
