@@ -4,6 +4,7 @@
 
 mod child;
 mod compare;
+mod farm;
 mod heap;
 mod join;
 mod pki;
@@ -50,6 +51,12 @@ enum Command {
     /// concurrent sessions on one server, TCPLS next to TLS over TCP.
     #[command(after_help = "Example:\n  cargo run --release -p tcpls-bench -- scale --sessions 10000 --json")]
     Scale(scale::Options),
+    /// Sessions per second and tunnel goodput of 1 and of 3 `tcpls tunnel server` nodes behind
+    /// haproxy (tools/haproxy/), one JSON line per node count.
+    #[command(
+        after_help = "Example:\n  cargo build --release -p tcpls-cli -p tcpls-bench\n  target/release/tcpls-bench farm --nodes 1,3"
+    )]
+    Farm(farm::Options),
     /// Server of a scale run (spawned by `scale`).
     #[command(hide = true)]
     ScaleServer {
@@ -164,6 +171,7 @@ fn main() -> ExitCode {
         Command::Join(opts) => join::run(opts),
         Command::RecvCpu(opts) => recv_cpu::run(opts),
         Command::Scale(opts) => scale::run(opts),
+        Command::Farm(opts) => farm::run(opts),
         Command::ScaleServer { worker_threads } => {
             heap::enable();
             run_on_runtime(worker_threads, scale::server())

@@ -2,6 +2,7 @@
 
 mod args;
 mod connect;
+mod farm_keys;
 mod frontend_args;
 mod interrupt;
 mod iperf3;
@@ -206,6 +207,11 @@ struct ServeArgs {
     /// Join tokens given to each client (the limit on its extra connections).
     #[arg(long, default_value_t = 4)]
     tokens: u32,
+    /// Session ticket keys shared by the servers of a farm (one key per line, 64 hex digits,
+    /// current first; `openssl rand -hex 32`), re-read on SIGHUP: any server resumes any
+    /// server's tickets. Turns 0-RTT off (docs/RESUMPTION.md, "Farm tickets").
+    #[arg(long, value_name = "FILE")]
+    ticket_keys: Option<PathBuf>,
     /// Sessions served at once; more are refused.
     #[arg(long, default_value_t = 10_000)]
     max_sessions: usize,

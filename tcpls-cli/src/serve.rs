@@ -44,6 +44,10 @@ pub(crate) async fn command(a: ServeArgs) -> Result<Ended, String> {
     if a.mode == Mode::Perf {
         tls.max_early_data_size = tcpls::proto::MAX_EARLY_DATA as u32;
     }
+    let tickets = match &a.ticket_keys {
+        Some(path) => Some(crate::farm_keys::install(&mut tls, path)?),
+        None => None,
+    };
     let mut listen = Vec::new();
     for l in &a.listen {
         listen.extend(resolve(l)?.into_iter().take(1));
@@ -75,6 +79,14 @@ pub(crate) async fn command(a: ServeArgs) -> Result<Ended, String> {
         (Some(addr), Some(l)) => Some(crate::metrics::start(addr, l.registry().clone(), "tcpls serve").await?),
         _ => None,
     };
+    if let Some(t) = tickets {
+        if let Some(m) = &metrics {
+            m.with_ticketer(t.clone());
+        }
+        if let Some(path) = a.ticket_keys.clone() {
+            crate::farm_keys::reload_on_sighup(t, path)?;
+        }
+    }
     let interrupt = crate::interrupt::listen();
     for l in &listeners {
         crate::logging::info("serve", &format!("listening on {} (mode {})", l.local_addr(), a.mode));

@@ -128,6 +128,23 @@ struct ServerArgs {
     /// `--path-manager` survive outages of up to 60 s: set it at least as long for them.
     #[arg(long, value_name = "SECS")]
     rejoin_timeout: Option<u64>,
+    /// Session ticket keys shared by the nodes of a farm (one key per line, 64 hex digits,
+    /// current first; `openssl rand -hex 32`), re-read on SIGHUP: any node resumes any node's
+    /// tickets. Turns 0-RTT off (docs/TUNNEL.md, "Farm").
+    #[arg(long, value_name = "FILE")]
+    ticket_keys: Option<PathBuf>,
+    /// Announce ADDR (IP:PORT, this node's own address) to clients, which join their further
+    /// connections there rather than through a load balancer; repeatable.
+    #[arg(long, value_name = "ADDR")]
+    advertise: Vec<String>,
+    /// Farm route key (64 hex digits, shared with the load balancer, not the ticket keys): join
+    /// tokens then carry an encrypted label naming this node (--farm-node), which the balancer
+    /// reads from the join's server name (tools/haproxy/tcpls-farm.lua).
+    #[arg(long, value_name = "FILE", requires = "farm_node")]
+    farm_route_key: Option<PathBuf>,
+    /// This node's number in the farm (1 to 255), as the balancer's configuration numbers it.
+    #[arg(long, value_name = "N", requires = "farm_route_key", value_parser = clap::value_parser!(u8).range(1..))]
+    farm_node: Option<u8>,
 }
 
 #[derive(Args)]
@@ -135,9 +152,21 @@ struct ClientArgs {
     /// TOML file with a [client] table, one key per flag (docs/TUNNEL.md); flags win over it.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Concentrator address: HOST:PORT, [V6]:PORT or HOST (port 4443).
-    #[arg(long)]
+    /// Concentrator address: HOST:PORT, [V6]:PORT or HOST (port 4443). Several, comma-separated
+    /// (or a name with several addresses): tried in this order when the session is opened or
+    /// re-opened, the first that completes a handshake serves.
+    #[arg(long, value_name = "ADDR[,ADDR...]")]
     concentrator: Option<String>,
+    /// Join the session's further connections (--path, rejoins) at the address the
+    /// concentrator advertises (`tunnel server --advertise`), not through the address dialed:
+    /// for a farm behind a load balancer (docs/TUNNEL.md, "Farm").
+    #[arg(long)]
+    join_advertised: bool,
+    /// Send each join with the server name `<label>.DOMAIN`, the label taken from its token: a
+    /// farm's balancer routes it to the node of the session (`tunnel server --farm-route-key`).
+    /// The concentrator's certificate must then be valid for `*.DOMAIN`.
+    #[arg(long, value_name = "DOMAIN")]
+    join_sni_domain: Option<String>,
     /// Add a TCP connection to the session: [LOCAL@]ADDR, towards another concentrator address
     /// or the same one from another local address or interface (`dev:wwan0@ADDR`, a second
     /// uplink); repeatable.
@@ -273,6 +302,9 @@ struct ServerSettings {
     json: bool,
     metrics: Option<String>,
     rejoin_timeout: Option<u64>,
+    ticket_keys: Option<PathBuf>,
+    advertise: Vec<SocketAddr>,
+    farm_route: Option<(PathBuf, u8)>,
     verbose: bool,
 }
 
@@ -338,6 +370,16 @@ impl ServerSettings {
             json: a.json || f.json.unwrap_or(false),
             metrics: pick(a.metrics.clone(), f.metrics),
             rejoin_timeout: pick(a.rejoin_timeout, f.rejoin_timeout),
+            ticket_keys: pick(a.ticket_keys.clone(), f.ticket_keys),
+            advertise: pick_list(a.advertise.clone(), f.advertise)
+                .iter()
+                .map(|r| r.parse().map_err(|_| format!("advertise: '{r}' is not IP:PORT")))
+                .collect::<Result<_, _>>()?,
+            farm_route: match (pick(a.farm_route_key.clone(), f.farm_route_key), pick(a.farm_node, f.farm_node)) {
+                (Some(k), Some(n)) if n >= 1 => Some((k, n)),
+                (None, None) => None,
+                _ => return Err("farm-route-key and farm-node (1 to 255) go together".into()),
+            },
             verbose: f.verbose.unwrap_or(false),
         })
     }
@@ -386,8 +428,18 @@ fn check_config(path: &std::path::Path) -> Result<(), String> {
             json: false,
             metrics: None,
             rejoin_timeout: None,
+            ticket_keys: None,
+            advertise: Vec::new(),
+            farm_route_key: None,
+            farm_node: None,
         };
         let s = ServerSettings::from(&args)?;
+        if let Some(path) = &s.ticket_keys {
+            crate::farm_keys::load(path).map_err(|e| format!("[server]: {e}"))?;
+        }
+        if let Some((path, _)) = &s.farm_route {
+            crate::farm_keys::load_route_key(path).map_err(|e| format!("[server]: {e}"))?;
+        }
         let policy = s.dest_policy().map_err(|e| format!("[server]: {e}"))?;
         for l in &s.listen {
             resolve(l).map_err(|e| format!("[server] listen: {e}"))?;
@@ -460,6 +512,10 @@ fn count_server_keys(f: &ServerFile) -> usize {
         f.json.is_some(),
         f.metrics.is_some(),
         f.rejoin_timeout.is_some(),
+        f.ticket_keys.is_some(),
+        !f.advertise.is_empty(),
+        f.farm_route_key.is_some(),
+        f.farm_node.is_some(),
         f.keylog.is_some(),
         f.trace.is_some(),
         f.verbose.is_some(),
@@ -475,6 +531,10 @@ async fn server(args: ServerArgs, a: ServerSettings) -> Result<(), String> {
     // The certificate is looked up through a resolver that SIGHUP can replace.
     let certs = Arc::new(ReloadableCert(RwLock::new(tls.cert_resolver.clone())));
     tls.cert_resolver = certs.clone();
+    let tickets = match &a.ticket_keys {
+        Some(path) => Some(crate::farm_keys::install(&mut tls, path)?),
+        None => None,
+    };
     let mut addrs = Vec::new();
     for l in &a.listen {
         addrs.extend(resolve(l)?.into_iter().take(1));
@@ -492,10 +552,19 @@ async fn server(args: ServerArgs, a: ServerSettings) -> Result<(), String> {
     if let Some(secs) = a.rejoin_timeout {
         cfg.session.rejoin_timeout = Duration::from_secs(secs);
     }
+    cfg.session.advertise.extend(&a.advertise);
+    if let Some((path, node)) = &a.farm_route {
+        let key = crate::farm_keys::load_route_key(path)?;
+        cfg.session.random = tcpls::proto::farm_route::token_source(key, *node);
+        eprintln!("tcpls tunnel server: farm node {node}: join tokens carry its route label");
+    }
     let rejoin_timeout = cfg.session.rejoin_timeout;
     let mut conc = Concentrator::bind(&addrs, Arc::new(tls), cfg).await.map_err(|e| e.to_string())?;
     if let (Some(addr), Some(registry)) = (a.metrics.as_deref(), conc.registry()) {
-        crate::metrics::attach_to_concentrator(&mut conc, addr, registry).await?;
+        let metrics = crate::metrics::attach_to_concentrator(&mut conc, addr, registry).await?;
+        if let Some(t) = &tickets {
+            metrics.with_ticketer(t.clone());
+        }
     }
     let mut ctrl_c = crate::interrupt::listen();
     let bound = conc.local_addrs();
@@ -521,7 +590,19 @@ async fn server(args: ServerArgs, a: ServerSettings) -> Result<(), String> {
     for b in bound {
         eprintln!("tcpls tunnel server: listening on {b}");
     }
-    spawn_reload_on_sighup(args, a.clone(), conc.control(), certs)?;
+    if let Some(t) = &tickets {
+        let keys = t.keys();
+        eprintln!(
+            "tcpls tunnel server: farm ticket keys: {} key(s), current key id {}; 0-RTT off",
+            keys.len(),
+            keys.current_id()
+        );
+    }
+    if !a.advertise.is_empty() {
+        let list: Vec<String> = a.advertise.iter().map(|x| x.to_string()).collect();
+        eprintln!("tcpls tunnel server: clients join at {}", list.join(", "));
+    }
+    spawn_reload_on_sighup(args, a.clone(), conc.control(), certs, tickets)?;
     let json = a.json;
     let served = conc.run(move |s| {
         if json {
@@ -556,6 +637,7 @@ fn spawn_reload_on_sighup(
     start: ServerSettings,
     control: tcpls_tunnel::tunnel::ConcentratorControl,
     certs: Arc<ReloadableCert>,
+    tickets: Option<Arc<tcpls::proto::FarmTicketer>>,
 ) -> Result<(), String> {
     #[cfg(unix)]
     {
@@ -563,7 +645,7 @@ fn spawn_reload_on_sighup(
         let mut hup = signal(SignalKind::hangup()).map_err(|e| format!("cannot watch SIGHUP: {e}"))?;
         tokio::spawn(async move {
             while hup.recv().await.is_some() {
-                match reload(&args, &start, &control, &certs) {
+                match reload(&args, &start, &control, &certs, tickets.as_deref()) {
                     Ok(msg) => eprintln!("tcpls tunnel server: reloaded: {msg}"),
                     Err(e) => eprintln!("tcpls tunnel server: reload failed, configuration unchanged: {e}"),
                 }
@@ -571,7 +653,7 @@ fn spawn_reload_on_sighup(
         });
     }
     #[cfg(not(unix))]
-    let _ = (args, start, control, certs);
+    let _ = (args, start, control, certs, tickets);
     Ok(())
 }
 
@@ -580,21 +662,33 @@ fn reload(
     start: &ServerSettings,
     control: &tcpls_tunnel::tunnel::ConcentratorControl,
     certs: &ReloadableCert,
+    tickets: Option<&tcpls::proto::FarmTicketer>,
 ) -> Result<String, String> {
     let new = ServerSettings::from(args)?;
     let policy = new.dest_policy()?;
     let tls =
         crate::server_tls("tunnel server", new.cert.as_deref(), new.key.as_deref(), &[], start.client_ca.as_deref())?;
+    // Read before anything is replaced, so that a bad key file changes nothing.
+    let keys_msg = match (tickets, &start.ticket_keys) {
+        (Some(t), Some(path)) => Some(crate::farm_keys::reload(t, path)?),
+        _ => None,
+    };
     *certs.0.write_unpoisoned() = tls.cert_resolver.clone();
     control.set_dest_policy(policy.clone());
     control.set_client_policy(new.client_policy.clone());
     let mut msg = format!("destinations: {policy}; {}; certificate re-read", describe_clients(&new.client_policy));
+    if let Some(k) = keys_msg {
+        msg.push_str("; ");
+        msg.push_str(&k);
+    }
     if new.listen != start.listen
         || new.client_ca != start.client_ca
+        || new.ticket_keys != start.ticket_keys
+        || new.advertise != start.advertise
         || (new.max_sessions, new.max_streams, new.max_lookups)
             != (start.max_sessions, start.max_streams, start.max_lookups)
     {
-        msg.push_str("; listen, client-ca and the limits changed in the file take effect at the next restart");
+        msg.push_str("; listen, client-ca, ticket-keys (the file's path), advertise and the limits changed in the file take effect at the next restart");
     }
     Ok(msg)
 }
@@ -655,6 +749,8 @@ struct ClientSettings {
     reverse: Vec<String>,
     transparent: Option<u16>,
     no_reconnect: bool,
+    join_advertised: bool,
+    join_sni_domain: Option<String>,
     reconnect_wait: f64,
     reconnect_max: f64,
     keepalive: f64,
@@ -693,6 +789,8 @@ impl ClientSettings {
             reverse: pick_list(a.mode.reverse, f.reverse),
             transparent: pick(a.mode.frontend.transparent, f.transparent),
             no_reconnect: a.no_reconnect || f.no_reconnect.unwrap_or(false),
+            join_advertised: a.join_advertised || f.join_advertised.unwrap_or(false),
+            join_sni_domain: pick(a.join_sni_domain, f.join_sni_domain),
             reconnect_wait: secs(pick(a.reconnect_wait, f.reconnect_wait), "reconnect-wait", 10.0)?,
             reconnect_max: secs(pick(a.reconnect_max, f.reconnect_max), "reconnect-max", 30.0)?,
             keepalive: secs(pick(a.keepalive, f.keepalive), "keepalive", 10.0)?,
@@ -717,7 +815,15 @@ impl ClientSettings {
 
 async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
     let a = ClientSettings::from(a, file)?;
-    let concentrator = *resolve(&a.concentrator)?.first().ok_or("no address")?;
+    let mut concentrators: Vec<SocketAddr> = Vec::new();
+    for one in a.concentrator.split(',').map(str::trim) {
+        for addr in resolve(one).map_err(|e| format!("--concentrator {one}: {e}"))? {
+            if !concentrators.contains(&addr) {
+                concentrators.push(addr);
+            }
+        }
+    }
+    let concentrator = *concentrators.first().ok_or("--concentrator: no address")?;
     // [LOCAL@]REMOTE: a second uplink towards the concentrator's one address, or another address.
     let paths = a.path.iter().map(|p| crate::args::parse_path(p)).collect::<Result<Vec<_>, _>>()?;
     // (listening address, front end, bonded)
@@ -737,7 +843,8 @@ async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
     if let Some(p) = a.transparent {
         frontends.push((SocketAddr::from((Ipv4Addr::UNSPECIFIED, p)), Frontend::Transparent, a.bond));
     }
-    let name = a.server_name.clone().unwrap_or_else(|| host_of(&a.concentrator));
+    let first = a.concentrator.split(',').next().unwrap_or_default().trim();
+    let name = a.server_name.clone().unwrap_or_else(|| host_of(first));
     let name = tcpls::server_name_for(&name).map_err(|e| e.to_string())?;
     let identity = a.cert.as_deref().zip(a.key.as_deref());
     let tls = crate::tlsconf::client_config_with_identity(a.ca.as_deref(), a.insecure, &[], None, identity)?;
@@ -770,6 +877,13 @@ async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
         cfg.bind = crate::args::parse_local(b).map_err(|e| format!("--bind {b}: {e}"))?;
     }
     cfg.path_manager = a.path_manager.as_deref().map(crate::args::parse_policy).transpose()?;
+    cfg.other_concentrators = concentrators[1..].to_vec();
+    cfg.join_advertised = a.join_advertised;
+    if let Some(domain) = &a.join_sni_domain {
+        let names =
+            tcpls::proto::farm_route::join_server_name(domain).map_err(|e| format!("--join-sni-domain: {e}"))?;
+        cfg.session.join_server_name = Some(names);
+    }
     let client = TunnelClient::connect_paths(concentrator, name, Arc::new(tls), &paths, cfg).await.map_err(|e| {
         match crate::tlsconf::advice(&e) {
             // An untrusted certificate asks for --ca or --insecure, as for connect and perf.

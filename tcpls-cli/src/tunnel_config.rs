@@ -85,6 +85,10 @@ pub struct ServerFile {
     pub json: Option<bool>,
     pub metrics: Option<String>,
     pub rejoin_timeout: Option<u64>,
+    pub ticket_keys: Option<PathBuf>,
+    pub advertise: Vec<String>,
+    pub farm_route_key: Option<PathBuf>,
+    pub farm_node: Option<u8>,
     pub keylog: Option<PathBuf>,
     pub trace: Option<PathBuf>,
     pub verbose: Option<bool>,
@@ -110,6 +114,8 @@ pub struct ClientFile {
     pub reverse: Vec<String>,
     pub transparent: Option<u16>,
     pub no_reconnect: Option<bool>,
+    pub join_advertised: Option<bool>,
+    pub join_sni_domain: Option<String>,
     pub reconnect_wait: Option<f64>,
     pub reconnect_max: Option<f64>,
     pub keepalive: Option<f64>,
@@ -153,6 +159,8 @@ pub fn load(path: &Path) -> Result<FileConfig, String> {
         rel(&mut s.cert);
         rel(&mut s.key);
         rel(&mut s.client_ca);
+        rel(&mut s.ticket_keys);
+        rel(&mut s.farm_route_key);
         rel(&mut s.keylog);
         rel(&mut s.trace);
     }

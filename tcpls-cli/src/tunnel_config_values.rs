@@ -32,6 +32,7 @@ struct ServerValues {
     allow_dest: Vec<Text>,
     deny_dest: Vec<Text>,
     allow_reverse: Vec<Text>,
+    advertise: Vec<Text>,
     metrics: Option<Text>,
 }
 
@@ -73,10 +74,13 @@ impl Values {
             each("[server] allow-dest", &s.allow_dest, cidr)?;
             each("[server] deny-dest", &s.deny_dest, cidr)?;
             each("[server] allow-reverse", &s.allow_reverse, ip_port)?;
+            each("[server] advertise", &s.advertise, ip_port)?;
             each("[server] metrics", s.metrics.iter(), |v| host_port(v, None))?;
         }
         if let Some(c) = &self.client {
-            each("[client] concentrator", c.concentrator.iter(), |v| host_port(v, Some(4443)))?;
+            each("[client] concentrator", c.concentrator.iter(), |v| {
+                v.split(',').try_for_each(|one| host_port(one.trim(), Some(4443)))
+            })?;
             each("[client] path", &c.path, path)?;
             each("[client] bind", c.bind.iter(), |v| crate::args::parse_local(v).map(drop))?;
             each("[client] path-manager", c.path_manager.iter(), |v| crate::args::parse_policy(v).map(drop))?;

@@ -21,6 +21,11 @@ pub fn system_random() -> RandomSource {
     })
 }
 
+/// Client: the TLS server name (SNI) of a joining connection, from the token it will spend
+/// (None: the session's server name). A farm behind a load balancer routes joins by it
+/// (docs/TUNNEL.md, "Farm").
+pub type JoinServerName = Arc<dyn Fn(&[u8; 32]) -> Option<rustls::pki_types::ServerName<'static>> + Send + Sync>;
+
 /// What every stream may queue whatever the session's `send_budget`: two full records, so one
 /// can be in flight (unacknowledged) while the next is written.
 pub const SEND_FLOOR: usize = 2 * MAX_PLAINTEXT;
@@ -125,6 +130,9 @@ pub struct SessionConfig {
     /// the session's round robin, not queued behind bulk data. Pair it with a small
     /// `transmit_high_water` (e.g. both 64 KiB). None (default): the kernel's default.
     pub notsent_lowat: Option<u32>,
+    /// Client: the server name each join's handshake sends, from its token; None (default):
+    /// the session's server name ([`JoinServerName`]).
+    pub join_server_name: Option<JoinServerName>,
 }
 
 impl Default for SessionConfig {
@@ -157,6 +165,7 @@ impl Default for SessionConfig {
             idle_timeout: Some(std::time::Duration::from_secs(300)),
             zero_copy: true,
             notsent_lowat: None,
+            join_server_name: None,
         }
     }
 }

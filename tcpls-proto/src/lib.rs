@@ -19,6 +19,7 @@ mod coding;
 mod config;
 mod error;
 mod event;
+pub mod farm_route;
 #[cfg(feature = "danger")]
 pub mod frame;
 #[cfg(not(feature = "danger"))]
@@ -38,7 +39,7 @@ pub mod sync;
 mod tls;
 mod wire_enum;
 
-pub use config::{system_random, RandomSource, SessionConfig, SEND_FLOOR};
+pub use config::{system_random, JoinServerName, RandomSource, SessionConfig, SEND_FLOOR};
 pub use error::{AlertCode, Error, StreamError, TransportError};
 pub use event::{ConnId, Event, StreamId};
 pub use frame::{PeerTcpInfo, SESSION_REF_LEN};
@@ -51,4 +52,7 @@ pub use session::{
     Side, StreamProgress, MIN_READ_CHUNK, READ_CHUNK, REJOIN_ID_BASE, STEER_ANY,
 };
 pub use session::{MULTIPATH_HIGH_WATER, MULTIPATH_QUEUE_TIME};
-pub use tls::{crypto_provider, HandshakeInfo, TicketStats, TicketStore, ALPN_TCPLS, MAX_EARLY_DATA};
+pub use tls::{
+    crypto_provider, FarmTicketStats, FarmTicketer, HandshakeInfo, TicketKeys, TicketStats, TicketStore, ALPN_TCPLS,
+    MAX_EARLY_DATA, MAX_TICKET_KEYS, TICKET_KEY_LEN,
+};

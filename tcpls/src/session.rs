@@ -332,7 +332,9 @@ impl Session {
                     return;
                 }
                 let mut list: Vec<SocketAddr> = inner.proto.peer_addresses().iter().map(|(_, a)| *a).collect();
-                list.extend(origin);
+                if list.is_empty() || !inner.rejoin_advertised_only {
+                    list.extend(origin);
+                }
                 list
             };
             for addr in candidates {
@@ -416,6 +418,14 @@ impl Session {
         inner.proto.migrate(from, to).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         inner.wake_driver();
         Ok(())
+    }
+
+    /// Client of a server farm behind a load balancer: rejoin (after every connection was
+    /// lost) only at the addresses the server advertised, not at the address the session was
+    /// opened to, which may lead to another server of the farm, which would refuse the join.
+    /// Without an advertised address the origin is still tried.
+    pub fn rejoin_at_advertised_addresses_only(&self) {
+        self.shared.lock().rejoin_advertised_only = true;
     }
 
     /// The addresses the server advertised (New Address) and has not withdrawn.

@@ -80,6 +80,9 @@ pub(crate) struct SessionState {
     registration: Option<Registration>,
     /// Client: the server address the session was opened to (a rejoin's last resort).
     pub(crate) origin: Option<SocketAddr>,
+    /// Client: rejoin at the origin only while the server has advertised no address (a farm
+    /// behind a load balancer: the origin may reach another server, which refuses the join).
+    pub(crate) rejoin_advertised_only: bool,
     /// Client: a path manager rejoins this session over its paths after an outage, so the
     /// driver does not start its own rejoin over the default route.
     pub(crate) managed: bool,
@@ -108,6 +111,7 @@ impl SessionState {
             notsent_lowat: HashMap::new(),
             registration,
             origin: None,
+            rejoin_advertised_only: false,
             managed: false,
             ext: ProbeAnswers::default(),
             trace: crate::trace::default_trace().map(Tracer::new),

@@ -18,6 +18,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use sessions::{SessionTable, Totals};
+use tcpls::proto::FarmTicketer;
 use tcpls::{JoinRegistry, Session};
 use tcpls_tunnel::tunnel::ClientStats;
 
@@ -41,6 +42,8 @@ struct State {
     refused_max_sessions: AtomicU64,
     /// A tunnel concentrator's per-client counters (label `client`).
     clients: OnceLock<ClientSource>,
+    /// The shared ticket keys of a farm node (`--ticket-keys`).
+    tickets: OnceLock<Arc<FarmTicketer>>,
 }
 
 struct ClientSource(ClientStatsSource);
@@ -79,6 +82,7 @@ impl ServerMetrics {
             sessions: SessionTable::default(),
             refused_max_sessions: AtomicU64::new(0),
             clients: OnceLock::new(),
+            tickets: OnceLock::new(),
         };
         Self { state: Arc::new(state) }
     }
@@ -96,6 +100,11 @@ impl ServerMetrics {
     /// Adds the per-client series of a tunnel concentrator (set once).
     pub fn with_clients(&self, source: ClientStatsSource) {
         let _ = self.state.clients.set(ClientSource(source));
+    }
+
+    /// Adds the farm ticket series of `--ticket-keys` (set once).
+    pub fn with_ticketer(&self, ticketer: Arc<FarmTicketer>) {
+        let _ = self.state.tickets.set(ticketer);
     }
 
     /// The Prometheus text exposition (format 0.0.4) of the current values.
@@ -251,8 +260,34 @@ impl Collector for Snapshot {
         if let Some(source) = state.clients.get() {
             encode_clients(e, &(source.0)())?;
         }
+        if let Some(ticketer) = state.tickets.get() {
+            encode_tickets(e, ticketer)?;
+        }
         Ok(())
     }
+}
+
+/// Farm tickets (`--ticket-keys`): which key set is loaded and what became of tickets.
+fn encode_tickets(e: &mut DescriptorEncoder, ticketer: &FarmTicketer) -> Result<(), std::fmt::Error> {
+    gauge(
+        e,
+        "tcpls_ticket_key_generation",
+        "Ticket key sets loaded since the start: 1, plus one per SIGHUP that read a good key file.",
+        ticketer.generation(),
+    )?;
+    let t = ticketer.stats();
+    labelled_counters(
+        e,
+        "tcpls_farm_tickets",
+        "Farm session tickets: issued, resumed (under the current or a previous key), refused (unknown key, forged, expired).",
+        "outcome",
+        &[
+            ("issued", t.issued),
+            ("resumed", t.resumed - t.resumed_previous_key),
+            ("resumed_previous_key", t.resumed_previous_key),
+            ("refused", t.refused),
+        ],
+    )
 }
 
 /// The per-client series: label `client` is a configured client name or "other" (bounded by
@@ -321,12 +356,13 @@ pub async fn attach_to_concentrator(
     conc: &mut tcpls_tunnel::tunnel::Concentrator,
     addr: &str,
     registry: JoinRegistry,
-) -> Result<(), String> {
+) -> Result<ServerMetrics, String> {
     let metrics = start(addr, registry, "tcpls tunnel server").await?;
     let control = conc.control();
     metrics.with_clients(Arc::new(move || control.client_stats()));
-    conc.on_session_start(Arc::new(move |session: &Session| Box::new(metrics.track(session)) as Box<dyn Send>));
-    Ok(())
+    let tracker = metrics.clone();
+    conc.on_session_start(Arc::new(move |session: &Session| Box::new(tracker.track(session)) as Box<dyn Send>));
+    Ok(metrics)
 }
 
 /// `tcpls tunnel client --metrics ADDR`: the client's current session (the one after a

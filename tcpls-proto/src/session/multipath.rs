@@ -225,6 +225,7 @@ impl Session {
             self.drive_handshakes();
             return Ok(id);
         };
+        let name = self.core.config.join_server_name.as_ref().and_then(|f| f(&token)).unwrap_or(name);
         let mut conn = Connection::new(sequence, Handshake::client(config, name)?);
         conn.join.token = Some(token);
         self.conns.add(conn);

@@ -12,11 +12,13 @@
 
 mod fallback;
 mod handshake;
+mod ticket_keys;
 mod tickets;
 mod unbuffered;
 
 pub use fallback::FallbackTls;
 pub use handshake::{Handshake, HandshakeInfo, HandshakeOutcome, Progress, MAX_EARLY_DATA};
+pub use ticket_keys::{FarmTicketStats, FarmTicketer, TicketKeys, MAX_TICKET_KEYS, TICKET_KEY_LEN};
 pub use tickets::{TicketStats, TicketStore};
 
 /// Re-exported for the connection state, which keeps the handshake's exposed-bytes marker.

@@ -95,7 +95,11 @@ struct Current {
 
 struct Dial {
     connector: TcplsConnector,
-    concentrator: SocketAddr,
+    /// Tried in order (the first, then `TunnelConfig::other_concentrators`).
+    concentrators: Vec<SocketAddr>,
+    /// `TunnelConfig::join_advertised`.
+    join_advertised: bool,
+    handshake_timeout: Duration,
     server_name: ServerName<'static>,
     /// Extra connections: a concentrator address and the local side to leave from.
     paths: Vec<(SocketAddr, PathOptions)>,
@@ -107,23 +111,35 @@ struct Dial {
 impl Dial {
     /// Opens the session and joins one more TCP connection per path.
     async fn session(&self) -> io::Result<Session> {
-        let concentrator = self.concentrator;
-        let session = self.connector.connect(concentrator, self.server_name.clone()).await.map_err(|e| {
-            let what = format!("cannot open a TCPLS session to {concentrator}");
+        let opened =
+            super::farm::open_first(&self.connector, &self.concentrators, &self.server_name, self.handshake_timeout);
+        let (session, dialed) = opened.await.map_err(|e| {
+            let what = format!("cannot open a TCPLS session to {}", self.describe());
             io::Error::new(e.kind(), WithContext { what, source: e })
         })?;
         if session.is_fallback() {
             session.abort();
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
-                format!("{concentrator} speaks plain TLS, not TCPLS: is it a `tcpls tunnel server`?"),
+                format!("{dialed} speaks plain TLS, not TCPLS: is it a `tcpls tunnel server`?"),
             ));
         }
         // Bonded streams are not steered: this scheduler spreads their uploads (see `bond`).
         session.set_scheduler(super::bond::scheduler());
+        if !self.join_advertised && self.connector.settings().join_server_name.is_some() {
+            // Joins routed by their server name (farm, mode b): the node is not known here.
+            let how = super::farm::handshake_kind(&session);
+            info!("tunnel client: session opened through {dialed} ({how}); joins are routed by their server name");
+        }
+        let (concentrator, paths) = if self.join_advertised {
+            let join_at = super::farm::join_address(&session, dialed).await;
+            (join_at, super::farm::retarget(&self.paths, dialed, join_at))
+        } else {
+            (dialed, self.paths.clone())
+        };
         if let Some(policy) = self.path_manager {
             // The manager lives as long as the session; paths down now keep being retried.
-            let config = tcpls::PathManagerConfig::from_paths(policy, self.bind.clone(), &self.paths);
+            let config = tcpls::PathManagerConfig::from_paths(policy, self.bind.clone(), &paths);
             let manager = tcpls::PathManager::start(&session, concentrator, config);
             #[cfg(target_os = "linux")]
             if let Err(e) = manager.follow_interfaces() {
@@ -135,7 +151,7 @@ impl Dial {
             }
             return Ok(session);
         }
-        for (p, local) in &self.paths {
+        for (p, local) in &paths {
             match session.join_with(*p, local).await {
                 Ok(id) => debug!("tunnel: path {local}to {p} joined as connection {id}"),
                 Err(e) => {
@@ -145,6 +161,12 @@ impl Dial {
             }
         }
         Ok(session)
+    }
+
+    /// The concentrator addresses, for messages.
+    fn describe(&self) -> String {
+        let all: Vec<String> = self.concentrators.iter().map(|a| a.to_string()).collect();
+        all.join(" or ")
     }
 }
 
@@ -180,7 +202,9 @@ fn is_usable(session: &Session) -> bool {
 /// Waits until `session` is closed or has had no usable connection for [`ORPHAN_GRACE`];
 /// returns why, and whether the concentrator refused this client ([`reconnect::is_refusal`]).
 /// Polled: the session has no event for "orphaned" that can be awaited.
-async fn trouble(session: &Session) -> (String, bool) {
+/// `watch` says how a farm client tells that its node died ([`super::farm::NodeWatch`]).
+async fn trouble(session: &Session, watch: super::farm::NodeWatch) -> (String, bool) {
+    let grace = watch.grace();
     let orphaned = async {
         let mut since = None;
         loop {
@@ -189,8 +213,10 @@ async fn trouble(session: &Session) -> (String, bool) {
                 // A path manager rejoins for its outage tolerance, and ends the session at once
                 // if the concentrator no longer knows it.
                 since = None;
-            } else if since.get_or_insert_with(tokio::time::Instant::now).elapsed() >= ORPHAN_GRACE {
-                return (format!("no usable connection for {ORPHAN_GRACE:?}"), false);
+            } else if since.get_or_insert_with(tokio::time::Instant::now).elapsed() >= grace {
+                return (format!("no usable connection for {grace:?}"), false);
+            } else if watch == super::farm::NodeWatch::Probe && super::farm::node_is_down(session).await {
+                return ("no usable connection, and its node refuses connections".to_string(), false);
             }
         }
     };
@@ -243,9 +269,13 @@ impl TunnelClient {
         // The connector keeps the TLS configuration and with it rustls' ticket store: a new
         // session to the same concentrator process resumes (PSK) rather than a full handshake.
         let connector = TcplsConnector::new(tls).with_settings(cfg.session.clone()).with_path(cfg.bind.clone());
+        let mut concentrators = vec![concentrator];
+        concentrators.extend(cfg.other_concentrators.iter().filter(|a| **a != concentrator));
         let dial = Dial {
             connector,
-            concentrator,
+            concentrators,
+            join_advertised: cfg.join_advertised,
+            handshake_timeout: cfg.handshake_timeout,
             server_name,
             paths: paths.to_vec(),
             bind: cfg.bind.clone(),
@@ -329,16 +359,18 @@ impl TunnelClient {
         tokio::spawn(async move {
             let mut failures = 0u32;
             loop {
-                let Some((old, mut stop)) =
-                    weak.upgrade().map(|i| (i.current.borrow().session.clone(), i.current.subscribe()))
-                else {
+                let Some((old, mut stop, watch)) = weak.upgrade().map(|i| {
+                    let routed = i.dial.connector.settings().join_server_name.is_some();
+                    let watch = super::farm::NodeWatch::of(i.dial.join_advertised, routed);
+                    (i.current.borrow().session.clone(), i.current.subscribe(), watch)
+                }) else {
                     return;
                 };
                 let since = tokio::time::Instant::now();
                 let (why, refused) = tokio::select! {
                     biased;
                     _ = stop.wait_for(|c| c.stopping) => return,
-                    t = trouble(&old) => t,
+                    t = trouble(&old, watch) => t,
                 };
                 let Some(inner) = weak.upgrade() else { return };
                 if inner.current.borrow().stopping {
@@ -355,7 +387,7 @@ impl TunnelClient {
                 }
                 inner.current.send_modify(|c| c.up = false);
                 let carried = if since.elapsed() < reconnect::STABLE { failures + 1 } else { 0 };
-                let what = format!("session to {}", inner.dial.concentrator);
+                let what = format!("session to {}", inner.dial.describe());
                 let timeout = inner.cfg.handshake_timeout;
                 let retried = reconnect::retry(backoff, carried, &what, &why, || async {
                     if is_usable(&old) {

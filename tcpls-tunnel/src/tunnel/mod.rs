@@ -29,6 +29,7 @@
 pub mod bond;
 mod client;
 mod dial;
+mod farm;
 mod order;
 pub mod rate;
 pub mod reconnect;
@@ -105,6 +106,13 @@ pub struct TunnelConfig {
     /// path in both directions ([`bond`]) instead of steering it to one; default false
     /// (per-forward: [`TunnelClient::bonded`]).
     pub bond: bool,
+    /// Client: concentrators tried after the first one, in order, when opening or re-opening
+    /// the session (a farm's nodes, standbys); default: none.
+    pub other_concentrators: Vec<std::net::SocketAddr>,
+    /// Client: the session's further connections (paths, rejoins) go to the address the
+    /// concentrator advertised (New Address) rather than the one dialed: for a farm behind a
+    /// load balancer, whose address may lead to another node; default: false.
+    pub join_advertised: bool,
 }
 
 /// Default of [`TunnelConfig::max_sessions`].
@@ -158,6 +166,8 @@ impl Default for TunnelConfig {
             path_manager: None,
             client_policy: ClientPolicy::default(),
             bond: false,
+            other_concentrators: Vec::new(),
+            join_advertised: false,
         }
     }
 }
