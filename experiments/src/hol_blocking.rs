@@ -11,7 +11,7 @@
 //!   same session over the same path;
 //! * `tcpls_late`: TCPLS, the object on its own stream on the bulk's connection, with late
 //!   multiplexing on the server (`SessionConfig::notsent_lowat` and a small
-//!   `transmit_high_water`, both [`LATE_BYTES`]): the kernel and the session hold little sealed
+//!   `transmit_high_water`, both `LATE_BYTES`, 16 KiB): the kernel and the session hold little sealed
 //!   bulk data, so the object's records go out next instead of behind it (TM3 paper §4.2).
 
 use std::net::SocketAddr;

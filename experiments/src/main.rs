@@ -54,7 +54,7 @@ enum Experiment {
     FlowLimit,
     /// Thesis Figs 5.6-5.8: goodput, time to first byte and requests/s of TCP, TCPLS and the TCPLS tunnel (one host: CPU, not a network).
     Tunnel,
-    /// Issue #15: Wi-Fi -> LTE (backup) handover and back, server with one address, TCPLS path manager vs MPTCP endpoints.
+    /// Wi-Fi -> LTE (backup) handover and back, server with one address, TCPLS path manager vs MPTCP endpoints.
     Mobility,
     /// A path goes silent (dropped both ways) at 2 s of a 60 MB upload over two 50 Mbit/s paths: TCPLS loss detection vs MPTCP.
     SilentPath,

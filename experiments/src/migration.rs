@@ -6,9 +6,10 @@
 //! behind what is already queued on it). The receiver reorders by offset; every byte is checked.
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
+use rustls::ClientConfig;
 use serde_json::json;
 use tcpls::{server_name_for, ConnId, SessionConfig, TcplsConnector};
 use tcpls_netem::Topology;
@@ -59,6 +60,97 @@ fn server_addr(topo: &Topology, i: usize) -> Result<IpAddr, String> {
     topo.path(i).info().server_addr().ok_or_else(|| format!("path {i} has no server address"))
 }
 
+/// The client: downloads `bytes` from `addrs[0]`, and at each of `at` (seconds after the
+/// request) joins a connection on the other path and migrates the stream to it. Sends the
+/// request's time on `started`.
+async fn download_migrating(
+    tls: Arc<ClientConfig>,
+    addrs: [SocketAddr; 2],
+    bytes: u64,
+    at: [f64; 2],
+    m: Meter,
+    started_tx: mpsc::Sender<Instant>,
+) -> Result<Outcome, String> {
+    let name = server_name_for("localhost").map_err(|e| e.to_string())?;
+    let session =
+        TcplsConnector::new(tls).connect(addrs[0], name).await.map_err(|e| format!("connect {}: {e}", addrs[0]))?;
+    let (_send, mut recv) = tcpls_run::request(&session, bytes, SEED, Some(0)).await?;
+    let t0 = Instant::now();
+    let _ = started_tx.send(t0);
+    // Joins run in their own task so that reading never pauses; the read loop then steers
+    // the stream to the new connection and migrates.
+    let (joined_tx, mut joined_rx) = tokio::sync::mpsc::unbounded_channel::<Result<(Instant, ConnId), String>>();
+    let s = session.clone();
+    let joiner = tokio::spawn(async move {
+        for (i, when) in at.iter().enumerate() {
+            tokio::time::sleep_until((t0 + Duration::from_secs_f64(*when)).into()).await;
+            // There (path 1) and back (path 0), each time on a new connection.
+            let target = addrs[(i + 1) % 2];
+            let started = Instant::now();
+            let r = s.join(target).await.map(|id| (started, id)).map_err(|e| format!("join {target}: {e}"));
+            if joined_tx.send(r).is_err() {
+                break;
+            }
+        }
+    });
+    let mut v = Verifier::new(SEED);
+    let mut buf = vec![0u8; 256 << 10];
+    let mut current: ConnId = 0;
+    let mut migrations = Vec::new();
+    loop {
+        tokio::select! {
+            r = recv.read(&mut buf) => {
+                let n = r.map_err(|e| format!("receive after {} bytes: {e}", v.len()))?;
+                if n == 0 {
+                    break;
+                }
+                m.add(n);
+                v.feed(&buf[..n]);
+            }
+            Some(joined) = joined_rx.recv() => {
+                let (started, new) = joined?;
+                recv.request_steer(new);
+                session.migrate(current, new).map_err(|e| format!("migrate {current} -> {new}: {e}"))?;
+                migrations.push(started);
+                current = new;
+            }
+        }
+    }
+    joiner.abort();
+    let per_conn = session.connections().iter().map(|c| (c.id, c.bytes_received)).collect();
+    tcpls_run::close(&session).await;
+    Ok(Outcome { bytes: v.len(), verified: v.verified(bytes), migrations, bytes_received_per_connection: per_conn })
+}
+
+/// The goodput over time, with the migrations marked.
+fn goodput_panel(mig: &[f64], phases: &[Option<f64>], bytes: u64, series: Vec<(f64, f64)>) -> [Panel; 1] {
+    let markers = mig
+        .iter()
+        .enumerate()
+        .map(|(i, t)| Marker {
+            label: if i == 0 { "to 80 ms path".into() } else { "back to 40 ms path".into() },
+            t: *t,
+        })
+        .collect();
+    [Panel {
+        title: format!(
+            "{:.1} MiB download, migrated twice; mean goodput per phase: {} Mbit/s",
+            bytes as f64 / f64::from(1u32 << 20),
+            phases
+                .iter()
+                .map(|v| v.map_or_else(|| "n/a".into(), |v| format!("{v:.1}")))
+                .collect::<Vec<_>>()
+                .join(" / ")
+        ),
+        y_label: "goodput (Mbit/s)".into(),
+        series: vec![Series { label: "TCPLS".into(), points: series }],
+        markers,
+        legend_top: false,
+        x_axis: XAxis::Time,
+        dashed: Vec::new(),
+    }]
+}
+
 /// Runs the experiment and writes `migration.{csv,png,json}`.
 pub fn run(opts: &Opts) -> Result<Summary, String> {
     let p = Params::new(opts.quick);
@@ -70,56 +162,8 @@ pub fn run(opts: &Opts) -> Result<Summary, String> {
     let meter = Meter::new();
     let (m, tls, bytes, at) = (meter.clone(), pki.client.clone(), p.bytes, p.at);
     note(&format!("{NAME}: TCPLS, {} bytes, migrations at {:?} s", p.bytes, p.at));
-    let client = tcpls_run::spawn_client(&topo, Duration::from_secs(180), move || async move {
-        let name = server_name_for("localhost").map_err(|e| e.to_string())?;
-        let session =
-            TcplsConnector::new(tls).connect(addrs[0], name).await.map_err(|e| format!("connect {}: {e}", addrs[0]))?;
-        let (_send, mut recv) = tcpls_run::request(&session, bytes, SEED, Some(0)).await?;
-        let t0 = Instant::now();
-        let _ = started_tx.send(t0);
-        // Joins run in their own task so that reading never pauses; the read loop then steers
-        // the stream to the new connection and migrates.
-        let (joined_tx, mut joined_rx) = tokio::sync::mpsc::unbounded_channel::<Result<(Instant, ConnId), String>>();
-        let s = session.clone();
-        let joiner = tokio::spawn(async move {
-            for (i, when) in at.iter().enumerate() {
-                tokio::time::sleep_until((t0 + Duration::from_secs_f64(*when)).into()).await;
-                // There (path 1) and back (path 0), each time on a new connection.
-                let target = addrs[(i + 1) % 2];
-                let started = Instant::now();
-                let r = s.join(target).await.map(|id| (started, id)).map_err(|e| format!("join {target}: {e}"));
-                if joined_tx.send(r).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut v = Verifier::new(SEED);
-        let mut buf = vec![0u8; 256 << 10];
-        let mut current: ConnId = 0;
-        let mut migrations = Vec::new();
-        loop {
-            tokio::select! {
-                r = recv.read(&mut buf) => {
-                    let n = r.map_err(|e| format!("receive after {} bytes: {e}", v.len()))?;
-                    if n == 0 {
-                        break;
-                    }
-                    m.add(n);
-                    v.feed(&buf[..n]);
-                }
-                Some(joined) = joined_rx.recv() => {
-                    let (started, new) = joined?;
-                    recv.request_steer(new);
-                    session.migrate(current, new).map_err(|e| format!("migrate {current} -> {new}: {e}"))?;
-                    migrations.push(started);
-                    current = new;
-                }
-            }
-        }
-        joiner.abort();
-        let per_conn = session.connections().iter().map(|c| (c.id, c.bytes_received)).collect();
-        tcpls_run::close(&session).await;
-        Ok(Outcome { bytes: v.len(), verified: v.verified(bytes), migrations, bytes_received_per_connection: per_conn })
+    let client = tcpls_run::spawn_client(&topo, Duration::from_secs(180), move || {
+        download_migrating(tls, addrs, bytes, at, m, started_tx)
     })?;
     let t0 = wait_started(&started_rx)?;
     let out = tcpls_run::join(client)?;
@@ -163,31 +207,7 @@ pub fn run(opts: &Opts) -> Result<Summary, String> {
         "bytes_received_per_connection": out.bytes_received_per_connection.iter()
             .map(|(id, b)| json!({"connection": id, "bytes": b})).collect::<Vec<_>>(),
     });
-    let markers = mig
-        .iter()
-        .enumerate()
-        .map(|(i, t)| Marker {
-            label: if i == 0 { "to 80 ms path".into() } else { "back to 40 ms path".into() },
-            t: *t,
-        })
-        .collect();
-    let panels = [Panel {
-        title: format!(
-            "{:.1} MiB download, migrated twice; mean goodput per phase: {} Mbit/s",
-            out.bytes as f64 / f64::from(1u32 << 20),
-            phases
-                .iter()
-                .map(|v| v.map_or_else(|| "n/a".into(), |v| format!("{v:.1}")))
-                .collect::<Vec<_>>()
-                .join(" / ")
-        ),
-        y_label: "goodput (Mbit/s)".into(),
-        series: vec![Series { label: "TCPLS".into(), points: series }],
-        markers,
-        legend_top: false,
-        x_axis: XAxis::Time,
-        dashed: Vec::new(),
-    }];
+    let panels = goodput_panel(&mig, &phases, out.bytes, series);
     write_all(
         opts,
         NAME,

@@ -1,4 +1,4 @@
-//! `experiments mobility` (issue #15): a phone or laptop with Wi-Fi and LTE downloads from a
+//! `experiments mobility`: a phone or laptop with Wi-Fi and LTE downloads from a
 //! server with ONE address. Wi-Fi (path 0: 30 Mbit/s, 10 ms one way) is the primary path, LTE
 //! (path 1: 10 Mbit/s, 30 ms) a backup. Mid-transfer the Wi-Fi interface goes down (`ip link
 //! set wifi down` in the client: a handover, the link and its routes are gone), and later comes

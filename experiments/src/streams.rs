@@ -35,47 +35,11 @@ use crate::output::{round, write_all};
 use crate::pattern::{self, Verifier};
 use crate::pki::Pki;
 use crate::plot::{Panel, Series, XAxis};
-use crate::streams_records::{self, RecordCount};
+use crate::streams_records::{self, Order, RecordCount, RECEIVER_BUDGET};
 use crate::tcpls_run::{decode_request, encode_request, REQUEST_LEN};
 use crate::{note, Opts, Summary};
 
 pub const NAME: &str = "streams";
-
-/// The order in which the sender serves its streams.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Order {
-    Sequential,
-    RoundRobinFirst,
-    RoundRobinLast,
-}
-
-impl Order {
-    pub const ALL: [Order; 3] = [Order::Sequential, Order::RoundRobinFirst, Order::RoundRobinLast];
-
-    pub fn key(self) -> &'static str {
-        match self {
-            Order::Sequential => "sequential",
-            Order::RoundRobinFirst => "rr_first",
-            Order::RoundRobinLast => "rr_last",
-        }
-    }
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Order::Sequential => "sequential (one stream after the other)",
-            Order::RoundRobinFirst => "round-robin from the first stream",
-            Order::RoundRobinLast => "round-robin from the last stream",
-        }
-    }
-
-    /// Stream indices in the order they first get data.
-    pub fn first_writes(self, n: usize) -> Vec<usize> {
-        match self {
-            Order::RoundRobinLast => (0..n).rev().collect(),
-            _ => (0..n).collect(),
-        }
-    }
-}
 
 struct Params {
     /// Stream bytes per transfer, split evenly over the streams.
@@ -232,10 +196,6 @@ async fn send_all(session: &Session, n: usize, per_stream: u64, order: Order) ->
     drop(recvs);
     Ok(started)
 }
-
-/// The receiver's `receive_budget`: room for 1000 streams' initial windows (the default,
-/// 64 MiB, admits ~990 streams at once).
-pub(crate) const RECEIVER_BUDGET: u64 = 256 << 20;
 
 /// One transfer of `bytes` over `n` streams in `order`.
 fn transfer(pki: &Pki, n: usize, bytes: u64, order: Order) -> Result<Sample, String> {

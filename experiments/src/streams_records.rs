@@ -8,6 +8,9 @@
 //! bad_record_mac (PROTOCOL.md §2), there is no trying another key — so the failed decryptions
 //! are those of a failed receiving session: 0 or 1. Decryptions per record is therefore
 //! `(records_received + failed) / records_sent`; TCPLS v1 needed up to one per stream.
+//!
+//! The sending [`Order`] and the receiver's budget are defined here, and `streams` uses them,
+//! so that the two transfers cannot drift apart.
 
 use std::time::{Duration, Instant};
 
@@ -16,8 +19,47 @@ use tcpls::proto::{tcpls_client_config, tcpls_server_config, ConnId, Event, Sess
 
 use crate::pattern::{self, Verifier};
 use crate::pki::Pki;
-use crate::streams::Order;
 use crate::tcpls_run::{decode_request, encode_request, REQUEST_LEN};
+
+/// The order in which the sender serves its streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    Sequential,
+    RoundRobinFirst,
+    RoundRobinLast,
+}
+
+impl Order {
+    pub const ALL: [Order; 3] = [Order::Sequential, Order::RoundRobinFirst, Order::RoundRobinLast];
+
+    pub fn key(self) -> &'static str {
+        match self {
+            Order::Sequential => "sequential",
+            Order::RoundRobinFirst => "rr_first",
+            Order::RoundRobinLast => "rr_last",
+        }
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Order::Sequential => "sequential (one stream after the other)",
+            Order::RoundRobinFirst => "round-robin from the first stream",
+            Order::RoundRobinLast => "round-robin from the last stream",
+        }
+    }
+
+    /// Stream indices in the order they first get data.
+    pub fn first_writes(self, n: usize) -> Vec<usize> {
+        match self {
+            Order::RoundRobinLast => (0..n).rev().collect(),
+            _ => (0..n).collect(),
+        }
+    }
+}
+
+/// The receiver's `receive_budget`: room for 1000 streams' initial windows (the default,
+/// 64 MiB, admits ~990 streams at once).
+pub(crate) const RECEIVER_BUDGET: u64 = 256 << 20;
 
 /// The only connection of the in-memory sessions.
 const CONN: ConnId = 0;
@@ -54,7 +96,7 @@ pub fn count(pki: &Pki, n: usize, bytes: u64, order: Order) -> Result<RecordCoun
     let client_tls = std::sync::Arc::new(tcpls_client_config(&pki.client));
     let server_tls = std::sync::Arc::new(tcpls_server_config(&pki.server));
     let mut sender = Session::client(client_tls, name, SessionConfig::default()).map_err(|e| e.to_string())?;
-    let settings = SessionConfig { receive_budget: crate::streams::RECEIVER_BUDGET, ..SessionConfig::default() };
+    let settings = SessionConfig { receive_budget: RECEIVER_BUDGET, ..SessionConfig::default() };
     let mut receiver = Session::server(server_tls, settings).map_err(|e| e.to_string())?;
     let mut now = Instant::now();
     handshake(&mut sender, &mut receiver, &mut now)?;

@@ -25,7 +25,7 @@ fn rate_limits_cap_three_flows_and_leave_the_fourth_alone() {
     let limit = |i: usize| flows[i]["limit_mb_s"].as_f64().unwrap();
     for (i, flow) in flows.iter().enumerate().take(2) {
         let ratio = after(i) / limit(i);
-        // The limit is met within 10% (issue #20). With a token bucket of 4 ms this was
+        // The limit is met within 10% (what a user setting a rate limit expects). With a token bucket of 4 ms this was
         // 0.84-0.88 on a busy machine (a sender kept off the CPU longer forfeited its tokens);
         // with 20 ms it is 0.99-1.0.
         assert!((0.9..=1.1).contains(&ratio), "flow {i}: {} MB/s with a limit of {} MB/s", after(i), limit(i));

@@ -473,7 +473,8 @@ fn check_victim(victim: &Session, handshake_done: bool) {
     let held = victim.danger_buffered_bytes();
     let bound = victim.stream_count() * PER_STREAM_BOUND;
     assert!(held <= bound, "{held} bytes buffered for {} streams", victim.stream_count());
-    // Memory follows what arrived (issue #14): never the window for a byte at its far edge.
+    // Memory follows what arrived (a peer pays for what we hold): never the window for a byte at
+    // its far edge.
     let wire = victim.connection_stats(0).map_or(0, |s| s.bytes_received) as usize;
     let by_wire = RECV_MEMORY_PER_WIRE_BYTE * wire + victim.stream_count() * PER_STREAM_FLOOR;
     assert!(held <= by_wire, "{held} bytes buffered for {wire} bytes received");

@@ -10,61 +10,17 @@
 //! (so that everything it had to send and encrypt is counted), then prints its report.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use tcpls::{server_name_for, TcplsConnector, TcplsListener};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::pki::{Pki, SERVER_NAME};
-use crate::proto::{peak_rss_kib, share, Proto, Ready, SideReport, TcplsReceiverStats, IO_SIZE, PAYLOAD_SEED};
+use crate::proto::{peak_rss_kib, share, Proto, SideReport, TcplsReceiverStats, IO_SIZE};
+use crate::side::{announce, localhost, write_payload, Counter, DONE};
 use crate::sys::{monotonic_ns, Cpu};
 use crate::Res;
-
-/// Counts received bytes over all streams and records the moment the last expected one
-/// arrived (with the CPU time so far). Lock-free, so that 1000 reader tasks adding to it do not
-/// contend on a lock of the benchmark's own (a profile showed the mutex in the 1000-stream
-/// receiver; the interleaved A/B after the change was within noise: 0.316 vs 0.322 s/GiB).
-pub struct Counter {
-    expected: u64,
-    bytes: AtomicU64,
-    done: OnceLock<(u64, Cpu)>,
-}
-
-impl Counter {
-    pub fn new(expected: u64) -> Arc<Self> {
-        Arc::new(Self { expected, bytes: AtomicU64::new(0), done: OnceLock::new() })
-    }
-
-    pub fn add(&self, n: usize) {
-        let before = self.bytes.fetch_add(n as u64, Ordering::Relaxed);
-        // Exactly one add crosses `expected`: it records the moment.
-        if before < self.expected && before + n as u64 >= self.expected {
-            let _ = self.done.set((monotonic_ns(), Cpu::now()));
-        }
-    }
-
-    /// Total bytes so far.
-    pub fn bytes(&self) -> u64 {
-        self.bytes.load(Ordering::Relaxed)
-    }
-
-    /// Total bytes, and the time and CPU at the last expected byte (or now, if it never came).
-    pub fn finish(&self, cpu0: Cpu) -> SideReport {
-        let (t, cpu) = self.done.get().copied().unwrap_or_else(|| (monotonic_ns(), Cpu::now()));
-        let cpu = cpu.since(cpu0);
-        SideReport {
-            bytes: self.bytes(),
-            t_ns: t,
-            cpu_user_ns: cpu.user_ns,
-            cpu_sys_ns: cpu.sys_ns,
-            tcpls: None,
-            peak_rss_kib: peak_rss_kib(),
-            streams: Vec::new(),
-        }
-    }
-}
 
 /// With `TCPLS_BENCH_DEBUG` set, prints the state of a TCPLS transfer to stderr every second
 /// (to find out where a transfer that does not finish is stuck).
@@ -80,17 +36,6 @@ fn debug_ticker(side: &'static str, session: &tcpls::Session, progress: impl Fn(
             eprintln!("[{side}] {} stats {:?} conns (sent, received) {conns:?}", progress(), session.stats());
         }
     });
-}
-
-pub fn announce(port: u16) -> Res<()> {
-    println!("{}", serde_json::to_string(&Ready { port })?);
-    use std::io::Write;
-    std::io::stdout().flush()?;
-    Ok(())
-}
-
-pub fn localhost() -> SocketAddr {
-    SocketAddr::from(([127, 0, 0, 1], 0))
 }
 
 /// Reads into a 256 KiB buffer until EOF.
@@ -223,21 +168,6 @@ fn receiver_stats(session: &tcpls::Session) -> TcplsReceiverStats {
         copied_bytes: stats.copied_bytes,
         connection_bytes: session.connections().iter().map(|c| c.bytes_received).collect(),
     }
-}
-
-/// What the TCPLS server sends back on stream 0 once it has received every byte.
-pub const DONE: &[u8] = b"done";
-
-/// Writes the first `bytes` bytes of the payload ([`PAYLOAD_SEED`]) in 256 KiB (or shorter, at
-/// the end) pieces.
-pub async fn write_payload<W: AsyncWrite + Unpin>(w: &mut W, bytes: u64) -> Res<()> {
-    let mut sent = 0;
-    while sent < bytes {
-        let piece = tcpls_pattern::chunk(PAYLOAD_SEED, sent, (bytes - sent).min(IO_SIZE as u64) as usize);
-        w.write_all(piece).await?;
-        sent += piece.len() as u64;
-    }
-    Ok(())
 }
 
 /// Waits for the peer's end of the connection, discarding whatever it sends.

@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use crate::pki::Pki;
 use crate::proto::{jain_index, Proto, Ready, SideReport, TcplsReceiverStats};
-use crate::sys::kill_child;
+use crate::sys::{kill_child, nproc};
 use crate::Res;
 
 const GIB: f64 = (1u64 << 30) as f64;
@@ -584,10 +584,6 @@ const NOISY: f64 = 0.10;
 
 pub fn percent(x: Option<f64>) -> String {
     x.map(|v| format!("{:.0}%", v * 100.0)).unwrap_or_else(|| "?".into())
-}
-
-pub fn nproc() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }
 
 /// The current time as `YYYY-MM-DDTHH:MM:SSZ`.

@@ -11,6 +11,7 @@ mod proto;
 mod quic;
 mod recv_cpu;
 mod scale;
+mod side;
 mod sys;
 
 use std::process::ExitCode;

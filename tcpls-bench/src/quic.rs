@@ -22,9 +22,9 @@ use std::sync::Arc;
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use quinn::{Endpoint, EndpointConfig, TokioRuntime, TransportConfig, VarInt};
 
-use crate::child::{announce, localhost, write_payload, Counter, DONE};
 use crate::pki::{Pki, SERVER_NAME};
 use crate::proto::{Proto, SideReport};
+use crate::side::{announce, localhost, write_payload, Counter, DONE};
 use crate::sys::{force_socket_buffers, monotonic_ns, Cpu};
 use crate::Res;
 

@@ -1,6 +1,11 @@
 //! The few OS calls the benchmark needs: a clock shared by processes, CPU time, kill.
 #![allow(unsafe_code)]
 
+/// The CPUs this process may run on.
+pub fn nproc() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
 /// `CLOCK_MONOTONIC` in nanoseconds. Unlike `std::time::Instant` its value means the same in
 /// every process of the machine, so the client's first write and the server's last read can be
 /// subtracted from each other.
@@ -114,7 +119,7 @@ impl LoadMeter {
         let ours = children_cpu_ns().saturating_sub(self.children0) as f64;
         match (self.busy0, machine_busy_ns()) {
             (Some(a), Some(b)) if wall > 0.0 => {
-                Some(((b.saturating_sub(a) as f64 - ours) / (wall * crate::compare::nproc() as f64)).max(0.0))
+                Some(((b.saturating_sub(a) as f64 - ours) / (wall * nproc() as f64)).max(0.0))
             }
             _ => None,
         }

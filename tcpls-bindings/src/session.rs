@@ -249,7 +249,7 @@ impl SessionCore {
     }
 
     /// Graceful close: queued bytes go out, then close_notify; waits for the peer's (at most
-    /// [`CLOSE_TIMEOUT`], then the session is aborted). A second close: `Closed`.
+    /// `CLOSE_TIMEOUT`, 10 s, then the session is aborted). A second close: `Closed`.
     pub fn close(&self) -> Result<()> {
         if self.closed.swap(true, Ordering::AcqRel) {
             return Err(Error::new(ErrorKind::Closed, "the session was already closed"));

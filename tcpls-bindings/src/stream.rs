@@ -145,7 +145,7 @@ impl StreamCore {
     /// Reads without a copy: `consume` sees the bytes that have arrived, in the session's own
     /// buffer, piece by piece, and returns how many of each piece it used (at least one). Waits
     /// at most `wait` for the first byte; returns the count used (up to about
-    /// [`READ_WITH_BUDGET`] per call), 0 at the end of the stream (`consume` not called).
+    /// `READ_WITH_BUDGET`, 4 MiB, per call), 0 at the end of the stream (`consume` not called).
     pub fn read_with(&self, wait: Wait, mut consume: impl FnMut(&[u8]) -> usize) -> Result<usize> {
         let mut guard = self.half(&self.recv, "reading from")?;
         let recv = guard.as_mut().ok_or_else(read_closed)?;

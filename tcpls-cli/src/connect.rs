@@ -8,7 +8,7 @@ use tcpls::TcplsConnector;
 use tokio::io::AsyncWriteExt;
 
 use crate::logging;
-use crate::perf_proto::NOT_A_PERF_REQUEST;
+use crate::perf::protocol::NOT_A_PERF_REQUEST;
 use crate::session_info::{describe, Trust};
 
 /// `show`: print the negotiated session on stderr (`-v`, `--show-session`).

@@ -8,11 +8,6 @@ mod iperf3;
 mod logging;
 mod metrics;
 mod perf;
-mod perf_cmd;
-mod perf_interval;
-mod perf_proto;
-mod perf_report;
-mod perf_stream;
 mod probe;
 mod serve;
 mod session_info;
@@ -38,7 +33,7 @@ use clap::{Args, Parser, Subcommand};
 use tcpls::SessionConfig;
 
 use crate::args::{host_of, parse_send_budget, parse_size, resolve};
-use crate::perf_proto::Direction;
+use crate::perf::protocol::Direction;
 
 #[derive(Parser)]
 #[command(name = "tcpls", version, about = "TCPLS: many streams over TCP and TLS 1.3 (servers, clients, measurements)")]
@@ -105,7 +100,7 @@ enum Command {
     #[command(
         after_help = "Examples:\n  tcpls perf 127.0.0.1:4443 --insecure --bytes 2G\n  tcpls perf 127.0.0.1:4443 --insecure --streams 64 --bytes 256M --download --json\n  tcpls perf -c 127.0.0.1 -p 4443 --insecure -t 2 -P 4 -R -O 1   (iperf3 style)\nServer: `tcpls serve --mode perf`. iperf3's options and their tcpls names: docs/CLI.md.\nExit status: 0 done, 1 failed, 2 usage error, 130 interrupted (Ctrl-C; the summary is printed)."
     )]
-    Perf(perf_cmd::PerfArgs),
+    Perf(perf::command::PerfArgs),
     /// Start a server and a client on loopback and measure (no setup needed).
     #[command(after_help = "Example:\n  tcpls demo --bytes 256M")]
     Demo {
@@ -339,7 +334,7 @@ async fn run(command: Command) -> Result<Ended, String> {
     let done = |r: Result<(), String>| r.map(|()| Ended::Done);
     match command {
         Command::Cert { out, name, force, days } => done(cert(&out, &name, force, days)),
-        Command::Serve(a) => serve_cmd(a).await,
+        Command::Serve(a) => serve::command(a).await,
         Command::Connect { addr, trust, alpn, show_session, paths } => {
             let (target, name, tls) = client_setup(&addr, &trust, &alpn)?;
             let show = show_session.then(|| match (&trust.ca, trust.insecure) {
@@ -350,7 +345,7 @@ async fn run(command: Command) -> Result<Ended, String> {
             let paths = paths.parse()?;
             done(connect::run(target, name, tls, show, paths).await)
         }
-        Command::Perf(a) => perf_cmd::run(a).await,
+        Command::Perf(a) => perf::command::run(a).await,
         Command::Demo { bytes, json } => done(demo(bytes, json).await),
         Command::Tm3(a) => done(tm3::run(a).await),
         Command::Tunnel(a) => done(tunnel::run(a).await),
@@ -430,64 +425,6 @@ fn server_tls(
     tlsconf::server_config(certs, key, alpn, client_ca)
 }
 
-async fn serve_cmd(a: ServeArgs) -> Result<Ended, String> {
-    let mut tls = server_tls("serve", a.cert.as_deref(), a.key.as_deref(), &a.alpn, None)?;
-    // 0-RTT only where a replayed request does no harm: a perf request only asks for test
-    // data (RESUMPTION.md); echo and the other modes refuse early data.
-    if a.mode == serve::Mode::Perf {
-        tls.max_early_data_size = tcpls::proto::MAX_EARLY_DATA as u32;
-    }
-    let mut listen = Vec::new();
-    for l in &a.listen {
-        listen.extend(resolve(l)?.into_iter().take(1));
-    }
-    // Clients learn every address they may join: the specific --listen addresses (not wildcard
-    // ones, which name no reachable address) and the --advertise ones.
-    let mut advertise: Vec<SocketAddr> = listen.iter().copied().filter(|a| !a.ip().is_unspecified()).collect();
-    if advertise.len() < 2 {
-        advertise.clear();
-    }
-    for l in &a.advertise {
-        advertise.extend(resolve(l)?.into_iter().take(1));
-    }
-    advertise.dedup();
-    let idle_timeout = (a.idle_timeout > 0).then(|| std::time::Duration::from_secs(a.idle_timeout));
-    let rejoin_timeout = std::time::Duration::from_secs(a.rejoin_timeout);
-    let settings = SessionConfig {
-        tokens: a.tokens,
-        advertise,
-        idle_timeout,
-        rejoin_timeout,
-        receive_budget: a.receive_budget,
-        send_budget: a.send_budget,
-        ..SessionConfig::default()
-    };
-    let settings = probe::serve_settings(settings, &a.allow_cc);
-    let listeners = serve::bind(&listen, tls, settings).await?;
-    let metrics = match (&a.metrics, listeners.first()) {
-        (Some(addr), Some(l)) => Some(metrics::start(addr, l.registry().clone(), "tcpls serve").await?),
-        _ => None,
-    };
-    let interrupt = interrupt::listen();
-    for l in &listeners {
-        logging::info("serve", &format!("listening on {} (mode {})", l.local_addr(), a.mode));
-    }
-    serve::run(
-        listeners,
-        serve::ServeOptions {
-            mode: a.mode,
-            max_sessions: a.max_sessions,
-            json: a.json,
-            quiet: false,
-            sessions_limit: a.sessions,
-            metrics,
-            interrupt: Some(interrupt),
-        },
-    )
-    .await
-    .map(|interrupted| if interrupted { Ended::Interrupted } else { Ended::Done })
-}
-
 /// Turns true at the first Ctrl-C (the command then winds down and reports); a second Ctrl-C
 /// ends the process at once, with the same exit status.
 /// Exits at once with status 130, the `--trace` file written out first.
@@ -528,8 +465,8 @@ async fn demo(bytes: u64, json: bool) -> Result<(), String> {
     for (direction, streams, bytes) in runs {
         let name = tcpls::server_name_for("localhost").map_err(|e| e.to_string())?;
         let tls = tlsconf::client_config(None, true, &[], None)?;
-        let report = perf::run(
-            perf::PerfOptions {
+        let report = perf::client::run(
+            perf::client::PerfOptions {
                 addrs: vec![addr],
                 paths: Vec::new(),
                 path_manager: None,
@@ -540,8 +477,8 @@ async fn demo(bytes: u64, json: bool) -> Result<(), String> {
                 tls,
                 settings: SessionConfig::default(),
                 mode: match direction {
-                    Direction::Upload => perf::Mode::Upload,
-                    Direction::Download => perf::Mode::Download,
+                    Direction::Upload => perf::client::Mode::Upload,
+                    Direction::Download => perf::client::Mode::Download,
                 },
                 bytes: Some(bytes),
                 time: None,
@@ -564,7 +501,7 @@ async fn demo(bytes: u64, json: bool) -> Result<(), String> {
             return Err("demo transfer failed verification".into());
         }
         if !json {
-            println!("{}", perf_report::one_line(&report));
+            println!("{}", perf::report::one_line(&report));
         }
         reports.push(report);
     }

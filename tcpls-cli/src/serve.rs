@@ -10,8 +10,10 @@ use tcpls::{RecvStream, SendStream, Session, SessionConfig, TcplsListener};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Semaphore;
 
-use crate::perf_proto::{decode_ask, encode_report, Ask, Direction, NOT_A_PERF_REQUEST, REQUEST_LEN};
+use crate::args::resolve;
+use crate::perf::protocol::{decode_ask, encode_report, Ask, Direction, NOT_A_PERF_REQUEST, REQUEST_LEN};
 use crate::transfer::{deadline, receive_pattern, send_pattern, until, Gaps, Received, StallMeter};
+use crate::{server_tls, Ended, ServeArgs};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Mode {
@@ -31,6 +33,66 @@ impl std::fmt::Display for Mode {
             Self::Discard => "discard",
         })
     }
+}
+
+/// `tcpls serve`: binds the listeners asked for and serves until `--sessions` sessions have
+/// ended or Ctrl-C.
+pub(crate) async fn command(a: ServeArgs) -> Result<Ended, String> {
+    let mut tls = server_tls("serve", a.cert.as_deref(), a.key.as_deref(), &a.alpn, None)?;
+    // 0-RTT only where a replayed request does no harm: a perf request only asks for test
+    // data (RESUMPTION.md); echo and the other modes refuse early data.
+    if a.mode == Mode::Perf {
+        tls.max_early_data_size = tcpls::proto::MAX_EARLY_DATA as u32;
+    }
+    let mut listen = Vec::new();
+    for l in &a.listen {
+        listen.extend(resolve(l)?.into_iter().take(1));
+    }
+    // Clients learn every address they may join: the specific --listen addresses (not wildcard
+    // ones, which name no reachable address) and the --advertise ones.
+    let mut advertise: Vec<SocketAddr> = listen.iter().copied().filter(|a| !a.ip().is_unspecified()).collect();
+    if advertise.len() < 2 {
+        advertise.clear();
+    }
+    for l in &a.advertise {
+        advertise.extend(resolve(l)?.into_iter().take(1));
+    }
+    advertise.dedup();
+    let idle_timeout = (a.idle_timeout > 0).then(|| std::time::Duration::from_secs(a.idle_timeout));
+    let rejoin_timeout = std::time::Duration::from_secs(a.rejoin_timeout);
+    let settings = SessionConfig {
+        tokens: a.tokens,
+        advertise,
+        idle_timeout,
+        rejoin_timeout,
+        receive_budget: a.receive_budget,
+        send_budget: a.send_budget,
+        ..SessionConfig::default()
+    };
+    let settings = crate::probe::serve_settings(settings, &a.allow_cc);
+    let listeners = bind(&listen, tls, settings).await?;
+    let metrics = match (&a.metrics, listeners.first()) {
+        (Some(addr), Some(l)) => Some(crate::metrics::start(addr, l.registry().clone(), "tcpls serve").await?),
+        _ => None,
+    };
+    let interrupt = crate::interrupt::listen();
+    for l in &listeners {
+        crate::logging::info("serve", &format!("listening on {} (mode {})", l.local_addr(), a.mode));
+    }
+    run(
+        listeners,
+        ServeOptions {
+            mode: a.mode,
+            max_sessions: a.max_sessions,
+            json: a.json,
+            quiet: false,
+            sessions_limit: a.sessions,
+            metrics,
+            interrupt: Some(interrupt),
+        },
+    )
+    .await
+    .map(|interrupted| if interrupted { Ended::Interrupted } else { Ended::Done })
 }
 
 pub struct ServeOptions {
@@ -261,8 +323,8 @@ async fn perf_stream(
 
 /// This end's answer to a stats request: the session's path events and the longest stall of
 /// the uploads it received.
-fn path_stats(session: &Session, stalls: &StallMeter) -> crate::perf_proto::PathStats {
-    crate::perf_report::path_stats(&session.stats(), stalls)
+fn path_stats(session: &Session, stalls: &StallMeter) -> crate::perf::protocol::PathStats {
+    crate::perf::report::path_stats(&session.stats(), stalls)
 }
 
 async fn echo_stream(mut send: SendStream, mut recv: RecvStream) -> std::io::Result<()> {

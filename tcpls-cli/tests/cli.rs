@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::{
-    free_port, ipv6_available, make_cert, openssl, payload, run, serve, tcpls, Proc, Server, TempDir, LOCALHOST_V4,
-    LOCALHOST_V6, SHORT, TIMEOUT,
+    free_port, ipv6_available, make_cert, openssl, payload, run, serve, serve_with_cert, tcpls, Proc, Server, TempDir,
+    LOCALHOST_V4, LOCALHOST_V6, SHORT, TIMEOUT,
 };
 
 const MIB: u64 = 1 << 20;
@@ -123,20 +123,7 @@ fn cert_writes_key_and_certificate_with_all_names() {
 fn perf_upload_64m_verified_and_server_json() {
     let dir = TempDir::new("upload");
     let (cert, key) = make_cert(dir.path(), "c");
-    let mut server = serve(
-        LOCALHOST_V4,
-        &[
-            "--cert",
-            cert.to_str().unwrap(),
-            "--key",
-            key.to_str().unwrap(),
-            "--mode",
-            "perf",
-            "--sessions",
-            "1",
-            "--json",
-        ],
-    );
+    let mut server = serve_with_cert(LOCALHOST_V4, &cert, &key, &["--mode", "perf", "--sessions", "1", "--json"]);
     let v = perf_json(&server, &cert, &["--bytes", "64M"]);
     check_report(&v, false, 1, 64 * MIB, server.addr);
     assert!(v["cipher"].as_str().unwrap_or("").contains("AES_128_GCM"), "default cipher: {v:#}");
@@ -156,10 +143,7 @@ fn perf_upload_64m_verified_and_server_json() {
 fn perf_download_64m_verified() {
     let dir = TempDir::new("download");
     let (cert, key) = make_cert(dir.path(), "c");
-    let mut server = serve(
-        LOCALHOST_V4,
-        &["--cert", cert.to_str().unwrap(), "--key", key.to_str().unwrap(), "--mode", "perf", "--sessions", "1"],
-    );
+    let mut server = serve_with_cert(LOCALHOST_V4, &cert, &key, &["--mode", "perf", "--sessions", "1"]);
     let v = perf_json(&server, &cert, &["--bytes", "64M", "--download"]);
     check_report(&v, true, 1, 64 * MIB, server.addr);
     assert!(v["cipher"].as_str().unwrap_or("").contains("AES_128_GCM"), "default cipher: {v:#}");
@@ -172,10 +156,7 @@ fn perf_download_64m_verified() {
 fn perf_64_streams_256m_download_acceptance() {
     let dir = TempDir::new("streams64");
     let (cert, key) = make_cert(dir.path(), "c");
-    let mut server = serve(
-        LOCALHOST_V4,
-        &["--cert", cert.to_str().unwrap(), "--key", key.to_str().unwrap(), "--mode", "perf", "--sessions", "2"],
-    );
+    let mut server = serve_with_cert(LOCALHOST_V4, &cert, &key, &["--mode", "perf", "--sessions", "2"]);
     let v = perf_json(&server, &cert, &["--streams", "64", "--bytes", "256M", "--download"]);
     check_report(&v, true, 64, 256 * MIB, server.addr);
     // Uneven split: the remainder must not get lost.
@@ -192,21 +173,8 @@ fn perf_64_streams_256m_download_acceptance() {
 fn perf_64_streams_with_a_small_send_budget() {
     let dir = TempDir::new("send-budget");
     let (cert, key) = make_cert(dir.path(), "c");
-    let mut server = serve(
-        LOCALHOST_V4,
-        &[
-            "--cert",
-            cert.to_str().unwrap(),
-            "--key",
-            key.to_str().unwrap(),
-            "--mode",
-            "perf",
-            "--sessions",
-            "2",
-            "--send-budget",
-            "64K",
-        ],
-    );
+    let mut server =
+        serve_with_cert(LOCALHOST_V4, &cert, &key, &["--mode", "perf", "--sessions", "2", "--send-budget", "64K"]);
     let odd = 16 * MIB + 63;
     let v = perf_json(&server, &cert, &["--streams", "64", "--bytes", &odd.to_string(), "--download"]);
     check_report(&v, true, 64, odd, server.addr);
@@ -221,10 +189,7 @@ fn perf_64_streams_with_a_small_send_budget() {
 fn perf_time_runs_about_one_second() {
     let dir = TempDir::new("time");
     let (cert, key) = make_cert(dir.path(), "c");
-    let mut server = serve(
-        LOCALHOST_V4,
-        &["--cert", cert.to_str().unwrap(), "--key", key.to_str().unwrap(), "--mode", "perf", "--sessions", "1"],
-    );
+    let mut server = serve_with_cert(LOCALHOST_V4, &cert, &key, &["--mode", "perf", "--sessions", "1"]);
     let done = run(
         tcpls().arg("perf").arg(server.target()).arg("--ca").arg(&cert).args(["--time", "1", "--json"]),
         None,
@@ -245,10 +210,7 @@ fn perf_time_runs_about_one_second() {
 fn perf_cipher_aes256_and_chacha20() {
     let dir = TempDir::new("cipher");
     let (cert, key) = make_cert(dir.path(), "c");
-    let mut server = serve(
-        LOCALHOST_V4,
-        &["--cert", cert.to_str().unwrap(), "--key", key.to_str().unwrap(), "--mode", "perf", "--sessions", "2"],
-    );
+    let mut server = serve_with_cert(LOCALHOST_V4, &cert, &key, &["--mode", "perf", "--sessions", "2"]);
     for (cipher, expect) in [("aes256", "AES_256_GCM"), ("chacha20", "CHACHA20_POLY1305")] {
         let v = perf_json(&server, &cert, &["--bytes", "16M", "--cipher", cipher]);
         check_report(&v, false, 1, 16 * MIB, server.addr);
@@ -262,10 +224,7 @@ fn perf_cipher_aes256_and_chacha20() {
 fn perf_record_size() {
     let dir = TempDir::new("record");
     let (cert, key) = make_cert(dir.path(), "c");
-    let mut server = serve(
-        LOCALHOST_V4,
-        &["--cert", cert.to_str().unwrap(), "--key", key.to_str().unwrap(), "--mode", "perf", "--sessions", "2"],
-    );
+    let mut server = serve_with_cert(LOCALHOST_V4, &cert, &key, &["--mode", "perf", "--sessions", "2"]);
     let v = perf_json(&server, &cert, &["--bytes", "16M", "--record-size", "1400"]);
     check_report(&v, false, 1, 16 * MIB, server.addr);
     let v = perf_json(&server, &cert, &["--bytes", "16M", "--record-size", "1400", "--download"]);
@@ -299,10 +258,7 @@ fn perf_error_wrong_ca_is_a_tls_verification_error() {
     let dir = TempDir::new("wrongca");
     let (cert, key) = make_cert(dir.path(), "server");
     let (other, _) = make_cert(dir.path(), "other");
-    let mut server = serve(
-        LOCALHOST_V4,
-        &["--cert", cert.to_str().unwrap(), "--key", key.to_str().unwrap(), "--mode", "perf", "--sessions", "1"],
-    );
+    let mut server = serve_with_cert(LOCALHOST_V4, &cert, &key, &["--mode", "perf", "--sessions", "1"]);
     let done =
         run(tcpls().arg("perf").arg(server.target()).arg("--ca").arg(&other).args(["--bytes", "1M"]), None, SHORT);
     done.one_line_error("certificate");
@@ -328,10 +284,7 @@ fn perf_help_does_not_advertise_session_cache() {
 fn connect_echo_one_mib_round_trip() {
     let dir = TempDir::new("echo");
     let (cert, key) = make_cert(dir.path(), "c");
-    let mut server = serve(
-        LOCALHOST_V4,
-        &["--cert", cert.to_str().unwrap(), "--key", key.to_str().unwrap(), "--mode", "echo", "--sessions", "1"],
-    );
+    let mut server = serve_with_cert(LOCALHOST_V4, &cert, &key, &["--mode", "echo", "--sessions", "1"]);
     let data = payload(1 << 20, 0x0074_6370_6c73);
     let done = run(tcpls().arg("connect").arg(server.target()).arg("--ca").arg(&cert), Some(data.clone()), TIMEOUT);
     assert!(done.status.success(), "tcpls connect failed: {}", done.describe());
@@ -353,10 +306,7 @@ fn connect_echo_one_mib_round_trip() {
 fn connect_from_two_local_sides() {
     let dir = TempDir::new("echo-paths");
     let (cert, key) = make_cert(dir.path(), "c");
-    let mut server = serve(
-        LOCALHOST_V4,
-        &["--cert", cert.to_str().unwrap(), "--key", key.to_str().unwrap(), "--mode", "echo", "--sessions", "1"],
-    );
+    let mut server = serve_with_cert(LOCALHOST_V4, &cert, &key, &["--mode", "echo", "--sessions", "1"]);
     let data = payload(256 << 10, 0x15);
     let second = format!("127.0.0.3@{}", server.target());
     let done = run(
@@ -391,9 +341,8 @@ fn connect_from_two_local_sides() {
 fn serve_keeps_an_orphaned_session_for_its_rejoin_timeout() {
     let dir = TempDir::new("rejoin-timeout");
     let (cert, key) = make_cert(dir.path(), "c");
-    let args = ["--cert", cert.to_str().unwrap(), "--key", key.to_str().unwrap(), "--mode", "echo"];
-    let mut server =
-        serve(LOCALHOST_V4, &[&args[..], &["--sessions", "1", "--json", "--rejoin-timeout", "1"]].concat());
+    let args = ["--mode", "echo", "--sessions", "1", "--json", "--rejoin-timeout", "1"];
+    let mut server = serve_with_cert(LOCALHOST_V4, &cert, &key, &args);
     let mut client = Proc::spawn(tcpls().arg("connect").arg(server.target()).arg("--ca").arg(&cert), true);
     client.write(b"still here\n");
     client.stdout.wait_for(b"still here", SHORT).unwrap_or_else(|e| panic!("{e}\n{}", client.diagnostics()));
@@ -416,10 +365,7 @@ fn perf_over_ipv6() {
     }
     let dir = TempDir::new("ipv6");
     let (cert, key) = make_cert(dir.path(), "c");
-    let mut server = serve(
-        LOCALHOST_V6,
-        &["--cert", cert.to_str().unwrap(), "--key", key.to_str().unwrap(), "--mode", "perf", "--sessions", "2"],
-    );
+    let mut server = serve_with_cert(LOCALHOST_V6, &cert, &key, &["--mode", "perf", "--sessions", "2"]);
     assert!(server.target().starts_with("[::1]:"), "{}", server.target());
     let done =
         run(tcpls().arg("perf").arg(server.target()).args(["--insecure", "--bytes", "8M", "--json"]), None, TIMEOUT);

@@ -13,7 +13,7 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 
 fn server(dir: &TempDir) -> (Server, std::path::PathBuf) {
     let (cert, key) = make_cert(dir.path(), "c");
-    let server = serve(LOCALHOST_V4, &["--cert", cert.to_str().unwrap(), "--key", key.to_str().unwrap()]);
+    let server = serve_with_cert(LOCALHOST_V4, &cert, &key, &[]);
     (server, cert)
 }
 

@@ -12,12 +12,12 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use support::{free_port, make_cert, openssl, run, serve, tcpls, Proc, Server, TempDir, LOCALHOST_V4, SHORT, TIMEOUT};
+use support::{
+    free_port, make_cert, openssl, run, serve_with_cert, tcpls, Proc, Server, TempDir, LOCALHOST_V4, SHORT, TIMEOUT,
+};
 
 fn echo_server(cert: &Path, key: &Path, extra: &[&str]) -> Server {
-    let mut args = vec!["--cert", cert.to_str().unwrap(), "--key", key.to_str().unwrap(), "--mode", "echo"];
-    args.extend_from_slice(extra);
-    serve(LOCALHOST_V4, &args)
+    serve_with_cert(LOCALHOST_V4, cert, key, &[&["--mode", "echo"], extra].concat())
 }
 
 /// `openssl s_client -connect TARGET ARGS...` with stdin kept open.
@@ -95,10 +95,7 @@ fn s_client_alpn_tcpls_negotiates_then_gets_an_alert_while_perf_runs() {
     // Two sessions: the perf runs. The s_client connection never becomes a session: a server
     // decides what a connection is from the client's first TCPLS record (PROTOCOL.md §1), and
     // s_client's first record is not one; it fails during accept, with an alert.
-    let mut server = serve(
-        LOCALHOST_V4,
-        &["--cert", cert.to_str().unwrap(), "--key", key.to_str().unwrap(), "--mode", "perf", "--sessions", "2"],
-    );
+    let mut server = serve_with_cert(LOCALHOST_V4, &cert, &key, &["--mode", "perf", "--sessions", "2"]);
     let mut client = s_client(&server.target(), &["-alpn", "tcpls/1"]);
     wait_stdout(&mut client, "ALPN protocol: tcpls/1");
     let text = client.stdout.text();

@@ -17,10 +17,7 @@ fn two_path_server(dir: &TempDir) -> (Server, SocketAddr, std::path::PathBuf) {
     let (cert, key) = make_cert(dir.path(), "c");
     let second =
         SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)), free_port(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2))));
-    let server = serve(
-        IpAddr::V4(Ipv4Addr::LOCALHOST),
-        &["--listen", &second.to_string(), "--cert", cert.to_str().unwrap(), "--key", key.to_str().unwrap()],
-    );
+    let server = serve_with_cert(IpAddr::V4(Ipv4Addr::LOCALHOST), &cert, &key, &["--listen", &second.to_string()]);
     (server, second, cert)
 }
 

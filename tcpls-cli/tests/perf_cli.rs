@@ -9,7 +9,9 @@ mod support;
 use std::time::Duration;
 
 use serde::Deserialize;
-use support::{free_port, make_cert, run, serve, tcpls, Proc, Server, TempDir, LOCALHOST_V4, SHORT, TIMEOUT};
+use support::{
+    free_port, make_cert, run, serve, serve_with_cert, tcpls, Proc, Server, TempDir, LOCALHOST_V4, SHORT, TIMEOUT,
+};
 
 /// The JSON of `tcpls perf --json`, as far as these tests rely on it.
 #[derive(Debug, Deserialize)]
@@ -407,19 +409,7 @@ fn migrate_at_beyond_the_run_warns() {
         std::net::IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 2)),
         free_port(std::net::IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 2))),
     );
-    let mut server = serve(
-        LOCALHOST_V4,
-        &[
-            "--listen",
-            &second.to_string(),
-            "--cert",
-            cert.to_str().unwrap(),
-            "--key",
-            key.to_str().unwrap(),
-            "--sessions",
-            "2",
-        ],
-    );
+    let mut server = serve_with_cert(LOCALHOST_V4, &cert, &key, &["--listen", &second.to_string(), "--sessions", "2"]);
     let base = |args: &[&str]| {
         let mut cmd = tcpls();
         cmd.arg("perf").arg(server.target()).arg("--ca").arg(&cert).args(["--path", &second.to_string()]).args(args);

@@ -181,7 +181,7 @@ fn curl_through_socks5_byte_exact_and_failures() {
     assert!(report["bytes_down"].as_u64().unwrap() > 2 * 5_000_000 + 2 * 800, "{report}");
 }
 
-/// Two uplinks to a concentrator with ONE address (issue #15): `--path LOCAL@ADDR` adds a
+/// Two uplinks to a concentrator with ONE address (a multihomed client, a single-homed server): `--path LOCAL@ADDR` adds a
 /// connection from another local address (127.0.0.3 stands for a second interface's address);
 /// downloads through the tunnel stay byte-exact (its streams go round-robin over the two).
 #[test]
@@ -242,8 +242,8 @@ fn two_uplinks_under_the_path_manager() {
 #[test]
 fn curl_over_two_paths_survives_killing_one() {
     require_curl();
-    if !can_kill_sockets() {
-        eprintln!("SKIPPED: curl_over_two_paths_survives_killing_one: needs root and ss -K");
+    if let Err(why) = tcpls_test::sockets::can_kill_sockets() {
+        eprintln!("SKIPPED: curl_over_two_paths_survives_killing_one: {why}");
         return;
     }
     const SIZE: usize = 48 << 20;
@@ -262,20 +262,14 @@ fn curl_over_two_paths_survives_killing_one() {
         })
         .collect();
     std::thread::sleep(Duration::from_millis(1200));
-    let killed =
-        Command::new("ss").args(["-K", "-t", "dst", "127.0.0.1", &format!("dport = :{}", ports[1])]).output().unwrap();
-    assert!(killed.status.success() && String::from_utf8_lossy(&killed.stdout).contains(&format!(":{}", ports[1])));
+    let killed = tcpls_test::sockets::kill_sockets_to_port(ports[1]).unwrap();
+    assert!(killed > 0, "ss -K killed no socket to port {}", ports[1]);
     for (d, file) in downloads.into_iter().zip(["a.bin", "b.bin"]) {
         let (done, dst) = d.join().unwrap();
         assert!(done.status.success(), "curl {file}: {}\n{}", done.describe(), client.diagnostics());
         assert!(done.elapsed > Duration::from_millis(1500), "the kill happened mid-transfer");
         assert_eq!(sha256(&dst), web.sha256(file), "{file} is byte-exact after the failover");
     }
-}
-
-fn can_kill_sockets() -> bool {
-    let root = Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
-    root && Command::new("ss").args(["-K", "dst", "192.0.2.1"]).output().is_ok_and(|o| o.status.success())
 }
 
 /// Transparent mode in network namespaces (tcpls-netem): curl in the client namespace fetches
@@ -399,7 +393,7 @@ fn mutual_tls_keeps_clients_without_a_certificate_out() {
     assert_eq!(sha256(&dst), web.sha256("file.bin"));
 }
 
-/// Issue 14: the concentrator must not be a way into its own host. By default it refuses its
+/// The concentrator must not be a way into its own host (an open relay to its loopback would be). By default it refuses its
 /// loopback (by address, by a name resolving to it, IPv4-mapped), link-local and cloud
 /// metadata destinations: curl through SOCKS5 gets reply 2 ("not allowed by ruleset"), a
 /// `--forward` connection is reset; with `--allow-dest 127.0.0.0/8` the same page is served.

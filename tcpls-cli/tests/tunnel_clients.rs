@@ -1,4 +1,4 @@
-//! The concentrator's per-client policy (issue 19, docs/TUNNEL.md "Per-client policy"): real
+//! The concentrator's per-client policy (docs/TUNNEL.md "Per-client policy"): real
 //! `tcpls tunnel server` / `tcpls tunnel client` processes on loopback, clients told apart by
 //! the CN of certificates signed by one test CA (`tcpls_test::TestCa`). A destination thread serves a
 //! pseudo-random payload; every download is compared byte for byte.

@@ -1,4 +1,4 @@
-//! iperf3 through the tunnel (issue #22): an application nobody here wrote, whose tests end by
+//! iperf3 through the tunnel: an application nobody here wrote, whose tests end by
 //! closing data sockets with unread bytes (an RST), so tunnel streams are reset while data is
 //! queued in both directions. Ten tests in a row (parallel streams, reverse, bidirectional) must
 //! all go through one tunnel session, which stays up without a protocol error.

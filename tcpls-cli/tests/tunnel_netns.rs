@@ -1,4 +1,4 @@
-//! Issue 19's "done when", end to end in network namespaces (tcpls-netem, root only): a client
+//! The tunnel as a deployment uses it, end to end in network namespaces (tcpls-netem, root only): a client
 //! namespace, a concentrator namespace joined to it by an emulated path (1 ms, 1 Gbit/s), and
 //! a target namespace behind the concentrator (a veth pair, 10.200.0.0/24) holding the web
 //! server and the DNS resolver. In one run:

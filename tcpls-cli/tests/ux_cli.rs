@@ -8,7 +8,7 @@ use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::time::Duration;
 
-use support::{make_cert, run, serve, tcpls, Proc, TempDir, LOCALHOST_V4, SHORT};
+use support::{make_cert, run, serve, serve_with_cert, tcpls, Proc, TempDir, LOCALHOST_V4, SHORT};
 
 #[test]
 fn cert_refuses_to_overwrite_without_force() {
@@ -165,12 +165,11 @@ fn show_session_and_keylog() {
     let dir = TempDir::new("keylog");
     let (cert, key) = make_cert(dir.path(), "c");
     let (client_keys, server_keys) = (dir.path().join("client.keys"), dir.path().join("server.keys"));
-    let mut server = serve(
+    let mut server = serve_with_cert(
         LOCALHOST_V4,
-        &["--mode", "echo", "--sessions", "2", "--cert", cert.to_str().unwrap(), "--key", key.to_str().unwrap()]
-            .into_iter()
-            .chain(["--keylog", server_keys.to_str().unwrap()])
-            .collect::<Vec<_>>(),
+        &cert,
+        &key,
+        &["--mode", "echo", "--sessions", "2", "--keylog", server_keys.to_str().unwrap()],
     );
     let mut connect = tcpls();
     connect.args(["connect", &server.target(), "-v", "--ca"]).arg(&cert).arg("--keylog").arg(&client_keys);

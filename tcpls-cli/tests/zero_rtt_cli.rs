@@ -6,7 +6,7 @@
 mod support;
 
 use serde_json::Value;
-use support::{make_cert, run, serve, tcpls, TempDir, LOCALHOST_V4, TIMEOUT};
+use support::{make_cert, run, serve_with_cert, tcpls, TempDir, LOCALHOST_V4, TIMEOUT};
 
 fn perf(server: &support::Server, ca: &std::path::Path, args: &[&str]) -> Value {
     let mut cmd = tcpls();
@@ -18,8 +18,7 @@ fn perf(server: &support::Server, ca: &std::path::Path, args: &[&str]) -> Value 
 fn perf_zero_rtt_resumes_and_its_early_data_is_accepted() {
     let dir = TempDir::new("zero-rtt");
     let (cert, key) = make_cert(dir.path(), "z");
-    let server =
-        serve(LOCALHOST_V4, &["--cert", cert.to_str().unwrap(), "--key", key.to_str().unwrap(), "--mode", "perf"]);
+    let server = serve_with_cert(LOCALHOST_V4, &cert, &key, &["--mode", "perf"]);
     for direction in [&[][..], &["--download"][..]] {
         let mut args = vec!["--zero-rtt", "--bytes", "3M"];
         args.extend_from_slice(direction);

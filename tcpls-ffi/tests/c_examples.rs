@@ -225,7 +225,8 @@ fn the_static_library_links_with_the_pc_files_private_libs_and_works() {
     let pc = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tcpls.pc")).unwrap();
     let private: Vec<&str> =
         pc.lines().find_map(|l| l.strip_prefix("Libs.private:")).unwrap().split_whitespace().collect();
-    let binary = temp_dir("static").join("tcpls-client");
+    let dir = temp_dir("static");
+    let binary = dir.join("tcpls-client");
     let crate_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = Command::new("cc")
         .args(["-O2", "-std=c11", "-D_POSIX_C_SOURCE=200809L", "-pthread", "-I"])

@@ -80,7 +80,7 @@ pub struct SessionConfig {
     /// With failover, most sent records kept per connection until the peer acknowledges them;
     /// beyond, the oldest are released unacknowledged (their failover guarantee is lost,
     /// counted in `SessionStats::unacked_released`). A peer that reads without acknowledging
-    /// cannot grow what we keep past this (issue #14). Default 65536 (1 GiB of full records in
+    /// cannot grow what we keep past this (docs/SECURITY.md). Default 65536 (1 GiB of full records in
     /// flight; a log entry costs about 64 bytes).
     pub max_unacked_records: usize,
     /// Same bound on the control frames kept in those records (bytes per connection;
@@ -113,7 +113,7 @@ pub struct SessionConfig {
     pub silence_timeout: Option<std::time::Duration>,
     /// Server sessions end after this long without receiving anything on any connection
     /// (close_notify, then `Error::ConnectionLost`), so that silent clients cannot hold them for
-    /// ever (issue #14). Default 5 minutes; None: never. Client sessions ignore it (they use
+    /// ever (docs/SECURITY.md). Default 5 minutes; None: never. Client sessions ignore it (they use
     /// `keepalive`). A client that idles longer on purpose sets `keepalive` below it.
     pub idle_timeout: Option<std::time::Duration>,
     /// Decrypt stream records straight into their stream's receive buffer (ARCHITECTURE.md,

@@ -112,11 +112,15 @@ pub enum StreamError {
     Fallback,
 }
 
+/// Stream Reset code when the receiver refuses a stream over its concurrency limit or receive
+/// budget (PROTOCOL.md §4.3).
+pub const RESET_REFUSED: u32 = 0x1;
+
 impl fmt::Display for StreamError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StreamError::UnknownStream(id) => write!(f, "unknown stream {id}"),
-            StreamError::Reset(crate::stream::RESET_REFUSED) => f.write_str(
+            StreamError::Reset(RESET_REFUSED) => f.write_str(
                 "stream refused by the peer (code 0x1): it has as many streams open as its stream limit or \
                  receive budget allows; open it again once some end, or raise the peer's limit",
             ),

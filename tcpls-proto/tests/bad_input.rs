@@ -578,7 +578,7 @@ fn one_byte_at_the_edge_of_many_windows_allocates_for_that_byte_only() {
         assert_eq!(victim.stream_count(), n as usize);
         let held = victim.danger_buffered_bytes();
         // The byte and one sparse segment's bookkeeping per stream (it used to be the whole
-        // 64 KiB window: 56 MiB here; issue #14).
+        // 64 KiB window: 56 MiB here).
         assert!(held <= n as usize * 128, "{held} bytes for {n} streams");
         assert!(held >= n as usize, "the test no longer measures what it should: {held}");
     }
@@ -619,7 +619,7 @@ fn refusing_many_streams_at_once_answers_only_the_frames_received() {
         assert!(victim.danger_control_queue_entries() <= 1000, "{}", victim.danger_control_queue_entries());
         // One Stream Reset (17 bytes) per frame naming a refused stream, not one per refused
         // stream: 999 of them, where every refused ID used to get one (63,936 resets, 1 MiB
-        // for 15 KiB; issue #14). The others are answered when frames name them.
+        // for 15 KiB). The others are answered when frames name them.
         let sent = drain_victim_output(&mut p, v);
         assert!(sent >= 999 * 17, "{sent} bytes for 999 refusals");
         assert!(sent <= wire * 5 / 4, "{sent} bytes sent for {wire} received");
@@ -806,7 +806,7 @@ fn repeated_key_update_requests_get_one_answer_while_we_are_silent() {
 }
 
 /// After our close_notify nothing more may be sent on the connection: a KeyUpdate request that
-/// arrives then still rotates the peer's key on our side but is not answered (issue #14).
+/// arrives then still rotates the peer's key on our side but is not answered (a peer cannot make us send after we closed).
 #[test]
 fn no_key_update_answer_after_our_close_notify() {
     for v in BOTH {
@@ -830,7 +830,7 @@ fn no_key_update_answer_after_our_close_notify() {
 /// Requests about one connection (TCP Info, User Timeout, Congestion Control, Rate Limit) and
 /// unsolicited answers, by the thousand in one record: the victim reports the latest of each
 /// kind per connection once, so its IO layer makes one socket call per kind, not one per frame,
-/// and answers about connections that do not exist stop at a small bound (issue #14).
+/// and answers about connections that do not exist stop at a small bound (docs/SECURITY.md).
 #[test]
 fn per_connection_requests_and_answers_are_reported_once_per_kind() {
     for v in BOTH {

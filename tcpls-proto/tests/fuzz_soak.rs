@@ -1,6 +1,6 @@
 //! A deterministic soak over the bodies of the fuzz targets (`fuzz/src/lib.rs`, included as
 //! is), so that CI exercises the same code paths on stable Rust without cargo-fuzz: ~20k
-//! pseudo-random inputs from a xorshift generator, biased towards the structures each target
+//! pseudo-random inputs from the workspace's seeded generator (`tcpls_test::Rng`), biased towards the structures each target
 //! parses (record headers, inner plaintexts, frames) so that they get past the first check.
 //! Any panic is a failure; the properties checked are those of the fuzz targets.
 #![allow(clippy::unwrap_used)]
@@ -12,39 +12,25 @@ use std::net::SocketAddr;
 
 use tcpls_proto::frame::{Frame, PeerTcpInfo};
 use tcpls_proto::record::{CT_ALERT, CT_APPLICATION_DATA, CT_HANDSHAKE, MAX_CIPHERTEXT};
+use tcpls_test::Rng;
 
-/// xorshift64*: deterministic, no dependencies.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    /// Uniform in `0..n` (n > 0), near enough.
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn chance(&mut self, one_in: usize) -> bool {
-        self.below(one_in) == 0
-    }
-    fn u8(&mut self) -> u8 {
-        self.next() as u8
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.u8()).collect()
-    }
+/// What the fuzz paths draw beyond the workspace's generator (`tcpls_test::Rng`, xorshift64*).
+trait Draw {
+    fn u8(&mut self) -> u8;
     /// `bytes` of a random length below `n`.
+    fn some_bytes(&mut self, n: usize) -> Vec<u8>;
+    /// A length that is usually small and sometimes near the interesting limits.
+    fn len(&mut self, max: usize) -> usize;
+}
+
+impl Draw for Rng {
+    fn u8(&mut self) -> u8 {
+        self.next_u64() as u8
+    }
     fn some_bytes(&mut self, n: usize) -> Vec<u8> {
         let len = self.below(n);
         self.bytes(len)
     }
-    /// A length that is usually small and sometimes near the interesting limits.
     fn len(&mut self, max: usize) -> usize {
         match self.below(8) {
             0 => max,
@@ -140,17 +126,17 @@ fn frame_bytes(rng: &mut Rng, own: u32, out: &mut Vec<u8>) {
     let data = rng.bytes(len);
     // Mostly legal values, so that sessions live long enough to reach deeper states.
     let stream_id = match rng.below(30) {
-        0 => rng.next() as u32,
+        0 => rng.next_u64() as u32,
         1 => own ^ 1, // a stream of the receiver's, maybe never opened
         _ => 2 * rng.below(24) as u32 + own,
     };
     let offset = match rng.below(30) {
-        0 => rng.next(),
+        0 => rng.next_u64(),
         1 => 65536 + rng.below(100) as u64,
         2..=5 => 65536 - rng.below(2000) as u64,
         _ => rng.below(3000) as u64,
     };
-    let connection_id = if rng.chance(4) { rng.next() as u32 } else { 0 };
+    let connection_id = if rng.chance(4) { rng.next_u64() as u32 } else { 0 };
     let addr: SocketAddr =
         if rng.chance(2) { "192.0.2.1:443".parse().unwrap() } else { "[2001:db8::1]:8443".parse().unwrap() };
     let token = [rng.u8(); 32];
@@ -163,7 +149,7 @@ fn frame_bytes(rng: &mut Rng, own: u32, out: &mut Vec<u8>) {
         24..=39 | 0..=6 => Frame::Stream { stream_id, offset, fin: rng.chance(8), data: &data },
         7 => Frame::Padding,
         8 => Frame::Ping,
-        9 => Frame::Ack { connection_id, highest_record_seq: rng.next() },
+        9 => Frame::Ack { connection_id, highest_record_seq: rng.next_u64() },
         10 if own == 1 || rng.chance(4) => Frame::NewToken { sequence: rng.below(100) as u32, token },
         11 => Frame::ConnectionReset { connection_id: connection_id | 1 },
         12 => Frame::NewAddress { address_id: rng.u8(), addr },
@@ -171,11 +157,11 @@ fn frame_bytes(rng: &mut Rng, own: u32, out: &mut Vec<u8>) {
         14 => Frame::StreamChange { next_stream_id: stream_id, next_offset: offset },
         15 if rng.chance(8) => Frame::Rejoin { connection_id, session_ref: [rng.u8(); 16], proof: token },
         15 if rng.chance(4) => Frame::Join { token },
-        16 => Frame::StreamReset { stream_id, final_size: offset, error_code: rng.next() as u32 },
+        16 => Frame::StreamReset { stream_id, final_size: offset, error_code: rng.next_u64() as u32 },
         17 => Frame::MaxStreamData { stream_id, maximum_offset: offset },
-        18 => Frame::UserTimeout { timeout_ms: rng.next() as u32 },
-        19 => Frame::RttProbe { connection_id, timestamp_us: rng.next() },
-        20 => Frame::RttEcho { connection_id, timestamp_us: rng.next() },
+        18 => Frame::UserTimeout { timeout_ms: rng.next_u64() as u32 },
+        19 => Frame::RttProbe { connection_id, timestamp_us: rng.next_u64() },
+        20 => Frame::RttEcho { connection_id, timestamp_us: rng.next_u64() },
         21 => Frame::TcpInfo { connection_id, info: PeerTcpInfo::default() },
         22 => Frame::CongestionControl { connection_id, name },
         23 if rng.chance(2) => Frame::PathPriority { connection_id, backup: rng.chance(2) },

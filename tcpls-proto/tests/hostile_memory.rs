@@ -1,4 +1,4 @@
-//! Hostile peers against the memory model (issue #14; docs/SECURITY.md): an attacker that
+//! Hostile peers against the memory model (docs/SECURITY.md): an attacker that
 //! completed the handshake seals its own records with its real keys
 //! (`Session::danger_seal_raw`) and tries to make the victim hold memory it did not pay for.
 //! Memory is measured with a counting global allocator (every heap byte of this test process),
@@ -155,7 +155,7 @@ fn filling_the_initial_window_of_4096_streams_stays_within_the_receive_budget() 
     assert!(stats.streams_refused >= 3000, "only {} streams refused", stats.streams_refused);
     assert!(buffers <= budget, "receive buffers hold {buffers} bytes, over the budget of {budget}");
     // Everything else the victim holds (stream state, refusals, events) fits in the rest of
-    // issue #14's 64 MiB per attacking session.
+    // the 64 MiB per attacking session that docs/SECURITY.md promises.
     assert!(grown < 64 << 20, "the process heap grew by {grown} bytes");
     // The admitted streams hold exactly what was sent on them.
     let mut out = vec![0u8; window + 1];

@@ -51,7 +51,7 @@ fn a_client_without_tokens_rejoins_and_its_stream_goes_on() {
     assert!(p.server.connection_ids().contains(&id));
     assert!(p.client.is_connection_usable(id), "the server answered on the rejoined connection");
     // (No fresh token follows: the server still counts the 4 tokens the client burnt on
-    // connects that never reached it as unused; issue #15 item 5's first half.)
+    // connects that never reached it as unused.)
     let s = p.client.open_stream().unwrap();
     let data = payload(500_000, 21);
     assert!(p.transfer(s, &data, |_, _| {}) == data, "content checked");

@@ -281,7 +281,8 @@ fn ticket_store_lifetime_rotation_and_single_use() {
 /// PROTOCOL.md §1.7: early data carries Stream frames only. Anything else (here a Rate Limit,
 /// a Stream Reset, a Congestion Control request or a Join next to the Stream frame) is a
 /// protocol violation: the server fails the connection with unexpected_message before acting
-/// on any of it (issue #14, observation 7: they used to be acted on before the client Finished).
+/// on any of it (such frames would otherwise be acted on before the client Finished proves the
+/// handshake).
 #[test]
 fn early_data_with_anything_but_stream_frames_is_a_protocol_violation() {
     use tcpls_proto::frame::Frame;

@@ -8,9 +8,12 @@
 //!   `tcpls perf`), so every receiver can verify each byte and its position.
 //! * [`AcceptAnyServerCertificate`]: the (dangerous) verifier that accepts any server
 //!   certificate, re-exported from `tcpls_proto::insecure`.
-//! * [`net`]: loopback helpers (a TCP echo server, a port with nothing listening).
+//! * [`net`]: loopback helpers (a TCP echo server, an echo round trip that checks every byte,
+//!   a port with nothing listening).
 //! * [`free_port`]: a port for a test process that must be told one before it binds it.
 //! * [`Rng`]: a seeded pseudo-random generator for soaks and randomized tests.
+//! * [`TempDir`]: a temporary directory removed when dropped.
+//! * [`sockets`]: killing a live TCP connection with `ss -K` (root only), for failover tests.
 //!
 //! The network-namespace helpers (creating namespaces, veth pairs, routes, detecting whether
 //! the test may: root and `ip netns`, printing `SKIPPED: <reason>` otherwise) are in the
@@ -40,6 +43,8 @@ pub mod net;
 mod payload;
 pub mod pki;
 mod rng;
+pub mod sockets;
+mod temp;
 
 pub use free_port::free_port;
 pub use payload::{payload, payload_at};
@@ -49,3 +54,4 @@ pub use rng::Rng;
 /// [`pattern::Verifier`]).
 pub use tcpls_pattern as pattern;
 pub use tcpls_proto::insecure::AcceptAnyServerCertificate;
+pub use temp::TempDir;

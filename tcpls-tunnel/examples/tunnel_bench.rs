@@ -304,27 +304,50 @@ fn parse_size(s: &str) -> u64 {
     n.parse::<u64>().expect("size") * m
 }
 
+/// What every part of the benchmark shares: the options, and the servers set up once.
+struct Bench {
+    args: Vec<String>,
+    json: bool,
+    bytes: u64,
+    secs: f64,
+    runs: usize,
+    link_mbps: u64,
+    pki: Pki,
+    /// The source server every way fetches from.
+    src: SocketAddr,
+    /// A direct TCPLS session to the source's TCPLS twin.
+    session: tcpls::Session,
+    /// The tunnel's forward to the source, with the tuned configuration.
+    fwd: SocketAddr,
+    /// The tunnel's late multiplexing knobs (defaults: TunnelConfig::default()).
+    tuned: TunnelConfig,
+}
+
+impl Bench {
+    fn arg(&self, name: &str) -> Option<String> {
+        self.args.iter().position(|a| a == name).and_then(|i| self.args.get(i + 1)).cloned()
+    }
+
+    fn log(&self, m: String) {
+        if !self.json {
+            println!("{m}");
+        }
+    }
+
+    /// The tunnel without late multiplexing: TCPLS defaults, no TCP_NOTSENT_LOWAT.
+    fn legacy() -> TunnelConfig {
+        TunnelConfig { session: tcpls::SessionConfig::default(), ..Default::default() }
+    }
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let json = args.iter().any(|a| a == "--json");
     let arg = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
     let bytes = arg("--bytes").map(|s| parse_size(&s)).unwrap_or(512 << 20);
     let secs: f64 = arg("--secs").map(|s| s.parse().expect("--secs")).unwrap_or(3.0);
     let runs: usize = arg("--runs").map(|s| s.parse().expect("--runs")).unwrap_or(3);
     let link_mbps: u64 = arg("--link-mbps").map(|s| s.parse().expect("--link-mbps")).unwrap_or(200);
-    let parts: Vec<&str> = args.windows(2).filter(|w| w[0] == "--part").map(|w| w[1].as_str()).collect();
-    let part = |name: &str| parts.is_empty() || parts.contains(&name);
-    let log = |m: String| {
-        if !json {
-            println!("{m}");
-        }
-    };
-
-    let pki = Pki::new();
-    let src = source_server().await;
-    let session = direct_tcpls(&pki, None).await;
-    // The tunnel's late multiplexing knobs (defaults: TunnelConfig::default()).
     let mut tuned = TunnelConfig::default();
     if let Some(v) = arg("--lowat") {
         tuned.session.notsent_lowat = Some(parse_size(&v) as u32);
@@ -332,186 +355,226 @@ async fn main() {
     if let Some(v) = arg("--high-water") {
         tuned.session.transmit_high_water = parse_size(&v) as usize;
     }
-    let tuned = move || tuned.clone();
-    let fwd = tunnel(&pki, tuned(), src, None).await;
-    // The tunnel without late multiplexing: TCPLS defaults, no TCP_NOTSENT_LOWAT.
-    let legacy = || TunnelConfig { session: tcpls::SessionConfig::default(), ..Default::default() };
+    let parts: Vec<String> = args.windows(2).filter(|w| w[0] == "--part").map(|w| w[1].clone()).collect();
+    let part = |name: &str| parts.is_empty() || parts.iter().any(|p| p == name);
+
+    let pki = Pki::new();
+    let src = source_server().await;
+    let session = direct_tcpls(&pki, None).await;
+    let fwd = tunnel(&pki, tuned.clone(), src, None).await;
+    let json = args.iter().any(|a| a == "--json");
+    let bench = Bench { args: args.clone(), json, bytes, secs, runs, link_mbps, pki, src, session, fwd, tuned };
     let mut out = serde_json::Map::new();
     out.insert("bytes".into(), bytes.into());
-
     if part("goodput") {
-        let fwd_legacy = tunnel(&pki, legacy(), src, None).await;
-        let relayed = tcp_relay(tcp_relay(src).await).await;
-        let mut goodput = serde_json::Map::new();
-        let mut reps = serde_json::Map::new();
-        let mut cpu = serde_json::Map::new();
-        // `tcp_2relays`: the tunnel's three TCP connections without TLS (source -> relay ->
-        // relay -> sink), what the tunnel's extra connections cost by themselves.
-        let vias = [
-            ("tcp", Via::Tcp(src)),
-            ("tcp_2relays", Via::Tcp(relayed)),
-            ("tcpls", Via::Tcpls(&session)),
-            ("tunnel", Via::Tcp(fwd)),
-            ("tunnel_no_lowat", Via::Tcp(fwd_legacy)),
-        ];
-        // `--vias tcpls,tunnel` measures only these (e.g. to profile one of them).
-        let only = arg("--vias");
-        let wanted = |name: &str| only.as_deref().is_none_or(|o| o.split(',').any(|v| v == name));
-        // Repetitions interleave the ways (rep 1 of each, then rep 2...), so that a change of the
-        // machine's load hits all of them alike and the ratios of one repetition compare.
-        // Per way: goodput of each repetition, and (user, system) CPU seconds per GiB summed.
-        type Row<'a> = (&'a str, Vec<f64>, (f64, f64));
-        let mut all: Vec<Row> = vias.iter().filter(|(n, _)| wanted(n)).map(|(n, _)| (*n, vec![], (0.0, 0.0))).collect();
-        for _ in 0..runs {
-            for (name, via) in vias.iter().filter(|(n, _)| wanted(n)) {
-                let before = cpu_now();
-                let (n, _, t) = via.request(bytes).await;
-                let row = all.iter_mut().find(|(k, _, _)| k == name).unwrap();
-                row.1.push(gbps(n, t));
-                if let (Some(b), Some(a)) = (before, cpu_now()) {
-                    let gib = n as f64 / (1u64 << 30) as f64;
-                    row.2 .0 += (a.0 - b.0) / gib / runs as f64;
-                    row.2 .1 += (a.1 - b.1) / gib / runs as f64;
-                }
-            }
-        }
-        for (name, v, (user, sys)) in &all {
-            let best = v.iter().cloned().fold(0.0f64, f64::max);
-            let list: Vec<String> = v.iter().map(|g| format!("{g:.2}")).collect();
-            log(format!(
-                "goodput {name:>16}: {best:6.2} Gbit/s ({} MiB, best of {runs}; each: {}); \
-                 CPU {:.3} s/GiB (user {user:.3}, sys {sys:.3}; mean)",
-                bytes >> 20,
-                list.join(" "),
-                user + sys,
-            ));
-            goodput.insert((*name).into(), best.into());
-            reps.insert((*name).into(), v.clone().into());
-            cpu.insert((*name).into(), serde_json::json!({ "user_s_per_gib": user, "sys_s_per_gib": sys }));
-        }
-        out.insert("cpu".into(), cpu.into());
-        if let (Some(t), Some(d)) = (goodput.get("tunnel"), goodput.get("tcpls")) {
-            let ratio = t.as_f64().unwrap() / d.as_f64().unwrap();
-            let get = |k: &str| all.iter().find(|(n, _, _)| *n == k).map(|(_, v, _)| v.clone()).unwrap();
-            let per: Vec<String> =
-                get("tunnel").iter().zip(get("tcpls")).map(|(t, d)| format!("{:.2}", t / d)).collect();
-            log(format!(
-                "tunnel / direct TCPLS goodput: {:.0}% (best/best; per repetition: {})",
-                ratio * 100.0,
-                per.join(" ")
-            ));
-            out.insert("tunnel_vs_tcpls".into(), ratio.into());
-        }
-        // The same connections with and without TLS: the tunnel against the plain relay chain,
-        // next to direct TCPLS against plain TCP.
-        let best = |k: &str| goodput.get(k).and_then(|v| v.as_f64());
-        if let (Some(t), Some(r), Some(d), Some(p)) = (best("tunnel"), best("tcp_2relays"), best("tcpls"), best("tcp"))
-        {
-            log(format!("with TLS / without (best/best): tunnel / tcp_2relays {:.2}, tcpls / tcp {:.2}", t / r, d / p));
-            out.insert("tunnel_vs_tcp_2relays".into(), (t / r).into());
-            out.insert("tcpls_vs_tcp".into(), (d / p).into());
-        }
-        // On a CPU-bound loopback run goodput follows 1 / CPU per GiB: the CPU ratio is what the
-        // goodput ratio tends to, and the two TCP connections the tunnel adds (what
-        // `tcp_2relays` costs beyond `tcp`) bound it even with a free relay.
-        let cpu_of = |k: &str| all.iter().find(|(n, _, _)| *n == k).map(|(_, _, (u, s))| u + s);
-        if let (Some(t), Some(d)) = (cpu_of("tunnel"), cpu_of("tcpls")) {
-            log(format!(
-                "tunnel / direct TCPLS CPU per GiB: {:.2}x (goodput ratio on a CPU-bound run: {:.2})",
-                t / d,
-                d / t
-            ));
-            out.insert("tunnel_vs_tcpls_cpu".into(), (t / d).into());
-            if let (Some(r), Some(p)) = (cpu_of("tcp_2relays"), cpu_of("tcp")) {
-                let bound = d / (d + (r - p));
-                log(format!(
-                    "bound from the two extra TCP connections alone (tcpls / (tcpls + tcp_2relays - tcp) CPU): {bound:.2}"
-                ));
-                out.insert("bound_extra_connections".into(), bound.into());
-            }
-        }
-        out.insert("goodput_gbps".into(), goodput.into());
-        out.insert("goodput_reps_gbps".into(), reps.into());
+        goodput(&bench, &mut out).await;
     }
-
     if part("goodput_link") {
-        // The same through a bottleneck link (network-bound rather than CPU-bound).
-        let gbit = arg("--goodput-link-mbps").map(|s| s.parse::<u64>().expect("mbps")).unwrap_or(1000);
-        let linked_session = direct_tcpls(&pki, Some(gbit * 1_000_000)).await;
-        let linked_tunnel = tunnel(&pki, tuned(), src, Some(gbit * 1_000_000)).await;
-        let size = (bytes / 4).max(16 << 20);
-        let mut row = serde_json::Map::new();
-        for (name, via) in [("tcpls", Via::Tcpls(&linked_session)), ("tunnel", Via::Tcp(linked_tunnel))] {
-            let mut best = 0.0f64;
-            for _ in 0..runs {
-                let (n, _, t) = via.request(size).await;
-                best = best.max(gbps(n, t));
-            }
-            log(format!("goodput over a {gbit} Mbit/s link {name:>8}: {:7.1} Mbit/s ({} MiB)", best * 1e3, size >> 20));
-            row.insert(name.into(), (best * 1e3).into());
-        }
-        let ratio = row["tunnel"].as_f64().unwrap() / row["tcpls"].as_f64().unwrap();
-        log(format!("tunnel / direct TCPLS goodput over the link: {:.0}%", ratio * 100.0));
-        row.insert("link_mbps".into(), gbit.into());
-        row.insert("tunnel_vs_tcpls".into(), ratio.into());
-        out.insert("goodput_link_mbps".into(), row.into());
+        goodput_link(&bench, &mut out).await;
     }
-
     if part("ttfb") {
-        let mut ttfb = serde_json::Map::new();
-        for (name, via) in [("tcp", Via::Tcp(src)), ("tcpls_stream", Via::Tcpls(&session)), ("tunnel", Via::Tcp(fwd))] {
-            let mut v = Vec::new();
-            for _ in 0..200 {
-                v.push(via.request(800).await.1);
-            }
-            let m = median(v);
-            log(format!("time to first byte {name:>12}: {:7.3} ms (median of 200, 800 B responses)", ms(m)));
-            ttfb.insert(name.into(), ms(m).into());
-        }
-        out.insert("ttfb_ms".into(), ttfb.into());
+        ttfb(&bench, &mut out).await;
     }
-
     if part("rps") {
-        // 16 concurrent clients, a new connection (or stream) per request.
-        let mut rates = serde_json::Map::new();
-        for (label, size) in [("800B", 800u64), ("32KiB", 32 << 10), ("4MiB", 4 << 20)] {
-            let mut row = serde_json::Map::new();
-            for (name, via) in
-                [("tcp", Via::Tcp(src)), ("tcpls_stream", Via::Tcpls(&session)), ("tunnel", Via::Tcp(fwd))]
-            {
-                let r = rps(via, size, 16, secs).await;
-                log(format!("requests/s {label:>6} {name:>12}: {r:9.0}"));
-                row.insert(name.into(), r.into());
-            }
-            rates.insert(label.into(), row.into());
-        }
-        out.insert("requests_per_s".into(), rates.into());
+        requests_per_second(&bench, &mut out).await;
     }
-
     if part("objects") {
-        // 4 KB objects, idle and under a bulk download through the same tunnel, on loopback
-        // and behind a bottleneck link between the client and the concentrator.
-        let link = link_mbps * 1_000_000;
-        let slow = tunnel(&pki, tuned(), src, Some(link)).await;
-        let slow_legacy = tunnel(&pki, legacy(), src, Some(link)).await;
-        let mut objects = serde_json::Map::new();
-        let cases = [
-            ("loopback_idle".to_string(), fwd, false),
-            ("loopback_under_bulk".to_string(), fwd, true),
-            (format!("link{link_mbps}M_idle"), slow, false),
-            (format!("link{link_mbps}M_under_bulk"), slow, true),
-            (format!("link{link_mbps}M_under_bulk_no_lowat"), slow_legacy, true),
-        ];
-        for (name, to, bulk) in cases {
-            let v = object_under_bulk(to, bulk, 100).await;
-            let (p50, p95) = (ms(p(&v, 0.5)), ms(p(&v, 0.95)));
-            log(format!("4 KB object {name:>30}: median {p50:8.3} ms, p95 {p95:8.3} ms (100 fetches)"));
-            objects.insert(name, serde_json::json!({ "median_ms": p50, "p95_ms": p95 }));
-        }
-        out.insert("object_4kb".into(), objects.into());
+        objects(&bench, &mut out).await;
     }
-
     if json {
         println!("{}", serde_json::to_string_pretty(&serde_json::Value::Object(out)).unwrap());
     }
+}
+
+/// Per way: its name, the goodput of each repetition, and (user, system) CPU seconds per GiB.
+type Row<'a> = (&'a str, Vec<f64>, (f64, f64));
+
+/// Bulk goodput and CPU per GiB of every way, then the ratios between them.
+async fn goodput(b: &Bench, out: &mut serde_json::Map<String, serde_json::Value>) {
+    let fwd_legacy = tunnel(&b.pki, Bench::legacy(), b.src, None).await;
+    let relayed = tcp_relay(tcp_relay(b.src).await).await;
+    let mut goodput = serde_json::Map::new();
+    let mut reps = serde_json::Map::new();
+    let mut cpu = serde_json::Map::new();
+    // `tcp_2relays`: the tunnel's three TCP connections without TLS (source -> relay ->
+    // relay -> sink), what the tunnel's extra connections cost by themselves.
+    let vias = [
+        ("tcp", Via::Tcp(b.src)),
+        ("tcp_2relays", Via::Tcp(relayed)),
+        ("tcpls", Via::Tcpls(&b.session)),
+        ("tunnel", Via::Tcp(b.fwd)),
+        ("tunnel_no_lowat", Via::Tcp(fwd_legacy)),
+    ];
+    // `--vias tcpls,tunnel` measures only these (e.g. to profile one of them).
+    let only = b.arg("--vias");
+    let wanted = |name: &str| only.as_deref().is_none_or(|o| o.split(',').any(|v| v == name));
+    let vias: Vec<_> = vias.into_iter().filter(|(n, _)| wanted(n)).collect();
+    let all = goodput_repetitions(b, &vias).await;
+    let runs = b.runs;
+    for (name, v, (user, sys)) in &all {
+        let best = v.iter().cloned().fold(0.0f64, f64::max);
+        let list: Vec<String> = v.iter().map(|g| format!("{g:.2}")).collect();
+        b.log(format!(
+            "goodput {name:>16}: {best:6.2} Gbit/s ({} MiB, best of {runs}; each: {}); \
+             CPU {:.3} s/GiB (user {user:.3}, sys {sys:.3}; mean)",
+            b.bytes >> 20,
+            list.join(" "),
+            user + sys,
+        ));
+        goodput.insert((*name).into(), best.into());
+        reps.insert((*name).into(), v.clone().into());
+        cpu.insert((*name).into(), serde_json::json!({ "user_s_per_gib": user, "sys_s_per_gib": sys }));
+    }
+    out.insert("cpu".into(), cpu.into());
+    goodput_ratios(b, &all, &goodput, out);
+    out.insert("goodput_gbps".into(), goodput.into());
+    out.insert("goodput_reps_gbps".into(), reps.into());
+}
+
+/// Repetitions interleave the ways (rep 1 of each, then rep 2...), so that a change of the
+/// machine's load hits all of them alike and the ratios of one repetition compare. Per way:
+/// goodput of each repetition, and (user, system) CPU seconds per GiB summed.
+async fn goodput_repetitions<'a>(b: &Bench, vias: &[(&'a str, Via<'_>)]) -> Vec<Row<'a>> {
+    let mut all: Vec<Row> = vias.iter().map(|(n, _)| (*n, vec![], (0.0, 0.0))).collect();
+    for _ in 0..b.runs {
+        for (name, via) in vias {
+            let before = cpu_now();
+            let (n, _, t) = via.request(b.bytes).await;
+            let row = all.iter_mut().find(|(k, _, _)| k == name).unwrap();
+            row.1.push(gbps(n, t));
+            if let (Some(before), Some(after)) = (before, cpu_now()) {
+                let gib = n as f64 / (1u64 << 30) as f64;
+                row.2 .0 += (after.0 - before.0) / gib / b.runs as f64;
+                row.2 .1 += (after.1 - before.1) / gib / b.runs as f64;
+            }
+        }
+    }
+    all
+}
+
+/// The tunnel against direct TCPLS, and each with TLS against without, in goodput and CPU.
+fn goodput_ratios(
+    b: &Bench,
+    all: &[Row<'_>],
+    goodput: &serde_json::Map<String, serde_json::Value>,
+    out: &mut serde_json::Map<String, serde_json::Value>,
+) {
+    if let (Some(t), Some(d)) = (goodput.get("tunnel"), goodput.get("tcpls")) {
+        let ratio = t.as_f64().unwrap() / d.as_f64().unwrap();
+        let get = |k: &str| all.iter().find(|(n, _, _)| *n == k).map(|(_, v, _)| v.clone()).unwrap();
+        let per: Vec<String> = get("tunnel").iter().zip(get("tcpls")).map(|(t, d)| format!("{:.2}", t / d)).collect();
+        b.log(format!(
+            "tunnel / direct TCPLS goodput: {:.0}% (best/best; per repetition: {})",
+            ratio * 100.0,
+            per.join(" ")
+        ));
+        out.insert("tunnel_vs_tcpls".into(), ratio.into());
+    }
+    // The same connections with and without TLS: the tunnel against the plain relay chain,
+    // next to direct TCPLS against plain TCP.
+    let best = |k: &str| goodput.get(k).and_then(|v| v.as_f64());
+    if let (Some(t), Some(r), Some(d), Some(p)) = (best("tunnel"), best("tcp_2relays"), best("tcpls"), best("tcp")) {
+        b.log(format!("with TLS / without (best/best): tunnel / tcp_2relays {:.2}, tcpls / tcp {:.2}", t / r, d / p));
+        out.insert("tunnel_vs_tcp_2relays".into(), (t / r).into());
+        out.insert("tcpls_vs_tcp".into(), (d / p).into());
+    }
+    // On a CPU-bound loopback run goodput follows 1 / CPU per GiB: the CPU ratio is what the
+    // goodput ratio tends to, and the two TCP connections the tunnel adds (what
+    // `tcp_2relays` costs beyond `tcp`) bound it even with a free relay.
+    let cpu_of = |k: &str| all.iter().find(|(n, _, _)| *n == k).map(|(_, _, (u, s))| u + s);
+    if let (Some(t), Some(d)) = (cpu_of("tunnel"), cpu_of("tcpls")) {
+        b.log(format!(
+            "tunnel / direct TCPLS CPU per GiB: {:.2}x (goodput ratio on a CPU-bound run: {:.2})",
+            t / d,
+            d / t
+        ));
+        out.insert("tunnel_vs_tcpls_cpu".into(), (t / d).into());
+        if let (Some(r), Some(p)) = (cpu_of("tcp_2relays"), cpu_of("tcp")) {
+            let bound = d / (d + (r - p));
+            b.log(format!(
+                "bound from the two extra TCP connections alone (tcpls / (tcpls + tcp_2relays - tcp) CPU): {bound:.2}"
+            ));
+            out.insert("bound_extra_connections".into(), bound.into());
+        }
+    }
+}
+
+/// The same through a bottleneck link (network-bound rather than CPU-bound).
+async fn goodput_link(b: &Bench, out: &mut serde_json::Map<String, serde_json::Value>) {
+    let gbit = b.arg("--goodput-link-mbps").map(|s| s.parse::<u64>().expect("mbps")).unwrap_or(1000);
+    let linked_session = direct_tcpls(&b.pki, Some(gbit * 1_000_000)).await;
+    let linked_tunnel = tunnel(&b.pki, b.tuned.clone(), b.src, Some(gbit * 1_000_000)).await;
+    let size = (b.bytes / 4).max(16 << 20);
+    let mut row = serde_json::Map::new();
+    for (name, via) in [("tcpls", Via::Tcpls(&linked_session)), ("tunnel", Via::Tcp(linked_tunnel))] {
+        let mut best = 0.0f64;
+        for _ in 0..b.runs {
+            let (n, _, t) = via.request(size).await;
+            best = best.max(gbps(n, t));
+        }
+        b.log(format!("goodput over a {gbit} Mbit/s link {name:>8}: {:7.1} Mbit/s ({} MiB)", best * 1e3, size >> 20));
+        row.insert(name.into(), (best * 1e3).into());
+    }
+    let ratio = row["tunnel"].as_f64().unwrap() / row["tcpls"].as_f64().unwrap();
+    b.log(format!("tunnel / direct TCPLS goodput over the link: {:.0}%", ratio * 100.0));
+    row.insert("link_mbps".into(), gbit.into());
+    row.insert("tunnel_vs_tcpls".into(), ratio.into());
+    out.insert("goodput_link_mbps".into(), row.into());
+}
+
+/// Time to the first byte of a small response.
+async fn ttfb(b: &Bench, out: &mut serde_json::Map<String, serde_json::Value>) {
+    let mut ttfb = serde_json::Map::new();
+    for (name, via) in [("tcp", Via::Tcp(b.src)), ("tcpls_stream", Via::Tcpls(&b.session)), ("tunnel", Via::Tcp(b.fwd))]
+    {
+        let mut v = Vec::new();
+        for _ in 0..200 {
+            v.push(via.request(800).await.1);
+        }
+        let m = median(v);
+        b.log(format!("time to first byte {name:>12}: {:7.3} ms (median of 200, 800 B responses)", ms(m)));
+        ttfb.insert(name.into(), ms(m).into());
+    }
+    out.insert("ttfb_ms".into(), ttfb.into());
+}
+
+/// 16 concurrent clients, a new connection (or stream) per request.
+async fn requests_per_second(b: &Bench, out: &mut serde_json::Map<String, serde_json::Value>) {
+    let mut rates = serde_json::Map::new();
+    for (label, size) in [("800B", 800u64), ("32KiB", 32 << 10), ("4MiB", 4 << 20)] {
+        let mut row = serde_json::Map::new();
+        for (name, via) in
+            [("tcp", Via::Tcp(b.src)), ("tcpls_stream", Via::Tcpls(&b.session)), ("tunnel", Via::Tcp(b.fwd))]
+        {
+            let r = rps(via, size, 16, b.secs).await;
+            b.log(format!("requests/s {label:>6} {name:>12}: {r:9.0}"));
+            row.insert(name.into(), r.into());
+        }
+        rates.insert(label.into(), row.into());
+    }
+    out.insert("requests_per_s".into(), rates.into());
+}
+
+/// 4 KB objects, idle and under a bulk download through the same tunnel, on loopback and
+/// behind a bottleneck link between the client and the concentrator.
+async fn objects(b: &Bench, out: &mut serde_json::Map<String, serde_json::Value>) {
+    let link_mbps = b.link_mbps;
+    let link = link_mbps * 1_000_000;
+    let slow = tunnel(&b.pki, b.tuned.clone(), b.src, Some(link)).await;
+    let slow_legacy = tunnel(&b.pki, Bench::legacy(), b.src, Some(link)).await;
+    let mut objects = serde_json::Map::new();
+    let cases = [
+        ("loopback_idle".to_string(), b.fwd, false),
+        ("loopback_under_bulk".to_string(), b.fwd, true),
+        (format!("link{link_mbps}M_idle"), slow, false),
+        (format!("link{link_mbps}M_under_bulk"), slow, true),
+        (format!("link{link_mbps}M_under_bulk_no_lowat"), slow_legacy, true),
+    ];
+    for (name, to, bulk) in cases {
+        let v = object_under_bulk(to, bulk, 100).await;
+        let (p50, p95) = (ms(p(&v, 0.5)), ms(p(&v, 0.95)));
+        b.log(format!("4 KB object {name:>30}: median {p50:8.3} ms, p95 {p95:8.3} ms (100 fetches)"));
+        objects.insert(name, serde_json::json!({ "median_ms": p50, "p95_ms": p95 }));
+    }
+    out.insert("object_4kb".into(), objects.into());
 }

@@ -38,6 +38,11 @@ pub enum Frontend {
     Http,
 }
 
+/// Letters, digits, `-`, `.`, `_` (and `:` for a literal IPv6 address), at most 253 bytes.
+pub fn valid_host_name(h: &str) -> bool {
+    !h.is_empty() && h.len() <= 253 && h.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._:".contains(&b))
+}
+
 /// Where an application connection should go.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Target {

@@ -11,7 +11,7 @@ use std::fmt;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::frontend::Target;
+use crate::frontend::{valid_host_name, Target};
 
 /// Largest request head accepted (request line and headers); larger is answered 431.
 pub const MAX_HEAD: usize = 16 << 10;
@@ -158,7 +158,7 @@ fn authority(s: &str, default_port: Option<u16>) -> Result<Target, HttpError> {
     if let Ok(t) = Target::parse(s) {
         if let Target::Name(h, p) = &t {
             // "[::1]:80" is parsed as an address above; anything else in brackets is bad.
-            if h.starts_with('[') || !crate::tunnel::tlv::valid_host_name(h) {
+            if h.starts_with('[') || !valid_host_name(h) {
                 return Err(bad(400, format!("'{s}' is not a host name")));
             }
             return Ok(Target::Name(h.clone(), *p));
@@ -172,7 +172,7 @@ fn authority(s: &str, default_port: Option<u16>) -> Result<Target, HttpError> {
     if let Ok(ip) = host.parse::<std::net::IpAddr>() {
         return Ok(Target::Addr(std::net::SocketAddr::new(ip, port)));
     }
-    if host.contains(':') || !crate::tunnel::tlv::valid_host_name(host) {
+    if host.contains(':') || !valid_host_name(host) {
         return Err(bad(400, format!("'{s}' is not a host name")));
     }
     Ok(Target::Name(host.to_string(), port))

@@ -20,22 +20,21 @@
 
 pub mod cli;
 pub mod clients;
-pub mod codec;
 pub mod frontend;
 pub mod http_proxy;
-mod lp;
-mod mux;
 pub mod policy;
-pub mod reorder;
-pub mod rp;
+pub mod tm3;
 pub mod tunnel;
+
+// The TM3 modules other crates (the fuzz targets, the tests) name from the crate root.
+pub use tm3::{codec, reorder, rp};
 
 use std::time::Duration;
 
 pub use frontend::Frontend;
-pub use lp::{original_dst, LocalProxy};
 pub use policy::DestPolicy;
-pub use rp::RemoteProxy;
+pub use tm3::lp::{original_dst, LocalProxy};
+pub use tm3::rp::RemoteProxy;
 pub use tunnel::{Stats, StatsSnapshot};
 
 /// Default port of the remote proxy.

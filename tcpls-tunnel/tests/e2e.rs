@@ -26,17 +26,6 @@ fn v4(a: SocketAddr) -> SocketAddrV4 {
     }
 }
 
-/// xorshift64: the connections' sizes (their bytes come from [`payload`]).
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
 /// Download pattern: the `tcpls-pattern` stream of this seed (its period is not a multiple of
 /// 4096, so misplaced 4096-byte messages are detected).
 const SEED: u64 = 77;
@@ -119,6 +108,8 @@ impl Setup {
     }
 }
 
+/// Sends `data` and reads exactly as many bytes back, without half-closing: a FIN ends a TM3
+/// connection in both directions (`tcpls_test::net::echo_roundtrip` half-closes first).
 async fn echo_roundtrip(addr: SocketAddr, data: Vec<u8>) -> Result<(), String> {
     let s = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
     let (mut r, mut w) = s.into_split();
@@ -146,8 +137,8 @@ async fn concurrent_300_connections_random_sizes() {
     for i in 0..300u64 {
         tasks.push(tokio::spawn(async move {
             let seed = i * 7919 + 13;
-            let mut rng = Rng(seed);
-            let size = (rng.next() % (96 * 1024)) as usize + if i % 10 == 0 { 0 } else { 1 };
+            // The connection's size (its bytes come from `payload`).
+            let size = tcpls_test::Rng::new(seed).below(96 * 1024) + if i % 10 == 0 { 0 } else { 1 };
             echo_roundtrip(fwd, payload(size, seed)).await
         }));
     }

@@ -1,5 +1,5 @@
-//! The TM3 remote proxy against peers that leave, flood and aim at the proxy host (issue 14,
-//! observation 6): abandoned partial pipe groups are closed on a timer, data for connections
+//! The TM3 remote proxy against peers that leave, flood and aim at the proxy host
+//! (docs/SECURITY.md): abandoned partial pipe groups are closed on a timer, data for connections
 //! whose connect is pending is bounded per connection and per session, and the optional
 //! destination policy resets refused connections without connecting. Real sockets on loopback.
 

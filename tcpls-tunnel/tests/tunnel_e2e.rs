@@ -37,18 +37,15 @@ async fn a_thousand_concurrent_connections_of_random_sizes() {
     let t = Tunnel::start(&["127.0.0.1:0"]).await;
     let echo = echo_server("127.0.0.1:0").await;
     let fwd = t.forward(echo).await;
-    let mut rng = 0x2545_F491_4F6C_DD1Du64;
+    let mut rng = tcpls_test::Rng::new(1);
     let mut tasks = Vec::new();
     let mut total = 0;
     for i in 0..1000u64 {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
         // Mostly small, some up to 256 KiB, a few empty.
-        let len = match rng % 10 {
+        let len = match rng.below(10) {
             0 => 0,
-            1..=6 => (rng >> 8) as usize % 4096,
-            _ => (rng >> 8) as usize % (256 << 10),
+            1..=6 => rng.below(4096),
+            _ => rng.below(256 << 10),
         };
         total += len;
         tasks.push(tokio::spawn(async move {

@@ -1,4 +1,4 @@
-//! The concentrator as an attacker sees it (issue 14, observation 5): its destination policy
+//! The concentrator as an attacker sees it (docs/SECURITY.md): its destination policy
 //! (no loopback, link-local, unspecified... unless allowed), and its limits on sessions and
 //! streams per session. Real sockets on loopback; a destination proves it was never connected
 //! to by having nothing to accept.

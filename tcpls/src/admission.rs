@@ -1,4 +1,5 @@
-//! Which accepted TCP connections get to run a handshake (issue #14, observation 4).
+//! Which accepted TCP connections get to run a handshake, so that idle or slow clients cannot
+//! hold every handshake slot (docs/SECURITY.md).
 //!
 //! A connection first waits for its first byte (the ClientHello) for at most
 //! [`FIRST_BYTE_TIMEOUT`], among at most [`MAX_AWAITING_HELLO`] such connections, of which at

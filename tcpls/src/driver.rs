@@ -28,6 +28,17 @@ struct Socket {
 pub(crate) struct Driver {
     shared: Shared,
     sockets: Vec<Socket>,
+    trim: TrimClock,
+    /// Last time the scheduler was told each path's RTT and congestion window.
+    last_path_info: Instant,
+    /// Wakes the driver when the core asks to be polled again (rate-limit tokens).
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// A task is adding a connection to this orphaned client session.
+    rejoining: bool,
+}
+
+/// When the driver gives back the memory of drained buffers.
+struct TrimClock {
     /// Last time idle stream and connection buffers were given back.
     last_trim: Instant,
     /// Last time the driver looked at how much memory a trim would give back (a walk over
@@ -35,12 +46,6 @@ pub(crate) struct Driver {
     trim_checked: Instant,
     /// What that look found: enough to be worth a wake-up when the trim is due.
     trim_wanted: bool,
-    /// Last time the scheduler was told each path's RTT and congestion window.
-    last_path_info: Instant,
-    /// Wakes the driver when the core asks to be polled again (rate-limit tokens).
-    timer: Option<Pin<Box<tokio::time::Sleep>>>,
-    /// A task is adding a connection to this orphaned client session.
-    rejoining: bool,
 }
 
 /// How often the scheduler learns each connection's RTT and congestion window from TCP_INFO.
@@ -77,9 +82,7 @@ impl Driver {
         Self {
             shared,
             sockets: vec![Socket { id: conn, stream: Some(stream), write_shut: false }],
-            last_trim: Instant::now(),
-            trim_checked: Instant::now(),
-            trim_wanted: false,
+            trim: TrimClock { last_trim: Instant::now(), trim_checked: Instant::now(), trim_wanted: false },
             last_path_info: Instant::now(),
             rejoining: false,
             timer: None,
@@ -105,89 +108,9 @@ impl Future for Driver {
         let mut busy = true;
         for _ in 0..ROUNDS_PER_POLL {
             let now = Instant::now();
-            let mut progress = false;
-            for sock in &mut this.sockets {
-                let Some(stream) = sock.stream.as_mut() else { continue };
-                // Read what the socket has. Readiness first: a socket with nothing to read does
-                // not make the core allocate a read buffer (an idle connection holds none; a
-                // short read clears tokio's readiness, so this costs no syscall).
-                loop {
-                    if stream.poll_read_ready(cx).is_pending() {
-                        break;
-                    }
-                    let buf = inner.proto.read_buffer(sock.id);
-                    if buf.is_empty() {
-                        break;
-                    }
-                    let mut rb = ReadBuf::new(buf);
-                    match Pin::new(&mut *stream).poll_read_priv(cx, &mut rb) {
-                        Poll::Ready(Ok(0)) => {
-                            inner.proto.handle_eof(sock.id, now);
-                            progress = true;
-                            break;
-                        }
-                        Poll::Ready(Ok(n)) => {
-                            inner.proto.handle_read(sock.id, n, now);
-                            progress = true;
-                        }
-                        Poll::Ready(Err(e)) => {
-                            inner.proto.handle_io_error(sock.id, &e.to_string(), now);
-                            progress = true;
-                            break;
-                        }
-                        Poll::Pending => break,
-                    }
-                }
-            }
-            inner.proto.prepare_transmit(now);
-            // Events before writing: tokens about to go out must be in the join registry first.
-            inner.dispatch_events();
-            inner.publish_new_tokens();
-            for sock in &mut this.sockets {
-                let Some(stream) = sock.stream.as_mut() else { continue };
-                loop {
-                    let data = inner.proto.transmit_data(sock.id);
-                    if data.is_empty() {
-                        break;
-                    }
-                    match Pin::new(&mut *stream).poll_write(cx, data) {
-                        Poll::Ready(Ok(n)) if n > 0 => {
-                            inner.proto.transmit_advance(sock.id, n);
-                            progress = true;
-                        }
-                        Poll::Ready(Ok(_)) => {
-                            inner.proto.handle_io_error(sock.id, "socket accepted no bytes", now);
-                            break;
-                        }
-                        Poll::Ready(Err(e)) => {
-                            inner.proto.handle_io_error(sock.id, &e.to_string(), now);
-                            progress = true;
-                            break;
-                        }
-                        Poll::Pending => break,
-                    }
-                }
-                if !sock.write_shut && inner.proto.should_shutdown_write(sock.id) {
-                    // TCP FIN after our close_notify, as TLS over TCP does.
-                    if Pin::new(&mut *stream).poll_shutdown(cx).is_ready() {
-                        sock.write_shut = true;
-                    }
-                }
-                if inner.proto.should_close_socket(sock.id) {
-                    // Under the lock: nobody reads TCP_INFO from a descriptor being closed.
-                    inner.remove_fd(sock.id);
-                    sock.stream = None;
-                    progress = true;
-                }
-            }
-            inner.dispatch_events();
-            inner.publish_new_tokens();
-            if !progress {
+            if !move_bytes_once(&mut inner, &mut this.sockets, cx, now) {
                 busy = false;
-                if now.duration_since(this.last_trim) >= TRIM_INTERVAL {
-                    this.last_trim = now;
-                    inner.proto.release_idle_memory();
-                }
+                this.trim.release_if_due(&mut inner, now);
                 break;
             }
         }
@@ -197,47 +120,16 @@ impl Future for Driver {
             inner.driver_finished();
             return Poll::Ready(());
         }
-        let own_rejoin = inner.proto.side() == tcpls_proto::Side::Client && !inner.managed;
-        if inner.proto.is_orphaned() && own_rejoin && !this.rejoining {
-            this.rejoining = true;
-            let session = Session::new(this.shared.clone());
-            let origin = inner.origin;
-            tokio::spawn(async move { session.rejoin(origin).await });
-        } else if !inner.proto.is_orphaned() {
-            this.rejoining = false;
-        }
+        rejoin_if_orphaned(&inner, &this.shared, &mut this.rejoining);
         inner.set_driver_waker(cx.waker());
-        // A session that went quiet holding large buffers (after a bulk transfer) is polled once
-        // more when the trim is due, instead of keeping them until its next activity. Working
-        // that out walks every stream: a session with many does it once per TRIM_CHECK, and
-        // when it did not look this time, it looks again once the check is due.
-        let now = Instant::now();
-        let looked =
-            inner.proto.stream_count() <= TRIM_CHECK_ALWAYS || now.duration_since(this.trim_checked) >= TRIM_CHECK;
-        if looked {
-            this.trim_checked = now;
-            this.trim_wanted = inner.proto.releasable_memory() >= TRIM_WORTH;
-        }
-        let trim_at = match (this.trim_wanted, looked) {
-            (true, _) => Some(this.last_trim + TRIM_INTERVAL),
-            (false, false) => Some(this.trim_checked + TRIM_CHECK),
-            (false, true) => None,
-        };
+        let trim_at = this.trim.next_wake(&inner);
         let wake_at = match (inner.proto.poll_timeout(), trim_at) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
         if let Some(at) = wake_at {
-            let deadline = tokio::time::Instant::from_std(at);
-            match this.timer.as_mut() {
-                Some(t) if t.deadline() == deadline => {}
-                Some(t) => t.as_mut().reset(deadline),
-                None => this.timer = Some(Box::pin(tokio::time::sleep_until(deadline))),
-            }
-            if let Some(t) = this.timer.as_mut() {
-                if t.as_mut().poll(cx).is_ready() {
-                    busy = true;
-                }
+            if arm_timer(&mut this.timer, at, cx) {
+                busy = true;
             }
         }
         drop(inner);
@@ -246,6 +138,161 @@ impl Future for Driver {
             cx.waker().wake_by_ref();
         }
         Poll::Pending
+    }
+}
+
+/// One round: every socket read into the core, the core's records sealed, every socket
+/// written and shut down or closed as the core says. Whether anything moved.
+fn move_bytes_once(inner: &mut SessionState, sockets: &mut [Socket], cx: &mut Context<'_>, now: Instant) -> bool {
+    let mut progress = false;
+    for sock in sockets.iter_mut() {
+        progress |= sock.read_into(inner, cx, now);
+    }
+    inner.proto.prepare_transmit(now);
+    // Events before writing: tokens about to go out must be in the join registry first.
+    inner.dispatch_events();
+    inner.publish_new_tokens();
+    for sock in sockets.iter_mut() {
+        progress |= sock.write_from(inner, cx, now);
+    }
+    inner.dispatch_events();
+    inner.publish_new_tokens();
+    progress
+}
+
+impl Socket {
+    /// Reads what the socket has into the core. Whether anything happened (bytes, EOF, error).
+    fn read_into(&mut self, inner: &mut SessionState, cx: &mut Context<'_>, now: Instant) -> bool {
+        let Some(stream) = self.stream.as_mut() else { return false };
+        let mut progress = false;
+        // Readiness first: a socket with nothing to read does not make the core allocate a read
+        // buffer (an idle connection holds none; a short read clears tokio's readiness, so this
+        // costs no syscall).
+        loop {
+            if stream.poll_read_ready(cx).is_pending() {
+                break;
+            }
+            let buf = inner.proto.read_buffer(self.id);
+            if buf.is_empty() {
+                break;
+            }
+            let mut rb = ReadBuf::new(buf);
+            match Pin::new(&mut *stream).poll_read_priv(cx, &mut rb) {
+                Poll::Ready(Ok(0)) => {
+                    inner.proto.handle_eof(self.id, now);
+                    progress = true;
+                    break;
+                }
+                Poll::Ready(Ok(n)) => {
+                    inner.proto.handle_read(self.id, n, now);
+                    progress = true;
+                }
+                Poll::Ready(Err(e)) => {
+                    inner.proto.handle_io_error(self.id, &e.to_string(), now);
+                    progress = true;
+                    break;
+                }
+                Poll::Pending => break,
+            }
+        }
+        progress
+    }
+
+    /// Writes what the core has sealed for this connection, then shuts the write side down or
+    /// closes the socket when the core says so. Whether anything happened.
+    fn write_from(&mut self, inner: &mut SessionState, cx: &mut Context<'_>, now: Instant) -> bool {
+        let Some(stream) = self.stream.as_mut() else { return false };
+        let mut progress = false;
+        loop {
+            let data = inner.proto.transmit_data(self.id);
+            if data.is_empty() {
+                break;
+            }
+            match Pin::new(&mut *stream).poll_write(cx, data) {
+                Poll::Ready(Ok(n)) if n > 0 => {
+                    inner.proto.transmit_advance(self.id, n);
+                    progress = true;
+                }
+                Poll::Ready(Ok(_)) => {
+                    inner.proto.handle_io_error(self.id, "socket accepted no bytes", now);
+                    break;
+                }
+                Poll::Ready(Err(e)) => {
+                    inner.proto.handle_io_error(self.id, &e.to_string(), now);
+                    progress = true;
+                    break;
+                }
+                Poll::Pending => break,
+            }
+        }
+        if !self.write_shut && inner.proto.should_shutdown_write(self.id) {
+            // TCP FIN after our close_notify, as TLS over TCP does.
+            if Pin::new(&mut *stream).poll_shutdown(cx).is_ready() {
+                self.write_shut = true;
+            }
+        }
+        if inner.proto.should_close_socket(self.id) {
+            // Under the lock: nobody reads TCP_INFO from a descriptor being closed.
+            inner.remove_fd(self.id);
+            self.stream = None;
+            progress = true;
+        }
+        progress
+    }
+}
+
+/// A client session whose every connection is lost, and that no path manager keeps, starts
+/// one rejoin task (and another once a rejoin brought it back and it is orphaned again).
+fn rejoin_if_orphaned(inner: &SessionState, shared: &Shared, rejoining: &mut bool) {
+    let own_rejoin = inner.proto.side() == tcpls_proto::Side::Client && !inner.managed;
+    if inner.proto.is_orphaned() && own_rejoin && !*rejoining {
+        *rejoining = true;
+        let session = Session::new(shared.clone());
+        let origin = inner.origin;
+        tokio::spawn(async move { session.rejoin(origin).await });
+    } else if !inner.proto.is_orphaned() {
+        *rejoining = false;
+    }
+}
+
+/// Sets the driver's timer to `at`. Whether it has already fired (the driver is due again).
+fn arm_timer(timer: &mut Option<Pin<Box<tokio::time::Sleep>>>, at: Instant, cx: &mut Context<'_>) -> bool {
+    let deadline = tokio::time::Instant::from_std(at);
+    match timer.as_mut() {
+        Some(t) if t.deadline() == deadline => {}
+        Some(t) => t.as_mut().reset(deadline),
+        None => *timer = Some(Box::pin(tokio::time::sleep_until(deadline))),
+    }
+    timer.as_mut().is_some_and(|t| t.as_mut().poll(cx).is_ready())
+}
+
+impl TrimClock {
+    /// A quiet round: gives back idle buffers if the last trim is TRIM_INTERVAL old.
+    fn release_if_due(&mut self, inner: &mut SessionState, now: Instant) {
+        if now.duration_since(self.last_trim) >= TRIM_INTERVAL {
+            self.last_trim = now;
+            inner.proto.release_idle_memory();
+        }
+    }
+
+    /// When the driver should wake for a trim, if at all. A session that went quiet holding
+    /// large buffers (after a bulk transfer) is polled once more when the trim is due, instead
+    /// of keeping them until its next activity. Working that out walks every stream: a session
+    /// with many does it once per TRIM_CHECK, and when it did not look this time, it looks
+    /// again once the check is due.
+    fn next_wake(&mut self, inner: &SessionState) -> Option<Instant> {
+        let now = Instant::now();
+        let looked =
+            inner.proto.stream_count() <= TRIM_CHECK_ALWAYS || now.duration_since(self.trim_checked) >= TRIM_CHECK;
+        if looked {
+            self.trim_checked = now;
+            self.trim_wanted = inner.proto.releasable_memory() >= TRIM_WORTH;
+        }
+        match (self.trim_wanted, looked) {
+            (true, _) => Some(self.last_trim + TRIM_INTERVAL),
+            (false, false) => Some(self.trim_checked + TRIM_CHECK),
+            (false, true) => None,
+        }
     }
 }
 

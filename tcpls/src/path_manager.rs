@@ -470,102 +470,115 @@ impl PathManager {
             st.attempting = true;
             let (me, name, remote, endpoint) = (self.clone(), name.clone(), *remote, endpoint.clone());
             let (first_backoff, max_backoff) = (config.first_backoff, config.max_backoff);
-            let task = tokio::spawn(async move {
-                let result = match endpoint.path.connect(remote).await {
-                    Ok(stream) => {
-                        // From here on a token is at stake: no restart.
-                        if let Some((_, st)) = me.shared.paths.lock_unpoisoned().get_mut(&name) {
-                            st.connecting = None;
-                        }
-                        me.session.join_connected(remote, stream, endpoint.path.timeout_or_default()).await
-                    }
-                    Err(e) => Err(e),
-                };
-                if let Ok(conn) = result {
-                    if endpoint.backup {
-                        let _ = me.session.set_backup(conn, true);
-                    }
-                }
-                // Every path is down and the server refuses the rejoin (access_denied: the token
-                // names no session it knows): it restarted, or ended the session after its own
-                // rejoin timeout. Waiting longer cannot help.
-                let orphaned = me.session.orphaned_since();
-                let refused = matches!(&result, Err(e) if e.to_string().contains("AccessDenied"));
-                if let (true, Some(since)) = (refused, orphaned) {
-                    let why = format!(
-                        "every connection was lost, and {}s later the server refused the rejoin (path {}{remote}): \
-                         it no longer knows this session (it restarted, or ended the session after its own rejoin \
-                         timeout, e.g. `tcpls serve --rejoin-timeout`)",
-                        format_args!("{:.1} ", since.elapsed().as_secs_f64()),
-                        endpoint.path
-                    );
-                    tracing::warn!("path manager: {why}");
-                    me.session.end_orphaned(why);
-                }
-                let mut paths = me.shared.paths.lock_unpoisoned();
-                let Some((_, st)) = paths.get_mut(&name) else { return };
-                st.attempting = false;
-                st.connecting = None;
-                match result {
-                    Ok(conn) => {
-                        info!("path manager: {}{remote} up as connection {conn}", endpoint.path);
-                        me.session.trace_path(|| path_event("up", remote, &endpoint, Some(conn), None, None));
-                        if let Some(silent) = st.conn.filter(|old| *old != conn) {
-                            // It replaces a connection that went silent on this path.
-                            if me.session.give_up_silent_connection(silent) {
-                                info!(
-                                    "path manager: {}{remote}: connection {conn} replaces silent {silent}",
-                                    endpoint.path
-                                );
-                            }
-                        }
-                        st.suspect_since = None;
-                        st.conn = Some(conn);
-                        st.failures = 0;
-                        st.last_error = None;
-                        st.backoff = first_backoff;
-                    }
-                    Err(e) => {
-                        st.failures += 1;
-                        st.last_error = Some(e.to_string());
-                        if st.failures == 1 {
-                            info!("path manager: {}{remote}: {e} (retrying with backoff)", endpoint.path);
-                        }
-                        let outage = me.session.orphaned_since().is_some();
-                        let cap = if outage { max_backoff.min(OUTAGE_MAX_BACKOFF) } else { max_backoff };
-                        let wait = crate::session::jittered(st.backoff.min(cap));
-                        st.next_attempt = Instant::now() + wait;
-                        let retry = Some(wait.as_millis() as u64);
-                        me.session
-                            .trace_path(|| path_event("failed", remote, &endpoint, None, Some(e.to_string()), retry));
-                        st.backoff = (st.backoff * 2).min(cap);
-                    }
-                }
-                if me.session.orphaned_since().is_some() {
-                    // For the session's error, should the outage outlast the tolerance.
-                    let note: Vec<String> = paths
-                        .iter()
-                        .filter_map(|(name, ((remote, _), st))| {
-                            // Connect errors name their path already; join errors do not.
-                            st.last_error.as_ref().map(|e| {
-                                if e.contains(&remote.to_string()) {
-                                    e.clone()
-                                } else {
-                                    format!("{}: {e}", name.trim())
-                                }
-                            })
-                        })
-                        .collect();
-                    if !note.is_empty() {
-                        me.session.set_rejoin_note(format!("{} path(s) tried, {}", paths.len(), note.join("; ")));
-                    }
-                }
-                drop(paths);
-                me.shared.wake.notify_one();
-            });
+            let task = tokio::spawn(me.attempt(name, remote, endpoint, first_backoff, max_backoff));
             st.connecting = Some((now, task.abort_handle()));
         }
     }
+
+    /// One connect and join on a path, then its state updated: up (replacing a silent
+    /// connection), or failed with the next attempt after a backoff.
+    async fn attempt(
+        self,
+        name: String,
+        remote: SocketAddr,
+        endpoint: Endpoint,
+        first_backoff: Duration,
+        max_backoff: Duration,
+    ) {
+        let result = match endpoint.path.connect(remote).await {
+            Ok(stream) => {
+                // From here on a token is at stake: no restart.
+                if let Some((_, st)) = self.shared.paths.lock_unpoisoned().get_mut(&name) {
+                    st.connecting = None;
+                }
+                self.session.join_connected(remote, stream, endpoint.path.timeout_or_default()).await
+            }
+            Err(e) => Err(e),
+        };
+        if let Ok(conn) = result {
+            if endpoint.backup {
+                let _ = self.session.set_backup(conn, true);
+            }
+        }
+        // Every path is down and the server refuses the rejoin (access_denied: the token
+        // names no session it knows): it restarted, or ended the session after its own
+        // rejoin timeout. Waiting longer cannot help.
+        let orphaned = self.session.orphaned_since();
+        let refused = matches!(&result, Err(e) if e.to_string().contains("AccessDenied"));
+        if let (true, Some(since)) = (refused, orphaned) {
+            let why = format!(
+                "every connection was lost, and {}s later the server refused the rejoin (path {}{remote}): \
+                 it no longer knows this session (it restarted, or ended the session after its own rejoin \
+                 timeout, e.g. `tcpls serve --rejoin-timeout`)",
+                format_args!("{:.1} ", since.elapsed().as_secs_f64()),
+                endpoint.path
+            );
+            tracing::warn!("path manager: {why}");
+            self.session.end_orphaned(why);
+        }
+        let mut paths = self.shared.paths.lock_unpoisoned();
+        let Some((_, st)) = paths.get_mut(&name) else { return };
+        st.attempting = false;
+        st.connecting = None;
+        match result {
+            Ok(conn) => {
+                info!("path manager: {}{remote} up as connection {conn}", endpoint.path);
+                self.session.trace_path(|| path_event("up", remote, &endpoint, Some(conn), None, None));
+                if let Some(silent) = st.conn.filter(|old| *old != conn) {
+                    // It replaces a connection that went silent on this path.
+                    if self.session.give_up_silent_connection(silent) {
+                        info!("path manager: {}{remote}: connection {conn} replaces silent {silent}", endpoint.path);
+                    }
+                }
+                st.suspect_since = None;
+                st.conn = Some(conn);
+                st.failures = 0;
+                st.last_error = None;
+                st.backoff = first_backoff;
+            }
+            Err(e) => {
+                st.failures += 1;
+                st.last_error = Some(e.to_string());
+                if st.failures == 1 {
+                    info!("path manager: {}{remote}: {e} (retrying with backoff)", endpoint.path);
+                }
+                let outage = self.session.orphaned_since().is_some();
+                let cap = if outage { max_backoff.min(OUTAGE_MAX_BACKOFF) } else { max_backoff };
+                let wait = crate::session::jittered(st.backoff.min(cap));
+                st.next_attempt = Instant::now() + wait;
+                let retry = Some(wait.as_millis() as u64);
+                self.session.trace_path(|| path_event("failed", remote, &endpoint, None, Some(e.to_string()), retry));
+                st.backoff = (st.backoff * 2).min(cap);
+            }
+        }
+        if self.session.orphaned_since().is_some() {
+            // For the session's error, should the outage outlast the tolerance.
+            if let Some(note) = rejoin_note(&paths) {
+                self.session.set_rejoin_note(note);
+            }
+        }
+        drop(paths);
+        self.shared.wake.notify_one();
+    }
+}
+
+/// What each path's last attempt met, for the session's error should an outage outlast the
+/// tolerance. None when no attempt failed.
+fn rejoin_note(paths: &BTreeMap<String, (PathKey, PathState)>) -> Option<String> {
+    let note: Vec<String> = paths
+        .iter()
+        .filter_map(|(name, ((remote, _), st))| {
+            // Connect errors name their path already; join errors do not.
+            st.last_error.as_ref().map(|e| {
+                if e.contains(&remote.to_string()) {
+                    e.clone()
+                } else {
+                    format!("{}: {e}", name.trim())
+                }
+            })
+        })
+        .collect();
+    (!note.is_empty()).then(|| format!("{} path(s) tried, {}", paths.len(), note.join("; ")))
 }
 
 fn path_name((remote, e): &PathKey) -> String {

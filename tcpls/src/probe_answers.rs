@@ -5,8 +5,8 @@
 //! answer carries the sequence number of its arrival, so a call takes only an answer newer than
 //! its own request. The connection IDs come from the peer's frames: only connections that have
 //! a socket here are recorded, and their entries go when they close, so the maps never hold more
-//! entries than the session has connections (issue #14: unsolicited echoes about made-up IDs grew
-//! them by hundreds of MiB).
+//! entries than the session has connections (a hostile peer's unsolicited echoes about made-up IDs
+//! would otherwise grow them by hundreds of MiB).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

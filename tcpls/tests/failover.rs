@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use common::{payload, Pki};
 use tcpls::{server_name_for, RoundRobin, TcplsConnector};
+// Killing the client's socket(s) to a port on 127.0.0.1 sends the server an RST.
+use tcpls_test::sockets::{can_kill_sockets, kill_sockets_to_port};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Kills every TCP socket whose destination is `ip` (an RST goes to the peer).
@@ -17,28 +19,6 @@ fn kill_sockets_to(ip: &str) -> Result<(), String> {
         std::process::Command::new("ss").args(["-K", "dst", ip]).output().map_err(|e| format!("cannot run ss: {e}"))?;
     if !out.status.success() {
         return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-    }
-    Ok(())
-}
-
-fn can_kill_sockets() -> Result<(), String> {
-    // A harmless probe: destroy sockets to an address nothing uses.
-    let out = std::process::Command::new("ss")
-        .args(["-K", "dst", "127.0.0.254"])
-        .output()
-        .map_err(|e| format!("ss is not installed: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("ss -K failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
-    }
-    // ss -K silently does nothing without CAP_NET_ADMIN: check for root as well.
-    let uid = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(1).unwrap_or("").to_string())
-        })
-        .unwrap_or_default();
-    if uid != "0" {
-        return Err("not root: ss -K needs CAP_NET_ADMIN".into());
     }
     Ok(())
 }
@@ -104,19 +84,6 @@ async fn a_connection_reset_mid_transfer_loses_nothing() {
     // Whether records were unacknowledged at the instant of the RST depends on timing; the
     // in-memory tests check the re-sending itself deterministically.
     assert!(!session.usable_connections().contains(&second), "the reset connection is gone");
-}
-
-/// Kills the client's socket(s) to `port` on 127.0.0.1 (an RST goes to the server).
-fn kill_sockets_to_port(port: u16) -> Result<(), String> {
-    let filter = format!("dport = :{port}");
-    let out = std::process::Command::new("ss")
-        .args(["-K", "dst", "127.0.0.1", &filter])
-        .output()
-        .map_err(|e| format!("cannot run ss: {e}"))?;
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-    }
-    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

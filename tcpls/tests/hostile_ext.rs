@@ -1,5 +1,5 @@
 //! A hostile server floods a client's tokio layer with unsolicited answers (RTT Echo, TCP
-//! Info, Address Echo) about connection IDs it made up (issue #14, observation 2). The answers
+//! Info, Address Echo) about connection IDs it made up. The answers
 //! used to be kept per ID for ever (5 M echoes: +353 MiB); now only connections that exist are
 //! recorded, and a closed connection's entries go. Memory is measured with a counting global
 //! allocator over the whole process.

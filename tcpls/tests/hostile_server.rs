@@ -1,5 +1,5 @@
 //! One `TcplsListener` serving a well-behaved client while another client attacks it with
-//! records sealed by its real keys (issue #14): one byte at the edge of the window on 900
+//! records sealed by its real keys (docs/SECURITY.md): one byte at the edge of the window on 900
 //! streams, then records full of frames that call for answers. The server
 //! process's heap must grow by well under 64 MiB, and the other session's transfer must
 //! complete intact.
@@ -125,7 +125,7 @@ async fn an_attacking_session_neither_grows_the_server_nor_stalls_another() {
     let grown = counting_alloc::live().saturating_sub(before);
     eprintln!("attack of {sent} bytes: process heap +{grown} bytes");
     // Measured ~4.4 MB: the attacker's 900 streams with their server tasks (each accepted and
-    // waiting to read) and both ends' state; the bound of issue #14 is 64 MiB per attacking
+    // waiting to read) and both ends' state; the memory bound (docs/SECURITY.md) is 64 MiB per attacking
     // session (without the sparse receive buffers, the edge attack alone was 256 MiB).
     assert!(grown < 48 << 20, "the heap grew by {grown} bytes");
 }

@@ -1,4 +1,4 @@
-//! Hostile clients against the listener (issue #14, observation 4): idle TCP connections that
+//! Hostile clients against the listener (docs/SECURITY.md): idle TCP connections that
 //! never send a ClientHello used to hold all 1,024 handshake slots for 10 s each, so a real
 //! client and a failover join timed out behind them. Now silent connections wait in a pool of
 //! their own, with a short deadline, where the oldest make room for new ones; and a server

@@ -1,4 +1,4 @@
-//! Multihoming as users have it (issue #15): a server with ONE address, a client with two
+//! Multihoming as users have it: a server with ONE address, a client with two
 //! interfaces, "wifi" (path 0: 10 ms one way, 40 Mbit/s) and "lte" (path 1: 25 ms, 20 Mbit/s).
 //! The path manager opens one connection per interface (SO_BINDTODEVICE), follows rtnetlink,
 //! and when the wifi interface is set down mid-transfer the traffic continues on lte within a

@@ -1,4 +1,4 @@
-//! Outages of every path during a transfer (issue #15): a server with ONE address, a client
+//! Outages of every path during a transfer: a server with ONE address, a client
 //! with two interfaces ("wifi" and "lte") under a path manager that follows rtnetlink. Both
 //! interfaces go down for 0.3 s, 3 s, then (another test) 20 s: the connections over them are
 //! dropped at once, and every connection attempt meanwhile is refused (ENETUNREACH: no route,

@@ -1,4 +1,4 @@
-//! The local side of a path (issue #15): connections of one session that leave from different
+//! The local side of a path (multihomed clients): connections of one session that leave from different
 //! local addresses or interfaces towards a server with a single address, happy eyeballs over
 //! local sides, clear errors for a path that cannot exist, and joins over a path that cannot
 //! connect costing no token. On loopback, 127.0.0.2 and 127.0.0.3 stand for two interfaces'

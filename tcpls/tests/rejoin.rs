@@ -1,4 +1,4 @@
-//! Rejoin without a token (PROTOCOL.md §3, issue #15 item 5): a client whose tokens are gone
+//! Rejoin without a token (PROTOCOL.md §3): a client whose tokens are gone
 //! loses its connections mid-transfer, rejoins with a fresh handshake and a Rejoin frame, and
 //! the transfer completes with the right bytes.
 #![allow(clippy::unwrap_used)]

@@ -63,14 +63,6 @@ fn serve(listener: TcplsListener) {
     });
 }
 
-/// Kills the client's socket(s) to `port` on 127.0.0.1; the kernel sends the server an RST.
-fn kill_sockets_to_port(port: u16) {
-    let filter = format!("dport = :{port}");
-    let out = std::process::Command::new("ss").args(["-K", "-t", "dst", "127.0.0.1", &filter]).output().unwrap();
-    let killed = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success() && killed.contains(&format!(":{port}")), "ss -K killed nothing: {killed}");
-}
-
 /// What the client's session did, to compare with what tshark decoded.
 struct Sent {
     ports: [u16; 2],
@@ -131,7 +123,9 @@ async fn run_session(pki: &Pki, dir: &std::path::Path) -> (Sent, Capture) {
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    kill_sockets_to_port(ports[1]);
+    // The client's socket to the second port: the kernel sends the server an RST.
+    let killed = tcpls_test::sockets::kill_sockets_to_port(ports[1]).unwrap();
+    assert!(killed > 0, "ss -K killed no socket to port {}", ports[1]);
     for t in tasks {
         t.await.unwrap();
     }

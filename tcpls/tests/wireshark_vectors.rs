@@ -184,13 +184,8 @@ fn dissector_survives_random_records() {
         eprintln!("SKIPPED: dissector_survives_random_records: {why}");
         return;
     }
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut rng = tcpls_test::Rng::new(1);
+    let mut next = move || rng.next_u64();
     let records: Vec<Vec<u8>> = (0..2000)
         .map(|_| {
             let len = (next() % 80) as usize;

@@ -69,7 +69,7 @@ impl Open {
             // The same exchange as TLS: close_notify both ways (`Session::close` waits for the
             // peer's), after which the streams are over. Finishing the stream first and waiting
             // for the server's FIN would add a round trip that the TLS client does not make
-            // (until 2026-11-26 the benchmark did that: PERFORMANCE.md, "#17 handshakes").
+            // (until 2026-11-26 the benchmark did that: PERFORMANCE-HISTORY.md, handshakes).
             Open::Tcpls(session, send, recv) => {
                 let closed = session.close().await;
                 drop((send, recv));

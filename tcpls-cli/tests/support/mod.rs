@@ -5,11 +5,11 @@
 
 #![allow(dead_code, clippy::unwrap_used)]
 
+use std::ffi::OsStr;
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -55,30 +55,9 @@ pub fn ipv6_available() -> bool {
     TcpListener::bind(SocketAddr::new(LOCALHOST_V6, 0)).is_ok()
 }
 
-/// A directory removed when dropped.
-pub struct TempDir(PathBuf);
-
-impl TempDir {
-    pub fn new(tag: &str) -> Self {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let nanos =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-        let path = std::env::temp_dir().join(format!("tcpls-cli-test-{tag}-{}-{n}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&path).unwrap_or_else(|e| panic!("cannot create {}: {e}", path.display()));
-        Self(path)
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+/// A directory removed when dropped (the workspace's test kit).
+#[allow(unused_imports)] // not every test file writes files
+pub use tcpls_test::TempDir;
 
 /// `tcpls cert --out DIR/NAME`: returns (cert.pem, key.pem).
 pub fn make_cert(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
@@ -390,9 +369,21 @@ pub struct Server {
 
 /// Starts `tcpls serve --listen IP:PORT ARGS...` on a free port and waits until it listens.
 pub fn serve(ip: IpAddr, args: &[&str]) -> Server {
+    serve_os(ip, args.iter().map(OsStr::new))
+}
+
+/// [`serve`] with the certificate `cert` and its key `key` (from [`make_cert`]): `tcpls serve
+/// --listen IP:PORT --cert CERT --key KEY ARGS...`, the server of most end-to-end tests.
+pub fn serve_with_cert(ip: IpAddr, cert: &Path, key: &Path, args: &[&str]) -> Server {
+    let pem = [OsStr::new("--cert"), cert.as_os_str(), OsStr::new("--key"), key.as_os_str()];
+    serve_os(ip, pem.into_iter().chain(args.iter().map(OsStr::new)))
+}
+
+fn serve_os<'a>(ip: IpAddr, args: impl Iterator<Item = &'a OsStr> + Clone) -> Server {
     for attempt in 0.. {
         let addr = SocketAddr::new(ip, free_port(ip));
-        let mut proc = Proc::spawn(tcpls().arg("serve").arg("--listen").arg(addr.to_string()).args(args), false);
+        let mut proc =
+            Proc::spawn(tcpls().arg("serve").arg("--listen").arg(addr.to_string()).args(args.clone()), false);
         match proc.stderr.wait_for(b"listening on", SHORT) {
             Ok(()) => return Server { proc, addr },
             // Someone took the port between free_port and the bind: try another one.

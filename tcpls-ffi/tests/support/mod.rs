@@ -100,7 +100,12 @@ pub fn examples() -> Result<&'static Examples, String> {
     }
     static EXAMPLES: OnceLock<Examples> = OnceLock::new();
     Ok(EXAMPLES.get_or_init(|| {
-        let dir = temp_dir("bin");
+        // Kept for the test binary's life (a static is never dropped): one fixed directory per
+        // test binary, replaced by the next run.
+        let dir =
+            PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("tcpls-ffi-examples-{}", env!("CARGO_CRATE_NAME")));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
         let client = dir.join("tcpls-client");
         let server = dir.join("tcpls-server");
         compile_c(&["examples/c/client.c"], &client).unwrap_or_else(|e| panic!("{e}"));
@@ -123,26 +128,46 @@ impl Examples {
     }
 }
 
-/// A fresh directory under the system's temporary directory.
-pub fn temp_dir(tag: &str) -> PathBuf {
+/// A fresh directory under the target directory's scratch space, removed when dropped (the
+/// binaries a test links can be 100 MB: left behind, every run would add them up).
+pub fn temp_dir(tag: &str) -> TempDir {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
-    let dir = std::env::temp_dir().join(format!("tcpls-ffi-test-{tag}-{}-{nanos}", std::process::id()));
+    let dir =
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("tcpls-ffi-test-{tag}-{}-{nanos}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    TempDir(dir)
+}
+
+/// A directory removed with everything in it when dropped.
+pub struct TempDir(PathBuf);
+
+impl std::ops::Deref for TempDir {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// A child process killed when dropped; its stderr goes to a file read on demand.
 pub struct Proc {
     pub child: Child,
     pub stderr: PathBuf,
+    _dir: TempDir,
 }
 
 impl Proc {
     pub fn spawn(cmd: &mut Command, tag: &str) -> Proc {
-        let stderr = temp_dir(tag).join("stderr");
+        let dir = temp_dir(tag);
+        let stderr = dir.join("stderr");
         let file = std::fs::File::create(&stderr).unwrap();
         let child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(file).spawn().unwrap();
-        Proc { child, stderr }
+        Proc { child, stderr, _dir: dir }
     }
 
     pub fn stderr_text(&self) -> String {

@@ -7,7 +7,6 @@
 //! connection fails, its unacknowledged records are re-sent, re-encrypted, on the others; the
 //! receiver drops bytes it already has by offset, so nothing is lost or delivered twice.
 
-use std::collections::HashMap;
 use std::time::Instant;
 
 use crate::event::{ConnId, Event, StreamId};
@@ -17,25 +16,9 @@ use super::conn::{Connection, SentRecord};
 use super::{Core, Session};
 
 /// Receive-side acknowledgement state of one connection.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct AckState {
-    /// Highest record number processed.
-    highest: u64,
-    /// The last record counted (a record with several frames counts once).
-    last_counted: Option<u64>,
-    /// Ack-eliciting records since the last ACK.
-    pending: u32,
-    deadline: Option<Instant>,
-}
-
-#[derive(Debug, Default)]
-pub(crate) struct Acks {
-    conns: HashMap<ConnId, AckState>,
-}
-
 impl Core {
     /// Record `number` on `conn` carried an ack-eliciting frame.
-    pub(crate) fn note_ack_eliciting(&mut self, conn: ConnId, number: u64) {
+    pub(super) fn note_ack_eliciting(&mut self, conn: ConnId, number: u64) {
         let every = self.config.ack_every_records.max(1);
         let delay = self.config.ack_delay;
         let state = self.acks.conns.entry(conn).or_default();
@@ -65,7 +48,7 @@ impl Core {
     }
 
     /// Queues the ACKs whose delay has run out.
-    pub(crate) fn flush_delayed_acks(&mut self, now: Instant) {
+    pub(super) fn flush_delayed_acks(&mut self, now: Instant) {
         for (conn, state) in &mut self.acks.conns {
             if state.deadline.is_some_and(|d| d <= now) {
                 state.deadline = None;
@@ -81,7 +64,7 @@ impl Core {
     /// receiver's credit updates) do not take them: a bulk sender's records stay acknowledged
     /// every 16 records or 25 ms, as before. Bound ACKs (Ping answers) are queued at once
     /// already.
-    pub(crate) fn piggyback_acks(&mut self) {
+    pub(super) fn piggyback_acks(&mut self) {
         for (conn, state) in &mut self.acks.conns {
             if state.deadline.take().is_some() {
                 state.pending = 0;
@@ -91,12 +74,12 @@ impl Core {
     }
 
     /// The earliest pending ACK deadline.
-    pub(crate) fn next_ack_deadline(&self) -> Option<Instant> {
+    pub(super) fn next_ack_deadline(&self) -> Option<Instant> {
         self.acks.conns.values().filter_map(|s| s.deadline).min()
     }
 
     /// Remembers what a record carried, for release on ACK or re-sending on failover.
-    pub(crate) fn log_sent(
+    pub(super) fn log_sent(
         &mut self,
         c: &mut Connection,
         number: u64,
@@ -108,7 +91,7 @@ impl Core {
         }
         // ACKs and Padding are not worth re-sending, nor answers about one connection (probe
         // echoes, TCP Info, Ping), which mean nothing once it failed: keeping them let a peer
-        // that probes and never acknowledges grow this log (issue #14). The rest is kept.
+        // that probes and never acknowledges grow this log without bound. The rest is kept.
         let mut kept = Vec::new();
         if !control.is_empty() {
             for frame in FrameReader::new(control).flatten() {
@@ -128,29 +111,26 @@ impl Core {
         if stream.is_none() && kept.is_empty() {
             return;
         }
-        c.sent_log_control += kept.len();
         let sent_at = self.clock.now();
         c.loss.on_record_logged(sent_at);
-        c.sent_log.push_back(SentRecord { number, sent_at, stream, control: kept });
+        c.sent.push(SentRecord { number, sent_at, stream, control: kept });
         // Bounded: a peer that reads but does not acknowledge (ACKs are a default, not a duty,
         // PROTOCOL.md §5) must not grow it for ever. The oldest records are released as if
         // acknowledged; only their failover guarantee is lost, and it is counted.
         let (max_records, max_control) = (self.config.max_unacked_records, self.config.max_unacked_control);
-        while c.sent_log.len() > max_records || c.sent_log_control > max_control {
-            let Some(record) = c.sent_log.pop_front() else { break };
+        while c.sent.len() > max_records || c.sent.control_bytes() > max_control {
+            let Some(record) = c.sent.pop_oldest() else { break };
             self.stats.unacked_released += 1;
-            self.release(c, record);
+            self.release(record);
         }
     }
 
     /// Releases what the peer acknowledged on `c` (records numbered up to `highest`).
-    pub(crate) fn on_acked(&mut self, c: &mut Connection, highest: u64) {
+    pub(super) fn on_acked(&mut self, c: &mut Connection, highest: u64) {
         let mut newest_sent = None;
-        while c.sent_log.front().is_some_and(|r| r.number <= highest) {
-            if let Some(record) = c.sent_log.pop_front() {
-                newest_sent = record.sent_at;
-                self.release(c, record);
-            }
+        while let Some(record) = c.sent.pop_acknowledged(highest) {
+            newest_sent = record.sent_at;
+            self.release(record);
         }
         if highest == u64::MAX {
             // A clean close, not an ACK from the peer.
@@ -159,14 +139,13 @@ impl Core {
         self.peer_acknowledges = true;
         let now = self.clock.now();
         let sample = newest_sent.zip(now).map(|(sent, now)| now.saturating_duration_since(sent));
-        if c.loss.on_ack(highest, sample, !c.sent_log.is_empty(), now) {
+        if c.loss.on_ack(highest, sample, !c.sent.is_empty(), now) {
             self.stats.paths_recovered += 1;
             self.events.push(Event::PathRecovered { conn: c.id });
         }
     }
 
-    fn release(&mut self, c: &mut Connection, record: SentRecord) {
-        c.sent_log_control -= record.control.len();
+    fn release(&mut self, record: SentRecord) {
         if let Some((id, offset, len, fin)) = record.stream {
             if let Some(s) = self.streams.get_mut(id) {
                 s.send.ack(offset, len, fin);
@@ -183,7 +162,7 @@ impl Core {
 
     /// `c` failed: everything it carried that the peer did not acknowledge goes out again on
     /// the other connections. Returns whether anything had to be re-sent.
-    pub(crate) fn fail_over(&mut self, c: &mut Connection) -> bool {
+    pub(super) fn fail_over(&mut self, c: &mut Connection) -> bool {
         let resent = self.resend_unacked(c);
         self.acks.conns.remove(&c.id);
         resent
@@ -191,10 +170,9 @@ impl Core {
 
     /// Queues again, for the other connections, everything `c` carried that the peer did not
     /// acknowledge (a failover, or a suspicion: `loss.rs`). Returns whether there was any.
-    pub(crate) fn resend_unacked(&mut self, c: &mut Connection) -> bool {
-        let resent = !c.sent_log.is_empty();
-        c.sent_log_control = 0;
-        for record in std::mem::take(&mut c.sent_log) {
+    pub(super) fn resend_unacked(&mut self, c: &mut Connection) -> bool {
+        let resent = !c.sent.is_empty();
+        for record in c.sent.take_all() {
             self.stats.records_resent += 1;
             if let Some((id, offset, len, fin)) = record.stream {
                 self.stats.stream_bytes_resent += len as u64;
@@ -221,15 +199,15 @@ impl Session {
     /// session must then end (when it carried stream data, streams are open and other
     /// connections would carry on; a join that failed, or a path that carried only control
     /// frames, loses nothing).
-    pub(crate) fn on_connection_finished(&mut self, id: ConnId) -> Option<String> {
+    pub(super) fn on_connection_finished(&mut self, id: ConnId) -> Option<String> {
         let others = self.conns.iter().any(|c| c.id != id && c.is_usable());
         let c = self.conns.get_mut(id)?;
-        if c.error.is_none() {
+        if c.error().is_none() {
             let highest = u64::MAX;
             self.core.on_acked(c, highest);
             return None;
         }
-        if !self.core.config.failover && others && c.carried_streams && self.core.streams.len() > 0 {
+        if !self.core.config.failover && others && c.sent.carried_streams() && self.core.streams.len() > 0 {
             return Some(format!(
                 "connection {id} failed and failover is off: stream bytes it carried may be lost, so the session \
                  ends rather than leave a stream waiting for them (turn failover on to survive a lost connection)"

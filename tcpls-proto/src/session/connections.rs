@@ -1,45 +1,42 @@
 //! The session's TCP connections: the one place that finds a connection by its ID.
 
-use std::net::SocketAddr;
-
-use crate::error::{Error, TransportError};
 use crate::event::ConnId;
-use crate::frame::Frame;
 
-use super::conn::{ConnStats, Connection};
-use super::sched::PathView;
-use super::Session;
+use super::conn::Connection;
 
 /// Connections of a session, including finished ones until they are pruned (a few are kept for
 /// reports).
 #[derive(Debug, Default)]
-pub(crate) struct Connections {
+pub(super) struct Connections {
     list: Vec<Connection>,
+    /// Finished connections whose end was reported to the application (`Event::ConnectionClosed`,
+    /// once each); pruned with them.
+    reported: Vec<ConnId>,
 }
 
 impl Connections {
-    pub(crate) fn get(&self, id: ConnId) -> Option<&Connection> {
+    pub(super) fn get(&self, id: ConnId) -> Option<&Connection> {
         self.list.iter().find(|c| c.id == id)
     }
 
-    pub(crate) fn get_mut(&mut self, id: ConnId) -> Option<&mut Connection> {
+    pub(super) fn get_mut(&mut self, id: ConnId) -> Option<&mut Connection> {
         self.list.iter_mut().find(|c| c.id == id)
     }
 
     /// The session's first connection (ID 0): its secret names the session for rejoins.
-    pub(crate) fn initial(&self) -> Option<&Connection> {
+    pub(super) fn initial(&self) -> Option<&Connection> {
         self.get(0)
     }
 
-    pub(crate) fn iter(&self) -> std::slice::Iter<'_, Connection> {
+    pub(super) fn iter(&self) -> std::slice::Iter<'_, Connection> {
         self.list.iter()
     }
 
-    pub(crate) fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.list.len()
     }
 
-    pub(crate) fn add(&mut self, conn: Connection) {
+    pub(super) fn add(&mut self, conn: Connection) {
         // Exactly one more: a `Connection` is ~860 bytes and most sessions have one, which a
         // plain `push` would give room for four.
         self.list.reserve_exact(1);
@@ -47,26 +44,36 @@ impl Connections {
     }
 
     /// Removes connection `id` (to hand it to another session).
-    pub(crate) fn take(&mut self, id: ConnId) -> Option<Connection> {
+    pub(super) fn take(&mut self, id: ConnId) -> Option<Connection> {
         let idx = self.list.iter().position(|c| c.id == id)?;
+        self.reported.retain(|r| *r != id);
         Some(self.list.remove(idx))
     }
 
+    /// Finished connections not reported yet, now counted as reported.
+    pub(super) fn take_unreported_finished(&mut self) -> Vec<ConnId> {
+        let ids: Vec<ConnId> =
+            self.list.iter().filter(|c| c.is_finished() && !self.reported.contains(&c.id)).map(|c| c.id).collect();
+        self.reported.extend_from_slice(&ids);
+        ids
+    }
+
     /// Connections not finished yet.
-    pub(crate) fn live(&self) -> usize {
+    pub(super) fn live(&self) -> usize {
         self.list.iter().filter(|c| !c.is_finished()).count()
     }
 
-    pub(crate) fn all_finished(&self) -> bool {
+    pub(super) fn all_finished(&self) -> bool {
         self.list.iter().all(Connection::is_finished)
     }
 
     /// Forgets the oldest finished connections beyond a few kept for reports, so a client that
     /// joins and drops connections in a loop cannot grow the table (and every scan of it). The
     /// initial connection stays: its secret names the session.
-    pub(crate) fn prune_finished(&mut self) {
+    pub(super) fn prune_finished(&mut self) {
         const KEEP_FINISHED: usize = 8;
-        let finished = |c: &Connection| c.reported && c.is_finished() && (c.is_gone() || c.tx.is_empty());
+        let reported = &self.reported;
+        let finished = |c: &Connection| reported.contains(&c.id) && c.is_finished() && (c.is_gone() || c.tx.is_empty());
         let mut excess = self.list.iter().filter(|c| finished(c)).count().saturating_sub(KEEP_FINISHED);
         if excess > 0 {
             self.list.retain(|c| {
@@ -76,6 +83,8 @@ impl Connections {
                 }
                 true
             });
+            let list = &self.list;
+            self.reported.retain(|id| list.iter().any(|c| c.id == *id));
         }
     }
 }
@@ -95,136 +104,5 @@ impl<'a> IntoIterator for &'a mut Connections {
 
     fn into_iter(self) -> Self::IntoIter {
         self.list.iter_mut()
-    }
-}
-
-impl Session {
-    /// Connection IDs, including finished ones until the session forgets them.
-    pub fn connection_ids(&self) -> Vec<ConnId> {
-        self.conns.iter().map(|c| c.id).collect()
-    }
-
-    pub fn connection_stats(&self, conn: ConnId) -> Option<ConnStats> {
-        self.conns.get(conn).map(|c| c.stats)
-    }
-
-    /// KeyUpdates sent and received on a connection.
-    pub fn key_updates(&self, conn: ConnId) -> (u64, u64) {
-        self.conns.get(conn).map(|c| c.key_updates()).unwrap_or_default()
-    }
-
-    /// Rotates our sending key on `conn` (TLS KeyUpdate); with `request_peer` the peer rotates
-    /// its key too. Keys also rotate by themselves before the AEAD usage limit.
-    pub fn update_keys(&mut self, conn: ConnId, request_peer: bool) -> Result<(), Error> {
-        let c = self.conns.get_mut(conn).ok_or_else(|| Error::ConnectionLost(format!("no connection {conn}")))?;
-        c.update_key(request_peer).map_err(Error::Local)
-    }
-
-    /// Tells the core the socket addresses of a connection (for Address Echo and reports).
-    pub fn set_addresses(&mut self, conn: ConnId, local: Option<SocketAddr>, remote: Option<SocketAddr>) {
-        if let Some(c) = self.conns.get_mut(conn) {
-            c.local = local;
-            c.remote = remote;
-        }
-    }
-
-    pub fn addresses(&self, conn: ConnId) -> (Option<SocketAddr>, Option<SocketAddr>) {
-        self.conns.get(conn).map(|c| (c.local, c.remote)).unwrap_or_default()
-    }
-}
-
-impl Session {
-    /// Closes one connection gracefully (close_notify after what is already sealed on it).
-    /// Streams steered to it move to the other connections.
-    pub fn close_connection(&mut self, conn: ConnId) -> Result<(), Error> {
-        let c = self.conns.get_mut(conn).ok_or_else(|| Error::ConnectionLost(format!("no connection {conn}")))?;
-        c.send_close_notify()?;
-        self.after_connection_change();
-        Ok(())
-    }
-
-    /// Tells the scheduler a connection's RTT and congestion window (from TCP_INFO).
-    pub fn set_path_info(&mut self, conn: ConnId, rtt_us: Option<u32>, cwnd: Option<u32>) {
-        if let Some(c) = self.conns.get_mut(conn) {
-            c.path.rtt_us = rtt_us;
-            c.path.cwnd = cwnd;
-        }
-    }
-
-    /// Tells the scheduler all it may use of a connection's TCP_INFO (RTT, congestion window,
-    /// delivery rate, bytes the kernel holds unsent).
-    pub fn set_path(&mut self, conn: ConnId, info: crate::session::sched::PathInfo) {
-        if let Some(c) = self.conns.get_mut(conn) {
-            c.path = info;
-        }
-    }
-
-    /// The connection ended (closed or failed).
-    pub fn is_connection_finished(&self, conn: ConnId) -> bool {
-        self.conns.get(conn).is_none_or(Connection::is_finished)
-    }
-
-    /// Why a connection failed, if it did.
-    pub fn connection_error(&self, conn: ConnId) -> Option<&Error> {
-        self.conns.get(conn).and_then(|c| c.error.as_ref())
-    }
-
-    /// The connection's TLS handshake is complete and it has not finished (it may still be
-    /// refused as a join).
-    pub fn is_connection_established(&self, conn: ConnId) -> bool {
-        self.conns.get(conn).is_some_and(Connection::is_established)
-    }
-
-    /// The connection can carry stream data (handshake done, join accepted, not closing, not
-    /// failed), suspect of silence or not: a suspect connection is still up (the path manager
-    /// must not replace it) but takes no new data until it acknowledges again
-    /// ([`Session::is_connection_suspect`]).
-    pub fn is_connection_usable(&self, conn: ConnId) -> bool {
-        self.conns.get(conn).is_some_and(Connection::is_up)
-    }
-
-    /// The connection is suspect of silence: up, but its records went unacknowledged past its
-    /// retransmission deadline, so it carries no new data until it acknowledges again
-    /// (PROTOCOL.md §5, "Silent paths").
-    pub fn is_connection_suspect(&self, conn: ConnId) -> bool {
-        self.conns.get(conn).is_some_and(Connection::is_suspect)
-    }
-
-    /// Marks `conn` as a backup path (`true`) or a regular one (`false`), here and, with a Path
-    /// Priority frame, at the peer (PROTOCOL.md §3): while a regular connection is usable,
-    /// neither side sends unsteered stream data on a backup one.
-    pub fn set_connection_backup(&mut self, conn: ConnId, backup: bool) -> Result<(), Error> {
-        let c = self.conns.get_mut(conn).ok_or_else(|| TransportError::internal(format!("no connection {conn}")))?;
-        if c.backup != backup {
-            c.backup = backup;
-            self.core.control.push(&Frame::PathPriority { connection_id: conn, backup }, None);
-        }
-        Ok(())
-    }
-
-    /// Whether `conn` is a backup path (set by either side).
-    pub fn is_connection_backup(&self, conn: ConnId) -> bool {
-        self.conns.get(conn).is_some_and(|c| c.backup)
-    }
-
-    pub(crate) fn path_view(c: &Connection) -> PathView {
-        PathView {
-            conn: c.id,
-            rtt_us: c.path.rtt_us,
-            cwnd: c.path.cwnd,
-            queued: c.tx.len(),
-            bytes_sent: c.stats.bytes_sent,
-            room: true,
-            delivery_rate: c.path.delivery_rate,
-            kernel_unsent: c.path.kernel_unsent,
-            stream_backlog: 0,
-        }
-    }
-
-    pub(crate) fn fail_conn(&mut self, conn: ConnId, error: Error) {
-        if let Some(c) = self.conns.get_mut(conn) {
-            c.fail(error);
-        }
-        self.after_connection_change();
     }
 }

@@ -19,7 +19,7 @@ struct Queued {
 }
 
 #[derive(Debug, Default)]
-pub(crate) struct ControlQueue {
+pub(super) struct ControlQueue {
     frames: VecDeque<Queued>,
     // The two kinds of frames below answer a peer's frames one for one, so a hostile peer
     // could have us queue them by the million: they are kept compact, and encoded only when a
@@ -35,7 +35,7 @@ pub(crate) struct ControlQueue {
     refused: VecDeque<(StreamId, StreamId)>,
     /// Answers to the peer's probes (RTT Echo, Address Echo, TCP Info), at most one per kind
     /// and connection asked about: a newer answer replaces the queued one, so a flood of probes
-    /// costs one answer per record we send, never one per probe (issue #14).
+    /// costs one answer per record we send, never one per probe (no amplifier).
     answers: Vec<Answer>,
     /// Connections that carry the ACKs of their own records (`Session::route_acks`); the ACKs
     /// of any other connection travel on any connection.
@@ -51,7 +51,7 @@ struct Answer {
 }
 
 impl ControlQueue {
-    pub(crate) fn push(&mut self, frame: &Frame<'_>, conn: Option<ConnId>) {
+    pub(super) fn push(&mut self, frame: &Frame<'_>, conn: Option<ConnId>) {
         let mut bytes = Vec::with_capacity(frame.encoded_len());
         frame.encode(&mut bytes);
         self.frames.push_back(Queued { conn, bytes });
@@ -59,7 +59,7 @@ impl ControlQueue {
 
     /// Queues an answer to a probe about connection `about`, to travel on `conn` (or any),
     /// replacing a queued answer of the same kind about the same connection.
-    pub(crate) fn push_answer(&mut self, frame: &Frame<'_>, about: ConnId, conn: Option<ConnId>) {
+    pub(super) fn push_answer(&mut self, frame: &Frame<'_>, about: ConnId, conn: Option<ConnId>) {
         let mut bytes = Vec::with_capacity(frame.encoded_len());
         frame.encode(&mut bytes);
         let key = (frame.frame_type(), about);
@@ -71,12 +71,12 @@ impl ControlQueue {
 
     /// Queues an ACK of record `seq` of connection `conn` (answering a Ping), or raises the one
     /// already queued for that connection.
-    pub(crate) fn push_ack(&mut self, conn: ConnId, seq: u64) {
+    pub(super) fn push_ack(&mut self, conn: ConnId, seq: u64) {
         self.push_ack_bound(conn, seq, false);
     }
 
     /// Same, for an ACK that must go back on `conn` itself (the answer to a Ping).
-    pub(crate) fn push_ack_bound(&mut self, conn: ConnId, seq: u64, bound: bool) {
+    pub(super) fn push_ack_bound(&mut self, conn: ConnId, seq: u64, bound: bool) {
         match self.acks.iter_mut().find(|(c, _, _)| *c == conn) {
             Some((_, highest, b)) => {
                 *highest = (*highest).max(seq);
@@ -87,7 +87,7 @@ impl ControlQueue {
     }
 
     /// Queues Stream Reset 0x1 (refused) for the peer streams `first..=last` (one parity).
-    pub(crate) fn push_refused(&mut self, first: StreamId, last: StreamId) {
+    pub(super) fn push_refused(&mut self, first: StreamId, last: StreamId) {
         match self.refused.back_mut() {
             Some((_, end)) if end.checked_add(2) == Some(first) => *end = last,
             _ => self.refused.push_back((first, last)),
@@ -96,16 +96,16 @@ impl ControlQueue {
 
     /// Entries held (a range of refusals or a coalesced ACK counts as one): what the queue's
     /// memory grows with.
-    pub(crate) fn entries(&self) -> usize {
+    pub(super) fn entries(&self) -> usize {
         self.frames.len() + self.acks.len() + self.refused.len() + self.answers.len()
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.frames.is_empty() && self.acks.is_empty() && self.refused.is_empty() && self.answers.is_empty()
     }
 
     /// Sets the connections that carry their own ACKs.
-    pub(crate) fn set_ack_homes(&mut self, homes: impl Iterator<Item = ConnId>) {
+    pub(super) fn set_ack_homes(&mut self, homes: impl Iterator<Item = ConnId>) {
         self.ack_homes.clear();
         self.ack_homes.extend(homes);
     }
@@ -118,14 +118,14 @@ impl ControlQueue {
 
     /// Whether a frame bound to `conn` is waiting (what a suspect connection carries: its probe
     /// and the answers that must travel on it).
-    pub(crate) fn has_bound_for(&self, conn: ConnId) -> bool {
+    pub(super) fn has_bound_for(&self, conn: ConnId) -> bool {
         self.acks.iter().any(|(c, _, bound)| *bound && *c == conn)
             || self.frames.iter().any(|f| f.conn == Some(conn))
             || self.answers.iter().any(|a| a.conn == Some(conn))
     }
 
     /// Whether something is waiting that `conn` may carry.
-    pub(crate) fn has_for(&self, conn: ConnId) -> bool {
+    pub(super) fn has_for(&self, conn: ConnId) -> bool {
         self.acks.iter().any(|(c, _, bound)| self.ack_may_travel(*c, *bound, conn))
             || !self.refused.is_empty()
             || self.frames.iter().any(|f| f.conn.is_none_or(|c| c == conn))
@@ -134,12 +134,12 @@ impl ControlQueue {
 
     /// Appends to `out` the queued frames `conn` may carry, in order, while they fit in
     /// `budget` bytes. Returns the number of bytes appended.
-    pub(crate) fn take_into(&mut self, conn: ConnId, budget: usize, out: &mut Vec<u8>) -> usize {
+    pub(super) fn take_into(&mut self, conn: ConnId, budget: usize, out: &mut Vec<u8>) -> usize {
         self.take_into_filtered(conn, budget, out, false)
     }
 
     /// Same, only the frames bound to `conn` when `bound_only`.
-    pub(crate) fn take_into_filtered(
+    pub(super) fn take_into_filtered(
         &mut self,
         conn: ConnId,
         budget: usize,
@@ -211,7 +211,7 @@ impl ControlQueue {
     /// mean something on that connection: RTT Echo, Address Echo, Join). Without this, a frame
     /// waiting for a dead connection would keep `close` from finishing and count against the
     /// backlog limit for ever.
-    pub(crate) fn forget_conn(&mut self, conn: ConnId) {
+    pub(super) fn forget_conn(&mut self, conn: ConnId) {
         self.acks.retain(|(c, _, bound)| !(*bound && *c == conn));
         self.answers.retain(|a| a.conn != Some(conn) && a.key.1 != conn);
         self.frames.retain_mut(|f| {

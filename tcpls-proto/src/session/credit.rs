@@ -16,7 +16,7 @@ impl Core {
     /// Sends Max Stream Data when the application freed enough of the window, within the
     /// session's receive budget; then retries the streams the budget held back, since reading
     /// this one may have freed some of it.
-    pub(crate) fn update_credit(&mut self, id: StreamId) {
+    pub(super) fn update_credit(&mut self, id: StreamId) {
         if self.life.is_fallback() {
             return;
         }
@@ -51,7 +51,7 @@ impl Core {
     /// Whether a new peer stream fits in the receive budget, `charged` being in use: its
     /// initial 64 KiB window and its state are charged from the moment it opens. The first one
     /// always fits.
-    pub(crate) fn peer_stream_fits(&self, charged: u64) -> bool {
+    pub(super) fn peer_stream_fits(&self, charged: u64) -> bool {
         self.streams.peer_open() == 0 || charged.saturating_add(NEW_STREAM_CHARGE) <= self.config.receive_budget
     }
 

@@ -12,7 +12,6 @@
 use crate::error::{Error, TransportError};
 use crate::event::ConnId;
 
-use super::conn::ConnState;
 use super::Session;
 
 impl Session {
@@ -30,10 +29,10 @@ impl Session {
             .conns
             .get_mut(conn)
             .ok_or_else(|| TransportError::internal(format!("danger_seal_raw: no connection {conn}")))?;
-        let ConnState::Tcpls(layer) = &mut c.state else {
+        let Some((key, tx)) = c.tcpls_tx() else {
             return Err(TransportError::internal("danger_seal_raw: the connection has no TCPLS record layer").into());
         };
-        layer.tx.seal(content_type, plaintext, &mut c.tx)?;
+        key.seal(content_type, plaintext, tx)?;
         c.stats.records_sent += 1;
         Ok(())
     }
@@ -59,8 +58,8 @@ impl Session {
     /// by `SessionConfig::max_unacked_records` and `max_unacked_control`.
     #[doc(hidden)]
     pub fn danger_retained(&self) -> (usize, usize) {
-        let records = self.conns.iter().map(|c| c.sent_log.len()).max().unwrap_or(0);
-        let control = self.conns.iter().map(|c| c.sent_log_control).max().unwrap_or(0);
+        let records = self.conns.iter().map(|c| c.sent.len()).max().unwrap_or(0);
+        let control = self.conns.iter().map(|c| c.sent.control_bytes()).max().unwrap_or(0);
         (records, control)
     }
 
@@ -80,7 +79,7 @@ impl Session {
         settings: crate::SessionConfig,
         content: Vec<u8>,
     ) -> Result<Self, Error> {
-        let mut session = Self::new(super::Side::Client, settings);
+        let mut session = Self::new(super::side::Side::Client, settings);
         session.core.paths.set_client_tls(config.clone(), server_name.clone());
         let handshake = crate::tls::Handshake::client_with_early_data(config, server_name, content)?;
         session.conns.add(super::Connection::new(0, handshake));
@@ -96,7 +95,7 @@ impl Session {
             return Err(TransportError::internal("not a client session").into());
         };
         let mut conn = super::Connection::new(id, crate::tls::Handshake::client(config, name)?);
-        conn.join_token = Some(token);
+        conn.join.token = Some(token);
         self.conns.add(conn);
         self.drive_handshakes();
         Ok(id)
@@ -122,7 +121,7 @@ impl Session {
         }
         creds.forged_proof = proof;
         let mut conn = super::Connection::new(id, crate::tls::Handshake::client(config, name)?);
-        conn.rejoin = Some(creds);
+        conn.join.rejoin = Some(creds);
         self.conns.add(conn);
         self.drive_handshakes();
         Ok(id)

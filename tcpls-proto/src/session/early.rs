@@ -19,29 +19,17 @@ use rustls::ClientConfig;
 
 use crate::config::SessionConfig;
 use crate::error::{Error, TransportError};
-use crate::event::StreamId;
 use crate::frame::{write_stream_trailer, Frame, STREAM_FRAME_OVERHEAD};
-use crate::tls::{Handshake, MAX_EARLY_DATA};
+use crate::tls::Handshake;
 
-use super::conn::{ConnState, Connection};
+use super::conn::Connection;
+use super::early_state::MAX_EARLY_STREAM_BYTES;
 use super::frames::decode_all;
 use super::placement::Scan;
-use super::{Core, Session, Side};
+use super::side::Side;
+use super::{Core, Session};
 
 /// Most stream bytes a client puts in its early data (one record with the Stream frame).
-pub const MAX_EARLY_STREAM_BYTES: usize = MAX_EARLY_DATA - STREAM_FRAME_OVERHEAD;
-
-/// The session's 0-RTT state.
-#[derive(Debug, Default)]
-pub(crate) struct EarlyState {
-    /// Client: stream bytes [0, n) of stream 0 offered as early data.
-    offered: Option<(StreamId, usize)>,
-    /// Server: early-data bytes accepted and delivered.
-    pub(crate) received: usize,
-    /// Server: stream bytes sealed at half-RTT.
-    half_rtt_sent: usize,
-}
-
 impl Session {
     /// A client session whose handshake offers the first bytes of `data`, written on stream 0,
     /// as TLS early data (0-RTT). Without a ticket that allows early data (or if the server
@@ -84,14 +72,14 @@ impl Session {
 
     /// Server: seals stream data the application wrote before the client Finished as half-RTT
     /// data, when early data was accepted. Bounded by the transmit high-water mark.
-    pub(crate) fn seal_half_rtt(&mut self) {
+    pub(super) fn seal_half_rtt(&mut self) {
         if self.core.side != Side::Server || self.core.early.received == 0 {
             return;
         }
         let limit = self.core.config.transmit_high_water;
         let record_size = self.core.config.record_size.clamp(STREAM_FRAME_OVERHEAD + 1, crate::record::MAX_PLAINTEXT);
         let Some(c) = self.conns.get_mut(0) else { return };
-        let ConnState::Handshaking(hs, _) = &mut c.state else { return };
+        let Some((hs, stats, sent)) = c.handshake_mut() else { return };
         if !hs.half_rtt_writable() {
             // rustls would not seal it (no `send_half_rtt_data`): it goes after the handshake.
             return;
@@ -118,8 +106,8 @@ impl Session {
             s.send.mark_sent(offset, len, fin);
             s.send.ack(offset, len, fin);
             core.early.half_rtt_sent += len;
-            c.stats.records_sent += 1;
-            c.carried_streams = true;
+            stats.records_sent += 1;
+            sent.note_stream_data();
             queued = true;
             core.streams.requeue_front(id);
             core.notify_writable_if_blocked(id);
@@ -132,7 +120,7 @@ impl Session {
     }
 
     /// Stream data written before the handshake completed can go out at half-RTT.
-    pub(crate) fn half_rtt_possible(&self) -> bool {
+    pub(super) fn half_rtt_possible(&self) -> bool {
         self.core.side == Side::Server && self.core.early.received > 0 && self.core.streams.has_ready()
     }
 }
@@ -143,19 +131,19 @@ impl Core {
     /// (a Join, which must not be replayable, or frames that would act on the session, such as
     /// Rate Limit or Stream Reset, before the client proved it holds the handshake keys) is a
     /// protocol violation, checked before any frame of the record is acted on.
-    pub(crate) fn deliver_early_data(&mut self, c: &mut Connection) -> Result<(), Error> {
-        if c.early_received.is_empty() {
+    pub(super) fn deliver_early_data(&mut self, c: &mut Connection) -> Result<(), Error> {
+        if c.reading.early_received.is_empty() {
             return Ok(());
         }
-        for plaintext in std::mem::take(&mut c.early_received) {
+        for plaintext in std::mem::take(&mut c.reading.early_received) {
             // Decoded once: checked whole, then acted on.
             let frames = decode_all(&plaintext).map_err(|e| TransportError::decode(format!("early data: {e}")))?;
             if let Some((other, _)) = frames.iter().find(|(f, _)| !matches!(f, Frame::Stream { .. })) {
                 let kind = other.frame_type();
                 return Err(TransportError::unexpected(format!("{kind:?} frame in early data")).into());
             }
-            let first = c.app_records == 0;
-            c.app_records += 1;
+            let first = c.reading.app_records == 0;
+            c.reading.app_records += 1;
             self.early.received += plaintext.len();
             let mut scan = Scan::default();
             if first {
@@ -179,7 +167,7 @@ impl Core {
 
     /// Client, handshake complete: accepted early bytes count as sent and delivered (the server
     /// has them); otherwise they stay queued and go out now.
-    pub(crate) fn settle_early_data(&mut self, accepted: bool) {
+    pub(super) fn settle_early_data(&mut self, accepted: bool) {
         let Some((id, n)) = self.early.offered.take() else { return };
         if !accepted {
             return;

@@ -1,4 +1,4 @@
-//! Events for the application, waiting to be polled ([`Session::poll_event`]).
+//! Events for the application, waiting to be polled (`Session::poll_event`).
 //!
 //! Two queues, both bounded against peers that make us report things: ordinary events in the
 //! order they happened, and answers to probes and per-connection requests, of which only the
@@ -10,21 +10,21 @@ use crate::event::Event;
 
 /// Events not yet polled beyond which the session stops reading: most events answer a peer's
 /// frame one for one, so an IO layer that polls them only between reads must not see them pile
-/// up ([`Session::read_buffer`]).
+/// up (`Session::read_buffer`).
 const MAX_QUEUED_EVENTS: usize = 4096;
 
 /// Most answers to our probes and per-connection requests waiting to be polled.
 const MAX_ANSWER_EVENTS: usize = 64;
 
 #[derive(Debug, Default)]
-pub(crate) struct Events {
+pub(super) struct Events {
     queue: VecDeque<Event>,
     /// Answers to probes and per-connection requests, handed out after `queue`.
     answers: Vec<Event>,
 }
 
 impl Events {
-    pub(crate) fn push(&mut self, event: Event) {
+    pub(super) fn push(&mut self, event: Event) {
         self.queue.push_back(event);
     }
 
@@ -34,7 +34,7 @@ impl Events {
     /// kind and connection is kept until the application polls it (the newest), and at most
     /// [`MAX_ANSWER_EVENTS`] in all. So a flood costs one event (and, in the IO layer, one
     /// socket call) per kind and connection, not one per frame.
-    pub(crate) fn push_answer(&mut self, event: Event) {
+    pub(super) fn push_answer(&mut self, event: Event) {
         let key = |e: &Event| match e {
             Event::RttMeasured { conn, .. } => Some((0, *conn)),
             Event::PeerTcpInfo { conn, .. } => Some((1, *conn)),
@@ -53,7 +53,7 @@ impl Events {
         }
     }
 
-    pub(crate) fn poll(&mut self) -> Option<Event> {
+    pub(super) fn poll(&mut self) -> Option<Event> {
         if let Some(event) = self.queue.pop_front() {
             return Some(event);
         }
@@ -65,13 +65,13 @@ impl Events {
     }
 
     /// So many events wait that the session should stop reading until they are polled.
-    pub(crate) fn backed_up(&self) -> bool {
+    pub(super) fn backed_up(&self) -> bool {
         self.queue.len() > MAX_QUEUED_EVENTS
     }
 
     /// Events of both queues waiting to be polled (`Session::danger_queued_events`).
     #[cfg(feature = "danger")]
-    pub(crate) fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.queue.len() + self.answers.len()
     }
 }

@@ -9,30 +9,15 @@ use crate::frame::{Frame, FrameError, FrameReader};
 use crate::stream::RecvError;
 
 use super::conn::Flow;
-use super::multipath::{JoinKey, JoinRequest, JOIN_FRAME_LEN};
+use super::conn_action::ConnAction;
+use super::joining::{JoinKey, JoinRequest, JOIN_FRAME_LEN};
 use super::placement::{LeadStream, Scan};
-use super::{Core, Inbound, RecordSink, Side};
-
-/// Work a frame asks for that needs the connection table.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum ConnAction {
-    /// The peer says this connection failed.
-    Reset(ConnId),
-    /// Answer an Address Probe about `about` on connection `on`.
-    EchoAddress { on: ConnId, about: ConnId },
-    /// The peer acknowledged records of connection `conn` up to `highest`.
-    Ack { conn: ConnId, highest: u64 },
-    /// The peer asks that `stream` be sent on `conn` (receiver-driven steering).
-    Steer { stream: StreamId, conn: ConnId },
-    /// Answer an RTT Probe on the probed connection, if we have it.
-    EchoRtt { conn: ConnId, timestamp_us: u64 },
-    /// The peer marked `conn` as a backup path (or a regular one again).
-    SetBackup { conn: ConnId, backup: bool },
-}
+use super::side::Side;
+use super::{Core, Inbound, RecordSink};
 
 /// Every frame of a record, decoded (last on the wire first), each with the number of bytes
 /// that precede it; the first frame that does not parse is the error.
-pub(crate) fn decode_all(plaintext: &[u8]) -> Result<Vec<(Frame<'_>, usize)>, TransportError> {
+pub(super) fn decode_all(plaintext: &[u8]) -> Result<Vec<(Frame<'_>, usize)>, TransportError> {
     let mut reader = FrameReader::new(plaintext);
     let mut frames = Vec::new();
     while let Some(frame) = reader.next() {
@@ -50,7 +35,7 @@ fn recv_error(id: StreamId, e: RecvError) -> TransportError {
 }
 
 impl Core {
-    pub(crate) fn on_inbound(
+    pub(super) fn on_inbound(
         &mut self,
         conn: ConnId,
         seq: u64,
@@ -100,7 +85,7 @@ impl Core {
     }
 
     /// Reads a record's frames (once) and acts on each, noting their placement facts in `scan`.
-    pub(crate) fn on_frames(
+    pub(super) fn on_frames(
         &mut self,
         conn: ConnId,
         seq: u64,
@@ -133,7 +118,7 @@ impl Core {
 
     /// [`Core::on_first_record`] once its frames are decoded (`frames` with, for each, the bytes
     /// that precede it in `plaintext`).
-    pub(crate) fn on_first_frames<'a>(
+    pub(super) fn on_first_frames<'a>(
         &mut self,
         conn: ConnId,
         seq: u64,
@@ -171,7 +156,7 @@ impl Core {
         Ok(Flow::Continue)
     }
 
-    pub(crate) fn on_frame(&mut self, conn: ConnId, seq: u64, frame: Frame<'_>) -> Result<(), TransportError> {
+    pub(super) fn on_frame(&mut self, conn: ConnId, seq: u64, frame: Frame<'_>) -> Result<(), TransportError> {
         if frame.is_ack_eliciting() {
             self.note_ack_eliciting(conn, seq);
         }
@@ -189,9 +174,7 @@ impl Core {
                 let total = self.paths.receive_token(sequence, token);
                 self.events.push(Event::TokensReceived { total });
             }
-            Frame::ConnectionReset { connection_id } => {
-                self.actions.push(super::frames::ConnAction::Reset(connection_id))
-            }
+            Frame::ConnectionReset { connection_id } => self.actions.push(ConnAction::Reset(connection_id)),
             Frame::NewAddress { address_id, addr } => {
                 if self.paths.add_peer_address(address_id, addr) {
                     self.events.push(Event::PeerAddressAdded { address_id, addr });
@@ -212,9 +195,7 @@ impl Core {
                 self.open_peer_streams(stream_id)?;
                 if let Some(s) = self.streams.get_mut(stream_id) {
                     s.recv.reset(final_size).map_err(|e| recv_error(stream_id, e))?;
-                    if s.recv_reset.is_none() {
-                        s.recv_reset = Some(error_code);
-                    }
+                    s.recv_state = s.recv_state.on_peer_reset(error_code);
                     self.notify_readable(stream_id);
                     self.maybe_remove(stream_id);
                 } else {
@@ -307,7 +288,8 @@ impl Core {
         }
         let mut next = first;
         // A stream is admitted while the concurrency limit and the receive budget allow: each
-        // new stream's 64 KiB initial window is memory the peer can fill at once (issue #14).
+        // new stream's 64 KiB initial window is memory the peer can fill at once, so a peer
+        // that opens streams must not take us past the budget.
         let mut charged = self.streams.receive_charged();
         while next <= u64::from(id) && self.streams.peer_open() < max && self.peer_stream_fits(charged) {
             self.create_stream(next as StreamId, true);
@@ -318,7 +300,7 @@ impl Core {
             // The rest is refused. Each refused stream gets its Stream Reset when a frame naming
             // it arrives (this one now, the others when their own frames come), so that we send
             // one reset per frame received: answering every ID at once made one 15-byte frame
-            // cost 4096 resets sent and kept for failover (issue #14).
+            // cost 4096 resets sent and kept for failover (an amplifier).
             self.stats.streams_refused += (u64::from(id) - next) / 2 + 1;
             self.streams.refuse(next..u64::from(id) + 1);
         }
@@ -342,7 +324,7 @@ impl Core {
             self.answer_refused(id);
             return Ok(());
         };
-        if s.recv_reset.is_some() {
+        if s.recv_state.peer_reset().is_some() {
             // The data is dropped, but the final size the reset stated still binds (PROTOCOL.md
             // §4.1): `insert` checks it and stores nothing after a reset.
             return s.recv.insert(offset, data, fin).map_err(|e| recv_error(id, e));
@@ -353,7 +335,7 @@ impl Core {
         let duplicate = (offset + data.len() as u64).min(s.recv.contiguous_end()).saturating_sub(offset);
         self.stats.duplicate_bytes_received += duplicate;
         s.recv.insert(offset, data, fin).map_err(|e| recv_error(id, e))?;
-        if s.recv_stopped {
+        if s.recv_state.is_stopped() {
             let n = s.recv.readable();
             s.recv.consume(n);
             self.update_credit(id);
@@ -386,11 +368,11 @@ impl Core {
 
     /// A fallback stream has no flow control of its own: stop reading the socket (TCP pushes
     /// back) while the application has a window's worth unread.
-    pub(crate) fn fallback_stream_full(&self) -> bool {
+    pub(super) fn fallback_stream_full(&self) -> bool {
         self.streams.get(0).is_some_and(|s| s.recv.buffered() as u64 >= self.config.stream_receive_window)
     }
 
-    pub(crate) fn on_fallback_peer_closed(&mut self) {
+    pub(super) fn on_fallback_peer_closed(&mut self) {
         let end = self.streams.fallback_received();
         if let Some(s) = self.streams.get_mut(0) {
             let _ = s.recv.insert(end, &[], true);
@@ -427,7 +409,7 @@ impl RecordSink for Core {
             return None;
         }
         let s = self.streams.get_mut(id)?;
-        if s.recv_reset.is_some() || s.recv_stopped {
+        if s.recv_state.drops_data() {
             return None;
         }
         // Slack `len`: the record's trailing frames may run past the flow control limit; the

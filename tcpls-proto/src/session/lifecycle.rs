@@ -1,16 +1,6 @@
-//! The session's own life, apart from its connections': handshaking, established (TCPLS or
-//! plain TLS fallback), closing, orphaned (every connection lost, waiting for a rejoin) and
-//! closed, with the error that ended it.
-//!
-//! ```text
-//! Open ──> Closing ──> Closed          (the application closes, or the peer did and we are done)
-//!  │ ^                  ^
-//!  v │ rejoined         │ timeout, close, abort, refused rejoin
-//! Orphaned ─────────────┘
-//! ```
-//!
-//! Whether the first handshake completed (and how) is a fact beside the state: a session is
-//! established from then on, whatever happens next.
+//! What moves the session's life (`life.rs`): connections that end (reported once each, and
+//! the session ended, orphaned or failed when none is left), the application's `close` and
+//! `abort`, the first handshake's completion, and the end of the session.
 
 use std::time::Instant;
 
@@ -18,174 +8,23 @@ use crate::error::{Error, TransportError};
 use crate::event::{ConnId, Event};
 use crate::tls::HandshakeInfo;
 
-use super::{Core, Session, Side};
-
-/// What the first handshake negotiated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
-    Tcpls,
-    /// The peer does not speak TCPLS: one plain TLS byte stream (PROTOCOL.md §1.3).
-    Fallback,
-}
-
-#[derive(Debug)]
-enum State {
-    /// Handshaking or carrying streams.
-    Open,
-    /// The application asked to close (or the idle timeout did): close_notify goes out once
-    /// everything queued is sent.
-    Closing,
-    /// Every connection was lost at `since`; the session waits for a rejoin. `first_loss` is
-    /// its error if none comes.
-    Orphaned {
-        since: Instant,
-        first_loss: Option<Error>,
-    },
-    Closed,
-}
-
-#[derive(Debug)]
-pub(crate) struct Lifecycle {
-    mode: Option<Mode>,
-    state: State,
-    /// Why the session failed, if it did (kept once closed).
-    error: Option<Error>,
-    /// Client: what the IO layer's last rejoin attempts said (per path), for the final error.
-    rejoin_note: Option<String>,
-    /// `Event::PeerClosed` went out.
-    peer_close_reported: bool,
-}
-
-impl Default for Lifecycle {
-    fn default() -> Self {
-        Self { mode: None, state: State::Open, error: None, rejoin_note: None, peer_close_reported: false }
-    }
-}
-
-impl Lifecycle {
-    /// The first handshake completed (true from then on).
-    pub(crate) fn is_established(&self) -> bool {
-        self.mode.is_some()
-    }
-
-    pub(crate) fn is_fallback(&self) -> bool {
-        self.mode == Some(Mode::Fallback)
-    }
-
-    /// The first handshake completed: TCPLS or plain TLS.
-    pub(crate) fn establish(&mut self, tcpls: bool) {
-        self.mode = Some(if tcpls { Mode::Tcpls } else { Mode::Fallback });
-    }
-
-    pub(crate) fn is_closing(&self) -> bool {
-        matches!(self.state, State::Closing)
-    }
-
-    pub(crate) fn is_closed(&self) -> bool {
-        matches!(self.state, State::Closed)
-    }
-
-    /// Neither closing nor closed: new connections (joins, rejoins) and tokens are welcome.
-    pub(crate) fn accepts_connections(&self) -> bool {
-        matches!(self.state, State::Open | State::Orphaned { .. })
-    }
-
-    /// Closed, or failed (an error is set before the close is complete).
-    pub(crate) fn is_over(&self) -> bool {
-        self.is_closed() || self.error.is_some()
-    }
-
-    pub(crate) fn error(&self) -> Option<&Error> {
-        self.error.as_ref()
-    }
-
-    /// Records why the session failed, unless an earlier reason is known.
-    pub(crate) fn fail_with(&mut self, error: Error) {
-        self.error.get_or_insert(error);
-    }
-
-    /// Records why the session failed, replacing an earlier reason.
-    pub(crate) fn set_error(&mut self, error: Option<Error>) {
-        self.error = error;
-    }
-
-    /// Open -> Closing (a session orphaned or already closing or closed stays as it is).
-    pub(crate) fn begin_closing(&mut self) {
-        if matches!(self.state, State::Open) {
-            self.state = State::Closing;
-        }
-    }
-
-    /// The session is over (its `Closed` event is the core's to send).
-    pub(crate) fn end(&mut self) {
-        self.state = State::Closed;
-    }
-
-    pub(crate) fn orphaned_since(&self) -> Option<Instant> {
-        match self.state {
-            State::Orphaned { since, .. } => Some(since),
-            _ => None,
-        }
-    }
-
-    /// Every connection was lost at `since` (an orphaned session keeps its first loss).
-    pub(crate) fn orphan(&mut self, since: Instant, first_loss: Option<Error>) {
-        if matches!(self.state, State::Open) {
-            self.state = State::Orphaned { since, first_loss };
-        }
-    }
-
-    /// A connection joined again: no longer orphaned, and earlier attempts are forgotten.
-    pub(crate) fn rejoined(&mut self) {
-        if matches!(self.state, State::Orphaned { .. }) {
-            self.state = State::Open;
-        }
-        self.rejoin_note = None;
-    }
-
-    /// Leaves the orphaned state (to end the session): its first loss, or `None` when the
-    /// session was not orphaned.
-    pub(crate) fn take_orphan(&mut self) -> Option<Option<Error>> {
-        match std::mem::replace(&mut self.state, State::Open) {
-            State::Orphaned { first_loss, .. } => Some(first_loss),
-            other => {
-                self.state = other;
-                None
-            }
-        }
-    }
-
-    pub(crate) fn set_rejoin_note(&mut self, note: String) {
-        self.rejoin_note = Some(note);
-    }
-
-    pub(crate) fn take_rejoin_note(&mut self) -> Option<String> {
-        self.rejoin_note.take()
-    }
-
-    /// True the first time: `Event::PeerClosed` is reported once.
-    pub(crate) fn report_peer_close(&mut self) -> bool {
-        !std::mem::replace(&mut self.peer_close_reported, true)
-    }
-}
+use super::side::Side;
+use super::{Core, Session};
 
 impl Session {
     /// Reports finished connections and ends the session when none is left.
-    pub(crate) fn after_connection_change(&mut self) {
+    pub(super) fn after_connection_change(&mut self) {
         let mut last_errors = Vec::new();
         let mut finished = Vec::new();
-        for c in &mut self.conns {
-            if c.is_finished() && !c.reported {
-                c.reported = true;
-                let error = c.error.clone();
-                if error.is_some() {
-                    self.core.stats.connections_lost += 1;
-                }
-                last_errors.push(error.clone());
-                finished.push(c.id);
-                self.core.control.forget_conn(c.id);
-                self.core.events.push(Event::ConnectionClosed { conn: c.id, error });
+        for id in self.conns.take_unreported_finished() {
+            let error = self.conns.get(id).and_then(|c| c.error().cloned());
+            if error.is_some() {
+                self.core.stats.connections_lost += 1;
             }
+            last_errors.push(error.clone());
+            finished.push(id);
+            self.core.control.forget_conn(id);
+            self.core.events.push(Event::ConnectionClosed { conn: id, error });
         }
         let mut must_end = None;
         for id in finished {
@@ -271,14 +110,15 @@ impl Session {
     }
 
     /// Every connection was lost and the session waits for a rejoin (see
-    /// [`SessionConfig::rejoin_timeout`]); the client's IO layer should add a connection.
+    /// [`SessionConfig::rejoin_timeout`](crate::SessionConfig::rejoin_timeout)); the client's IO
+    /// layer should add a connection.
     pub fn is_orphaned(&self) -> bool {
         self.core.life.orphaned_since().is_some()
     }
 
     /// Changes how long this session waits for a rejoin once every connection is lost
-    /// ([`SessionConfig::rejoin_timeout`]), e.g. a client's path manager applying its outage
-    /// tolerance. Zero: the session ends with its last connection.
+    /// ([`SessionConfig::rejoin_timeout`](crate::SessionConfig::rejoin_timeout)), e.g. a client's
+    /// path manager applying its outage tolerance. Zero: the session ends with its last connection.
     pub fn set_rejoin_timeout(&mut self, timeout: std::time::Duration) {
         self.core.config.rejoin_timeout = timeout;
     }
@@ -324,7 +164,7 @@ impl Session {
 }
 
 impl Core {
-    pub(crate) fn on_established(&mut self, conn: ConnId, _info: &HandshakeInfo, tcpls: bool) {
+    pub(super) fn on_established(&mut self, conn: ConnId, _info: &HandshakeInfo, tcpls: bool) {
         self.life.establish(tcpls);
         self.events.push(Event::Established { fallback: !tcpls });
         if !tcpls {
@@ -338,14 +178,14 @@ impl Core {
         let _ = conn;
     }
 
-    pub(crate) fn on_closed(&mut self) {
+    pub(super) fn on_closed(&mut self) {
         self.life.end();
         self.events.push(Event::Closed { error: self.life.error().cloned() });
         let ids = self.streams.ids();
         for id in ids {
             self.notify_readable(id);
             if let Some(s) = self.streams.get_mut(id) {
-                s.write_blocked = false;
+                s.wake_writer();
             }
             self.events.push(Event::StreamWritable(id));
         }

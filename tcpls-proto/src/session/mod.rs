@@ -8,15 +8,23 @@
 //! `now` is passed in where time matters.
 
 mod ack;
+mod ack_state;
+mod clock;
 mod conn;
+mod conn_action;
+mod connection_calls;
 mod connections;
 mod control;
 mod credit;
 mod danger;
 mod early;
+mod early_state;
 mod events;
-mod ext;
+mod extensions;
 mod frames;
+mod high_water;
+mod joining;
+mod life;
 mod lifecycle;
 mod loss;
 mod multipath;
@@ -24,8 +32,11 @@ mod observe;
 mod packetize;
 mod paths;
 mod placement;
+mod rate_caps;
 mod receive;
 pub mod sched;
+mod side;
+mod snapshots;
 mod stream_api;
 mod streams;
 mod timers;
@@ -36,73 +47,57 @@ use std::sync::Arc;
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ServerConfig};
 
-pub use conn::ConnStats;
-pub(crate) use conn::{Connection, Inbound, RecordSink};
-pub(crate) use control::ControlQueue;
-pub use early::MAX_EARLY_STREAM_BYTES;
-pub use multipath::{Accepted, JoiningConnection, REJOIN_ID_BASE, STEER_ANY};
-pub use observe::{MemoryUse, StreamProgress};
-pub use packetize::{MULTIPATH_HIGH_WATER, MULTIPATH_QUEUE_TIME};
+pub use conn::{ConnStats, MIN_READ_CHUNK, READ_CHUNK};
+use conn::{Connection, Inbound, RecordSink};
+use control::ControlQueue;
+pub use early_state::MAX_EARLY_STREAM_BYTES;
+pub use high_water::{MULTIPATH_HIGH_WATER, MULTIPATH_QUEUE_TIME};
+pub use joining::{Accepted, JoiningConnection, REJOIN_ID_BASE};
+pub use multipath::STEER_ANY;
+pub use side::Side;
+pub use snapshots::{MemoryUse, StreamProgress};
 
 use crate::config::SessionConfig;
 use crate::error::Error;
 use crate::tls::{Handshake, HandshakeInfo, ALPN_TCPLS};
 
-/// Which end of the session we are: clients open connections and even-numbered streams.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Side {
-    Client,
-    Server,
-}
-
-/// Most bytes one socket read asks for, once a connection is busy (large reads: fewer
-/// syscalls). Reads start at [`MIN_READ_CHUNK`] and grow while they fill the buffer.
-pub const READ_CHUNK: usize = 256 * 1024;
-
-/// Smallest read size, the one an idle connection returns to. An idle connection keeps no
-/// read buffer: the core frees an empty one after a read at this size that drained the socket.
-pub const MIN_READ_CHUNK: usize = 16 * 1024;
-
-/// Read size before a connection's handshake completes (a handshake flight fits easily).
-pub const HANDSHAKE_READ_CHUNK: usize = 16 * 1024;
-
 /// Queued control frames beyond which we stop reading (see [`Session::read_buffer`]).
-pub(crate) const MAX_QUEUED_CONTROL: usize = 4096;
+const MAX_QUEUED_CONTROL: usize = 4096;
 
 /// Everything of a session except its connections, so frame handling can borrow both. Each
 /// part owns its state (private fields) in its own file; the methods of `Core` in the other
 /// files coordinate them.
-pub(crate) struct Core {
-    pub(crate) side: Side,
-    pub(crate) config: SessionConfig,
+struct Core {
+    side: Side,
+    config: SessionConfig,
     /// The session's own life: established, closing, orphaned, closed (`lifecycle.rs`).
-    pub(crate) life: lifecycle::Lifecycle,
+    life: life::Lifecycle,
     /// The one clock (`timers.rs`).
-    pub(crate) clock: timers::Clock,
+    clock: clock::Clock,
     /// Streams, their IDs, ready queue and budgets (`streams.rs`).
-    pub(crate) streams: streams::Streams,
+    streams: streams::Streams,
     /// Tokens, peer addresses, join state and the scheduler (`paths.rs`).
-    pub(crate) paths: paths::Paths,
+    paths: paths::Paths,
     /// Control frames waiting for a record (`control.rs`).
-    pub(crate) control: ControlQueue,
+    control: ControlQueue,
     /// Events waiting for the application (`events.rs`).
-    pub(crate) events: events::Events,
+    events: events::Events,
     /// Receive-side acknowledgement state per connection (`ack.rs`).
-    pub(crate) acks: ack::Acks,
+    acks: ack_state::Acks,
     /// Send-rate caps per connection (`ext.rs`).
-    pub(crate) ext: ext::ExtState,
+    ext: rate_caps::ExtState,
     /// 0-RTT state (`early.rs`).
-    pub(crate) early: early::EarlyState,
-    pub(crate) stats: SessionStats,
+    early: early_state::EarlyState,
+    stats: SessionStats,
     /// The peer has acknowledged a record: loss detection may count on its ACKs (`loss.rs`).
-    pub(crate) peer_acknowledges: bool,
+    peer_acknowledges: bool,
     /// Frame consequences that need the connection table, run after each batch of records
     /// (`receive.rs`).
-    pub(crate) actions: Vec<frames::ConnAction>,
+    actions: Vec<conn_action::ConnAction>,
     /// Reused buffer for the trailing frames of the record being built (`packetize.rs`):
     /// empty until the first record, grown to what records need (usually a few dozen bytes,
     /// a record's worth where a send ring wraps), freed by `release_idle_memory`.
-    pub(crate) scratch: Vec<u8>,
+    scratch: Vec<u8>,
 }
 
 /// Session-wide counters.
@@ -143,8 +138,8 @@ pub struct SessionStats {
 }
 
 pub struct Session {
-    pub(crate) conns: connections::Connections,
-    pub(crate) core: Core,
+    conns: connections::Connections,
+    core: Core,
 }
 
 impl std::fmt::Debug for Session {

@@ -5,155 +5,23 @@ use std::time::Instant;
 
 use crate::error::{AlertCode, Error, TransportError};
 use crate::event::{ConnId, Event, StreamId};
-use crate::frame::{Frame, REJOIN_PROOF_LEN, SESSION_REF_LEN, TOKEN_LEN};
+use crate::frame::{Frame, REJOIN_PROOF_LEN, SESSION_REF_LEN};
 use crate::tls::Handshake;
 
+use super::conn::{rejoin_proof, session_secrets, RejoinCredentials, LABEL_SESSION_REF};
+use super::joining::{Accepted, JoinKey, JoiningConnection, REJOIN_ID_BASE};
 use super::sched::Scheduler;
-use super::{Connection, Core, Session, Side};
-
-/// Wire length of a Join frame: the token and the type byte.
-pub(crate) const JOIN_FRAME_LEN: usize = TOKEN_LEN + 1;
-
-/// First Connection ID of the rejoin space (PROTOCOL.md §3): token sequence numbers stay below it.
-pub const REJOIN_ID_BASE: ConnId = 0x8000_0000;
+use super::side::Side;
+use super::{Connection, Core, Session};
 
 /// The Connection ID of a Stream Steer that asks the peer to stop steering the stream and let
 /// its scheduler spread it over every usable connection (PROTOCOL.md §3, "Steering"). Reserved:
 /// no connection has it; a peer that does not know it ignores the request (no such connection).
 pub const STEER_ANY: ConnId = u32::MAX;
 
-/// Labels of the values derived from a connection's secret ([`crate::tls::ConnSecret`]).
-const LABEL_REJOIN_KEY: &[u8] = b"EXPORTER-tcpls rejoin key";
-const LABEL_SESSION_REF: &[u8] = b"EXPORTER-tcpls session ref";
-const LABEL_REJOIN_PROOF: &[u8] = b"EXPORTER-tcpls rejoin proof";
-
-/// Client: what a connection rejoining without a token needs for its Rejoin frame, taken from
-/// the session's initial connection.
-#[derive(Clone)]
-pub(crate) struct RejoinCredentials {
-    key: [u8; 32],
-    pub(crate) session_ref: [u8; SESSION_REF_LEN],
-    /// Tests only (`danger_add_connection_with_rejoin`): sent instead of the real proof.
-    pub(crate) forged_proof: Option<[u8; REJOIN_PROOF_LEN]>,
-}
-
-impl std::fmt::Debug for RejoinCredentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("RejoinCredentials(..)")
-    }
-}
-
-/// The rejoin key and session reference of a session whose initial connection has `secret`.
-fn session_secrets(secret: &crate::tls::ConnSecret) -> RejoinCredentials {
-    let mut key = [0u8; 32];
-    secret.derive(LABEL_REJOIN_KEY, &mut key);
-    let mut session_ref = [0u8; SESSION_REF_LEN];
-    secret.derive(LABEL_SESSION_REF, &mut session_ref);
-    RejoinCredentials { key, session_ref, forged_proof: None }
-}
-
-/// Proof = HMAC-SHA256(rejoin key, proof input of the new connection || Connection ID).
-fn rejoin_proof(key: &[u8; 32], new_conn: &crate::tls::ConnSecret, id: ConnId) -> [u8; REJOIN_PROOF_LEN] {
-    let mut input = [0u8; 32];
-    new_conn.derive(LABEL_REJOIN_PROOF, &mut input);
-    let key = aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, key);
-    let mut ctx = aws_lc_rs::hmac::Context::with_key(&key);
-    ctx.update(&input);
-    ctx.update(&id.to_be_bytes());
-    let mut proof = [0u8; REJOIN_PROOF_LEN];
-    proof.copy_from_slice(ctx.sign().as_ref());
-    proof
-}
-
-impl super::Connection {
-    /// Client: the Rejoin frame of this connection, once its handshake is done.
-    pub(crate) fn rejoin_frame(&self, creds: &RejoinCredentials) -> Option<Frame<'static>> {
-        self.rejoin_frame_with_id(creds, self.id)
-    }
-
-    /// The Rejoin frame this connection would send under Connection ID `id`.
-    pub(crate) fn rejoin_frame_with_id(&self, creds: &RejoinCredentials, id: ConnId) -> Option<Frame<'static>> {
-        let secret = self.secret.as_ref()?;
-        Some(Frame::Rejoin {
-            connection_id: id,
-            session_ref: creds.session_ref,
-            proof: creds.forged_proof.unwrap_or_else(|| rejoin_proof(&creds.key, secret, id)),
-        })
-    }
-
-    /// Client: the first record of this joining connection must still carry a Join or Rejoin.
-    pub(crate) fn join_pending(&self) -> bool {
-        self.join_token.is_some() || self.rejoin.is_some()
-    }
-}
-
-/// How a joining connection names its session: a token (Join) or a session reference with a
-/// proof (Rejoin).
-#[derive(Debug)]
-pub(crate) enum JoinKey {
-    Token([u8; TOKEN_LEN]),
-    Rejoin { connection_id: ConnId, session_ref: [u8; SESSION_REF_LEN], proof: [u8; REJOIN_PROOF_LEN] },
-}
-
-/// A connection whose first record asked to join a session (Join or Rejoin).
-#[derive(Debug)]
-pub(crate) struct JoinRequest {
-    pub(crate) key: JoinKey,
-    /// Sequence number of that first record (for ACKs on the joined connection).
-    pub(crate) seq: u64,
-    /// The frames that followed the Join in that record: the target session processes them.
-    pub(crate) rest: Vec<u8>,
-}
-
-/// A connection detached from the session that accepted it, on its way to the session its
-/// join token names (see [`Session::take_joining_connection`]).
-pub struct JoiningConnection {
-    conn: Box<Connection>,
-    request: JoinRequest,
-}
-
-impl std::fmt::Debug for JoiningConnection {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("JoiningConnection").finish_non_exhaustive()
-    }
-}
-
-impl JoiningConnection {
-    /// The token the client presented (Join): look up the session it belongs to with this.
-    pub fn token(&self) -> Option<&[u8; 32]> {
-        match &self.request.key {
-            JoinKey::Token(t) => Some(t),
-            JoinKey::Rejoin { .. } => None,
-        }
-    }
-
-    /// The session reference the client presented (Rejoin, no token): look up the session it
-    /// belongs to with this (see [`Session::session_ref`]).
-    pub fn session_ref(&self) -> Option<&[u8; SESSION_REF_LEN]> {
-        match &self.request.key {
-            JoinKey::Token(_) => None,
-            JoinKey::Rejoin { session_ref, .. } => Some(session_ref),
-        }
-    }
-}
-
-/// What a server-side session that just accepted a TCP connection turned out to be.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Accepted {
-    /// Still handshaking, or waiting for the client's first record.
-    Pending,
-    /// A new session (TCPLS or plain TLS fallback).
-    NewSession,
-    /// A connection that wants to join another session: take it out with
-    /// [`Session::take_joining_connection`].
-    Join,
-    /// The handshake failed.
-    Failed,
-}
-
 impl Core {
     /// Issues one fresh join token, sent on `conn` or any connection.
-    pub(crate) fn issue_token(&mut self, conn: Option<ConnId>) {
+    pub(super) fn issue_token(&mut self, conn: Option<ConnId>) {
         let (sequence, token) = self.paths.issue_token(self.config.random.as_ref());
         self.control.push(&Frame::NewToken { sequence, token }, conn);
         self.events.push(Event::TokenIssued { sequence, token });
@@ -184,7 +52,7 @@ impl Session {
     pub fn take_joining_connection(&mut self) -> Option<JoiningConnection> {
         let request = self.core.paths.take_join_request()?;
         let mut conn = Box::new(self.conns.take(0)?);
-        conn.paused = false;
+        conn.reading.paused = false;
         // What is left of this session is dropped: no Closed event.
         self.core.life.end();
         Some(JoiningConnection { conn, request })
@@ -274,7 +142,7 @@ impl Session {
         proof: &[u8; REJOIN_PROOF_LEN],
     ) -> bool {
         let Some(creds) = self.rejoin_credentials() else { return false };
-        let Some(new_secret) = joining.secret.as_ref() else { return false };
+        let Some(new_secret) = joining.join.secret.as_ref() else { return false };
         let want = rejoin_proof(&creds.key, new_secret, id);
         let ref_ok = aws_lc_rs::constant_time::verify_slices_are_equal(&creds.session_ref, session_ref).is_ok();
         let proof_ok = aws_lc_rs::constant_time::verify_slices_are_equal(&want, proof).is_ok();
@@ -282,11 +150,11 @@ impl Session {
     }
 
     /// The rejoin key and session reference, from the initial connection's secret (TCPLS only).
-    pub(crate) fn rejoin_credentials(&self) -> Option<RejoinCredentials> {
+    pub(super) fn rejoin_credentials(&self) -> Option<RejoinCredentials> {
         if self.core.life.is_fallback() {
             return None;
         }
-        self.conns.initial()?.secret.as_ref().map(session_secrets)
+        self.conns.initial()?.join.secret.as_ref().map(session_secrets)
     }
 
     /// The reference a Rejoin frame names this session by (PROTOCOL.md §3): derived from the
@@ -301,7 +169,7 @@ impl Session {
         }
         // The reference alone (one HKDF-Expand): a server publishes it for every new session
         // and needs no rejoin key.
-        let secret = self.conns.initial()?.secret.as_ref()?;
+        let secret = self.conns.initial()?.join.secret.as_ref()?;
         let mut session_ref = [0u8; SESSION_REF_LEN];
         secret.derive(LABEL_SESSION_REF, &mut session_ref);
         Some(session_ref)
@@ -319,7 +187,7 @@ impl Session {
     /// Keeps `tokens` unused tokens in the client's hands while the session has room for more
     /// connections (PROTOCOL.md §3): after a join, and after a connection is lost (so the client
     /// can rejoin).
-    pub(crate) fn replenish_tokens(&mut self, on: Option<ConnId>) {
+    pub(super) fn replenish_tokens(&mut self, on: Option<ConnId>) {
         if self.core.side != Side::Server || !self.core.paths.initial_seen() || !self.core.life.accepts_connections() {
             return;
         }
@@ -357,20 +225,20 @@ impl Session {
             };
             let id = self.next_rejoin_id();
             let mut conn = Connection::new(id, Handshake::client(config, name)?);
-            conn.rejoin = Some(creds);
+            conn.join.rejoin = Some(creds);
             self.conns.add(conn);
             self.drive_handshakes();
             return Ok(id);
         };
         let mut conn = Connection::new(sequence, Handshake::client(config, name)?);
-        conn.join_token = Some(token);
+        conn.join.token = Some(token);
         self.conns.add(conn);
         self.drive_handshakes();
         Ok(sequence)
     }
 
     /// Client: the next unused Connection ID of the rejoin space.
-    pub(crate) fn next_rejoin_id(&mut self) -> ConnId {
+    pub(super) fn next_rejoin_id(&mut self) -> ConnId {
         let conns = &self.conns;
         self.core.paths.next_rejoin_id(|id| conns.get(id).is_some())
     }

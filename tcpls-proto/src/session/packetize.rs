@@ -12,53 +12,14 @@ use crate::event::{ConnId, StreamId};
 use crate::frame::{write_stream_trailer, Frame, FrameReader, STREAM_FRAME_OVERHEAD};
 use crate::record::{CT_APPLICATION_DATA, MAX_PLAINTEXT};
 
-use super::conn::{ConnState, Connection};
+use super::conn::Connection;
+use super::high_water::HighWater;
 use super::sched::PathView;
 use super::streams::Stream;
 use super::{Core, Session};
 
 /// Below this many bytes of room, a record is not worth starting with stream data.
 const MIN_STREAM_CHUNK: usize = 64;
-
-/// While several connections are up, each seals ahead what its path delivers in this long
-/// (`HighWater::of`), at least [`MULTIPATH_HIGH_WATER`].
-pub const MULTIPATH_QUEUE_TIME: std::time::Duration = std::time::Duration::from_millis(20);
-
-/// The least a connection may seal ahead while several are up.
-pub const MULTIPATH_HIGH_WATER: usize = 128 << 10;
-
-/// How much each connection may hold sealed and not yet written (`transmit_high_water`),
-/// decided once per `prepare_transmit`.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct HighWater {
-    configured: usize,
-    multipath: bool,
-}
-
-impl HighWater {
-    /// With one connection, what is configured. With several, about [`MULTIPATH_QUEUE_TIME`]
-    /// of what the connection's path delivers (TCP_INFO's delivery rate), between
-    /// [`MULTIPATH_HIGH_WATER`] and what is configured: what is sealed is committed to its
-    /// connection (records cannot move once encrypted), so a deep queue on a slow path delays
-    /// the re-sending of a path that goes silent and the ACKs that wait behind it, while a
-    /// fast path (loopback, a LAN) keeps its large queue and its few large writes.
-    pub(crate) fn of(&self, c: &Connection) -> usize {
-        if !self.multipath {
-            return self.configured;
-        }
-        match c.path.delivery_rate {
-            Some(rate) => {
-                let time_worth = rate.saturating_mul(MULTIPATH_QUEUE_TIME.as_millis() as u64) / 1000;
-                (time_worth as usize).clamp(MULTIPATH_HIGH_WATER.min(self.configured), self.configured)
-            }
-            None => self.configured,
-        }
-    }
-
-    pub(crate) fn has_room(&self, c: &Connection) -> bool {
-        c.tx.len() < self.of(c)
-    }
-}
 
 /// Encoded size of a Stream Change frame: stream ID, offset, type.
 const STREAM_CHANGE_LEN: usize = 4 + 8 + 1;
@@ -125,9 +86,9 @@ impl Session {
             if !c.is_usable() {
                 continue;
             }
-            let frame = if let Some(token) = c.join_token.take() {
+            let frame = if let Some(token) = c.join.token.take() {
                 Frame::Join { token }
-            } else if let Some(creds) = c.rejoin.take() {
+            } else if let Some(creds) = c.join.rejoin.take() {
                 match c.rejoin_frame(&creds) {
                     Some(frame) => frame,
                     None => continue,
@@ -138,8 +99,8 @@ impl Session {
             let mut plaintext = Vec::with_capacity(frame.encoded_len() + 1);
             frame.encode(&mut plaintext);
             plaintext.push(CT_APPLICATION_DATA);
-            if let ConnState::Tcpls(layer) = &mut c.state {
-                match layer.tx.seal_scatter(&[], &plaintext, &mut c.tx) {
+            if let Some((key, tx)) = c.tcpls_tx() {
+                match key.seal_scatter(&[], &plaintext, tx) {
                     Ok(_) => c.stats.records_sent += 1,
                     Err(e) => {
                         c.fail(e.into());
@@ -165,8 +126,8 @@ impl Session {
         // With one connection for all unsteered streams, the round robin's next stream is
         // known, so the record before a switch can announce it (Stream Change).
         // Backup paths carry no unsteered data while a regular connection can (PROTOCOL.md §3).
-        let regular_usable = self.conns.iter().any(|c| !c.backup && c.carries_streams());
-        let carries_unsteered = |c: &Connection| c.carries_streams() && !(c.backup && regular_usable);
+        let regular_usable = self.conns.iter().any(|c| !c.path.backup && c.carries_streams());
+        let carries_unsteered = |c: &Connection| c.carries_streams() && !(c.path.backup && regular_usable);
         let sole_carrier = self.conns.iter().filter(|c| carries_unsteered(c)).count() == 1;
         if let Some(now) = self.core.clock.now() {
             self.core.ext.refill(now);
@@ -187,7 +148,7 @@ impl Session {
                 // write of a writer that was told it may write (even a write that takes
                 // nothing schedules). Otherwise (a blocked writer, nothing in flight) whether
                 // it may wait depends on the session's budget, so it stays.
-                if self.core.streams.get(id).is_some_and(|s| s.send.in_flight() > 0 || !s.write_blocked) {
+                if self.core.streams.get(id).is_some_and(|s| s.send.in_flight() > 0 || !s.write_blocked()) {
                     self.core.streams.park_front();
                 } else {
                     skipped += 1;
@@ -268,7 +229,7 @@ impl Session {
     /// How much each connection may hold sealed ahead now ([`HighWater`]).
     fn high_water(&self) -> HighWater {
         let multipath = self.conns.iter().filter(|c| c.is_up()).take(2).count() > 1;
-        HighWater { configured: self.core.config.transmit_high_water, multipath }
+        HighWater::new(self.core.config.transmit_high_water, multipath)
     }
 
     /// The connection that takes first the control frames that may travel on any: the one that
@@ -281,7 +242,7 @@ impl Session {
         self.conns
             .iter()
             .filter(|c| c.is_usable() && c.is_tcpls() && !c.join_pending() && !c.is_suspect())
-            .max_by_key(|c| (c.last_rx, std::cmp::Reverse(c.id)))
+            .max_by_key(|c| (c.keepalive.last_rx, std::cmp::Reverse(c.id)))
             .map(|c| c.id)
     }
 
@@ -339,13 +300,13 @@ impl Session {
 impl Core {
     /// All queued stream bytes (and FINs) are sealed, including bytes still waiting for the
     /// peer's credit, and no control frame waits.
-    pub(crate) fn all_sent(&self) -> bool {
-        self.control.is_empty() && self.streams.values().all(|s| s.send_reset || s.send.is_all_sent())
+    pub(super) fn all_sent(&self) -> bool {
+        self.control.is_empty() && self.streams.values().all(|s| s.send_reset() || s.send.is_all_sent())
     }
 
     /// Every stream's sending half is finished or reset (its data may still be queued).
-    pub(crate) fn all_send_halves_finished(&self) -> bool {
-        self.streams.values().all(|s| s.send_reset || s.send.is_finished())
+    pub(super) fn all_send_halves_finished(&self) -> bool {
+        self.streams.values().all(|s| s.send_reset() || s.send.is_finished())
     }
 
     /// Stream bytes per turn of the deficit round robin (at least one record's worth).
@@ -359,7 +320,7 @@ impl Core {
     /// only while that write is sure to come: the stream has sealed bytes whose acknowledgement
     /// will make room, or has room enough that its writer is woken (`SendBuf::worth_waking`; the
     /// application was told, or is writing).
-    pub(crate) fn holds_short_tail(&self, id: StreamId) -> bool {
+    pub(super) fn holds_short_tail(&self, id: StreamId) -> bool {
         self.streams.get(id).is_some_and(|s| {
             self.completed_by_writer(s, s.send.sendable()) && (s.send.in_flight() > 0 || s.send.worth_waking())
         })
@@ -368,10 +329,10 @@ impl Core {
     /// `pending` bytes of `s` (short of a record) are a tail its writer will complete.
     fn completed_by_writer(&self, s: &Stream, pending: usize) -> bool {
         let full = self.record_size() - STREAM_FRAME_OVERHEAD;
-        s.more_coming
+        s.more_coming()
             && pending < full
             && !s.send.is_finished()
-            && !s.send_reset
+            && !s.send_reset()
             && !s.send.has_lost()
             && !s.send.credit_limited()
     }
@@ -418,7 +379,7 @@ impl Core {
                 None => sole_carrier,
             };
             // A short tail waits for its writer: the streams after it go first in this pass.
-            if !here || s.send_reset || !s.send.has_pending() || (!holding_ok && self.holds_short_tail(*next)) {
+            if !here || s.send_reset() || !s.send.has_pending() || (!holding_ok && self.holds_short_tail(*next)) {
                 return None;
             }
             s.send.next_chunk(1).map(|(offset, _, _)| (*next, offset))
@@ -448,9 +409,7 @@ impl Core {
         let budget = record_size - STREAM_FRAME_OVERHEAD - MIN_STREAM_CHUNK - change_len;
         // Only when this record will carry data: ACKs taken for a record that is not sealed
         // would go back to the queue and leave in a record of their own, early.
-        if matches!(c.state, ConnState::Tcpls(_))
-            && self.streams.get(id).is_some_and(|s| s.send.next_chunk(1).is_some())
-        {
+        if c.is_tcpls() && self.streams.get(id).is_some_and(|s| s.send.next_chunk(1).is_some()) {
             self.piggyback_acks();
         }
         let control_len = self.control.take_into(c.id, budget, &mut trailer);
@@ -458,7 +417,7 @@ impl Core {
         let mut sent = None;
         let mut moved = 0;
         let result: Result<(), Error> = (|| {
-            let ConnState::Tcpls(layer) = &mut c.state else { return Ok(()) };
+            let Some((key, tx)) = c.tcpls_tx() else { return Ok(()) };
             let Some(s) = self.streams.get_mut(id) else { return Ok(()) };
             let room = record_size - control_len - change_len - STREAM_FRAME_OVERHEAD;
             // Where the send buffer's ring wraps, the data's second part is copied after the
@@ -481,7 +440,7 @@ impl Core {
                 Frame::StreamChange { next_stream_id, next_offset }.encode(&mut trailer);
             }
             trailer.push(CT_APPLICATION_DATA);
-            layer.tx.seal_scatter(data, &trailer, &mut c.tx)?;
+            key.seal_scatter(data, &trailer, tx)?;
             s.send.mark_sent(offset, len, fin);
             sent = Some((offset, len, fin));
             Ok(())
@@ -489,7 +448,7 @@ impl Core {
         match sent {
             Some(chunk) => {
                 c.stats.records_sent += 1;
-                c.carried_streams = true;
+                c.sent.note_stream_data();
                 let control = &trailer[moved + STREAM_FRAME_OVERHEAD..moved + STREAM_FRAME_OVERHEAD + control_len];
                 self.log_sent(c, number, Some((id, chunk.0, chunk.1, chunk.2)), control);
                 // Deficit round robin: a stream with more to send keeps its turn until it has
@@ -534,10 +493,10 @@ impl Core {
                 }
             }
         }
-        if self.side == super::Side::Client && c.stats.records_sent == 0 && c.is_usable() {
+        if self.side == super::side::Side::Client && c.stats.records_sent == 0 && c.is_usable() {
             let padding = [0u8, CT_APPLICATION_DATA];
-            if let ConnState::Tcpls(layer) = &mut c.state {
-                match layer.tx.seal_scatter(&[], &padding, &mut c.tx) {
+            if let Some((key, tx)) = c.tcpls_tx() {
+                match key.seal_scatter(&[], &padding, tx) {
                     Ok(_) => c.stats.records_sent += 1,
                     Err(e) => {
                         c.fail(e.into());
@@ -567,9 +526,9 @@ impl Core {
         }
         let number = c.next_tx_number();
         trailer.push(CT_APPLICATION_DATA);
-        let result = match &mut c.state {
-            ConnState::Tcpls(layer) => layer.tx.seal_scatter(&[], &trailer, &mut c.tx).map(|_| true),
-            _ => Ok(false),
+        let result = match c.tcpls_tx() {
+            Some((key, tx)) => key.seal_scatter(&[], &trailer, tx).map(|_| true),
+            None => Ok(false),
         };
         match result {
             Ok(true) => {
@@ -586,17 +545,17 @@ impl Core {
 
     /// A fallback session sends stream 0's bytes as plain TLS application data.
     fn fill_fallback(&mut self, c: &mut Connection) -> Result<(), Error> {
-        let ConnState::Fallback(tls) = &mut c.state else {
+        if c.fallback_tx().is_none() {
             return Ok(());
-        };
+        }
         let Some(s) = self.streams.get_mut(0) else {
             return Ok(());
         };
         while c.tx.len() < self.config.transmit_high_water {
             let Some((offset, data, fin)) = s.send.next_chunk(MAX_PLAINTEXT * 4) else { break };
             let len = data.len();
-            if len > 0 {
-                tls.write(data, &mut c.tx)?;
+            if let (true, Some((tls, tx))) = (len > 0, c.fallback_tx()) {
+                tls.write(data, tx)?;
             }
             s.send.mark_sent(offset, len, fin);
             if fin {

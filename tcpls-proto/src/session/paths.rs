@@ -12,7 +12,7 @@ use rustls::ClientConfig;
 use crate::event::ConnId;
 use crate::frame::TOKEN_LEN;
 
-use super::multipath::{JoinRequest, REJOIN_ID_BASE};
+use super::joining::{JoinRequest, REJOIN_ID_BASE};
 use super::sched::{LowestRtt, Scheduler};
 
 /// Most join tokens or peer addresses we keep; more are ignored (a peer cannot grow our memory).
@@ -21,7 +21,7 @@ const MAX_PEER_ADDRESSES: usize = 32;
 
 type Token = [u8; TOKEN_LEN];
 
-pub(crate) struct Paths {
+pub(super) struct Paths {
     /// Join tokens the server gave us (client), or issued and not yet spent (server), with their
     /// sequence numbers, in sequence order.
     tokens: Vec<(u32, Token)>,
@@ -69,14 +69,14 @@ impl std::fmt::Debug for Paths {
 }
 
 impl Paths {
-    pub(crate) fn tokens(&self) -> &[(u32, Token)] {
+    pub(super) fn tokens(&self) -> &[(u32, Token)] {
         &self.tokens
     }
 
     /// Client: a New Token frame. Sequence numbers become connection IDs: 0 is the initial
     /// connection's and a repeated or spent one would give two connections one ID, so such
     /// tokens are ignored, as are tokens beyond [`MAX_TOKENS`]. Returns how many we hold.
-    pub(crate) fn receive_token(&mut self, sequence: u32, token: Token) -> usize {
+    pub(super) fn receive_token(&mut self, sequence: u32, token: Token) -> usize {
         let fresh = sequence != 0
             && sequence < REJOIN_ID_BASE
             && !self.tokens.iter().any(|(s, _)| *s == sequence)
@@ -90,7 +90,7 @@ impl Paths {
     }
 
     /// Client: the oldest token, spent now (its sequence number is the new connection's ID).
-    pub(crate) fn spend_token(&mut self) -> Option<(u32, Token)> {
+    pub(super) fn spend_token(&mut self) -> Option<(u32, Token)> {
         if self.tokens.is_empty() {
             return None;
         }
@@ -100,7 +100,7 @@ impl Paths {
     }
 
     /// Server: a fresh token, `random` bytes, under the next sequence number.
-    pub(crate) fn issue_token(&mut self, random: &dyn Fn(&mut [u8])) -> (u32, Token) {
+    pub(super) fn issue_token(&mut self, random: &dyn Fn(&mut [u8])) -> (u32, Token) {
         let sequence = self.next_token_seq;
         // Sequence numbers become Connection IDs: they stay in 1..REJOIN_ID_BASE, the rest is
         // the rejoin space (PROTOCOL.md §3).
@@ -113,13 +113,13 @@ impl Paths {
 
     /// Server: spends the issued token equal to `token` (compared in constant time); its
     /// sequence number, or `None` if we did not issue it or it was spent.
-    pub(crate) fn redeem_token(&mut self, token: &Token) -> Option<u32> {
+    pub(super) fn redeem_token(&mut self, token: &Token) -> Option<u32> {
         let idx = self.tokens.iter().position(|(_, t)| tokens_equal(t, token))?;
         Some(self.tokens.remove(idx).0)
     }
 
     /// Client: the next Connection ID of the rejoin space for which `in_use` is false.
-    pub(crate) fn next_rejoin_id(&mut self, in_use: impl Fn(ConnId) -> bool) -> ConnId {
+    pub(super) fn next_rejoin_id(&mut self, in_use: impl Fn(ConnId) -> bool) -> ConnId {
         loop {
             let id = REJOIN_ID_BASE | (self.next_rejoin & !REJOIN_ID_BASE);
             self.next_rejoin = self.next_rejoin.wrapping_add(1);
@@ -130,13 +130,13 @@ impl Paths {
         }
     }
 
-    pub(crate) fn peer_addresses(&self) -> &[(u8, SocketAddr)] {
+    pub(super) fn peer_addresses(&self) -> &[(u8, SocketAddr)] {
         &self.peer_addresses
     }
 
     /// New Address: replaces an address of the same ID; returns whether it was kept (at most
     /// [`MAX_PEER_ADDRESSES`]).
-    pub(crate) fn add_peer_address(&mut self, address_id: u8, addr: SocketAddr) -> bool {
+    pub(super) fn add_peer_address(&mut self, address_id: u8, addr: SocketAddr) -> bool {
         self.remove_peer_address(address_id);
         if self.peer_addresses.len() < MAX_PEER_ADDRESSES {
             self.peer_addresses.push((address_id, addr));
@@ -145,44 +145,44 @@ impl Paths {
         false
     }
 
-    pub(crate) fn remove_peer_address(&mut self, address_id: u8) {
+    pub(super) fn remove_peer_address(&mut self, address_id: u8) {
         self.peer_addresses.retain(|(id, _)| *id != address_id);
     }
 
-    pub(crate) fn client_tls(&self) -> Option<(Arc<ClientConfig>, ServerName<'static>)> {
+    pub(super) fn client_tls(&self) -> Option<(Arc<ClientConfig>, ServerName<'static>)> {
         self.client_tls.clone()
     }
 
-    pub(crate) fn set_client_tls(&mut self, config: Arc<ClientConfig>, server_name: ServerName<'static>) {
+    pub(super) fn set_client_tls(&mut self, config: Arc<ClientConfig>, server_name: ServerName<'static>) {
         self.client_tls = Some((config, server_name));
     }
 
-    pub(crate) fn has_join_request(&self) -> bool {
+    pub(super) fn has_join_request(&self) -> bool {
         self.join_request.is_some()
     }
 
-    pub(crate) fn set_join_request(&mut self, request: JoinRequest) {
+    pub(super) fn set_join_request(&mut self, request: JoinRequest) {
         self.join_request = Some(request);
     }
 
-    pub(crate) fn take_join_request(&mut self) -> Option<JoinRequest> {
+    pub(super) fn take_join_request(&mut self) -> Option<JoinRequest> {
         self.join_request.take()
     }
 
     /// Server: the client's first record on the initial connection arrived (not a Join).
-    pub(crate) fn initial_seen(&self) -> bool {
+    pub(super) fn initial_seen(&self) -> bool {
         self.initial_seen
     }
 
-    pub(crate) fn see_initial(&mut self) {
+    pub(super) fn see_initial(&mut self) {
         self.initial_seen = true;
     }
 
-    pub(crate) fn scheduler(&mut self) -> &mut dyn Scheduler {
+    pub(super) fn scheduler(&mut self) -> &mut dyn Scheduler {
         self.scheduler.as_mut()
     }
 
-    pub(crate) fn set_scheduler(&mut self, scheduler: Box<dyn Scheduler>) {
+    pub(super) fn set_scheduler(&mut self, scheduler: Box<dyn Scheduler>) {
         self.scheduler = scheduler;
     }
 }

@@ -24,26 +24,26 @@ use crate::frame::{Frame, FrameReader};
 
 /// A Stream frame that starts at byte 0 of its record's content (the zero-copy layout).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct LeadStream {
-    pub(crate) id: StreamId,
-    pub(crate) offset: u64,
-    pub(crate) len: usize,
-    pub(crate) fin: bool,
+pub(super) struct LeadStream {
+    pub(super) id: StreamId,
+    pub(super) offset: u64,
+    pub(super) len: usize,
+    pub(super) fin: bool,
 }
 
 /// What a record's frames say about placement, gathered while they are read for delivery
 /// ([`Scan::note`]), so that no record is decoded once for placement and again for delivery.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Scan {
-    pub(crate) lead: Option<LeadStream>,
+pub(super) struct Scan {
+    pub(super) lead: Option<LeadStream>,
     /// The Stream Change frame, if any (the last one on the wire if several).
-    pub(crate) change: Option<(StreamId, u64)>,
+    pub(super) change: Option<(StreamId, u64)>,
 }
 
 impl Scan {
     /// Notes one frame of the record, `remaining` being [`FrameReader::remaining`] right after
     /// the reader returned it (0: the frame starts the record).
-    pub(crate) fn note(&mut self, frame: &Frame<'_>, remaining: usize) {
+    pub(super) fn note(&mut self, frame: &Frame<'_>, remaining: usize) {
         match *frame {
             Frame::Stream { stream_id, offset, fin, data } if remaining == 0 => {
                 self.lead = Some(LeadStream { id: stream_id, offset, len: data.len(), fin });
@@ -63,7 +63,7 @@ impl Scan {
 /// copying path) when a frame does not parse, there is no leading Stream frame, or a trailing
 /// frame borrows bytes of the record (a second Stream frame, Congestion Control: our sender
 /// puts neither behind stream data), since those bytes live in the stream's buffer.
-pub(crate) fn read_direct(content: &[u8], rest: &mut Vec<Frame<'static>>) -> Option<Scan> {
+pub(super) fn read_direct(content: &[u8], rest: &mut Vec<Frame<'static>>) -> Option<Scan> {
     // A record may hold thousands of one-byte frames; the list kept per connection must stay
     // small (memory a peer could make every connection hold), so such a record takes the
     // copying path, which reads its frames one by one without keeping them.
@@ -120,7 +120,7 @@ fn owned(frame: Frame<'_>) -> Option<Frame<'static>> {
 
 /// The receiver's expectation for the next stream record of one connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Expectation {
+pub(super) struct Expectation {
     next: Option<(StreamId, u64)>,
     /// The last stream record matched (or nothing contradicted it yet): worth decrypting the
     /// next one straight into place.
@@ -135,13 +135,13 @@ impl Default for Expectation {
 
 impl Expectation {
     /// Where to decrypt the next record, if anywhere but the connection's buffer.
-    pub(crate) fn target(&self) -> Option<(StreamId, u64)> {
+    pub(super) fn target(&self) -> Option<(StreamId, u64)> {
         self.next.filter(|_| self.trusted)
     }
 
     /// Learns from a record that was opened (wherever it was). Records without stream data
     /// (ACKs, other control frames) leave the expectation as it was.
-    pub(crate) fn observe(&mut self, scan: &Scan) {
+    pub(super) fn observe(&mut self, scan: &Scan) {
         if let Some(lead) = scan.lead {
             self.trusted = self.next.is_none_or(|next| next == (lead.id, lead.offset));
             self.next = (!lead.fin).then(|| (lead.id, lead.offset.saturating_add(lead.len as u64)));

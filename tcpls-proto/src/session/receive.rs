@@ -25,9 +25,10 @@ use std::time::Instant;
 use crate::error::{AlertCode, TransportError};
 use crate::event::{ConnId, Event};
 
+use super::conn::HANDSHAKE_READ_CHUNK;
 use super::conn::{Connection, Loss};
-use super::frames::ConnAction;
-use super::{Session, HANDSHAKE_READ_CHUNK, MAX_QUEUED_CONTROL};
+use super::conn_action::ConnAction;
+use super::{Session, MAX_QUEUED_CONTROL};
 
 impl Session {
     /// Free space to read socket bytes of `conn` into; report how many with [`Session::handle_read`].
@@ -41,9 +42,10 @@ impl Session {
         match self.conns.get_mut(conn) {
             Some(c) if !c.is_finished() && !c.close_received() && !backpressure && c.tx.len() < tx_cap => {
                 // Small until the handshake is done: a peer that only connects costs little.
-                let chunk = if c.is_established() { c.read_chunk } else { c.read_chunk.min(HANDSHAKE_READ_CHUNK) };
+                let chunk =
+                    if c.is_established() { c.reading.chunk } else { c.reading.chunk.min(HANDSHAKE_READ_CHUNK) };
                 let spare = c.rx.spare(chunk);
-                c.last_spare = spare.len();
+                c.reading.last_spare = spare.len();
                 spare
             }
             _ => &mut [],
@@ -55,11 +57,11 @@ impl Session {
         if let Some(c) = self.conns.get_mut(conn) {
             c.rx.commit(n);
             c.stats.bytes_received += n as u64;
-            c.adapt_read_chunk(n);
+            c.reading.adapt_chunk(n);
         }
         self.process(conn, now);
         if let Some(c) = self.conns.get_mut(conn) {
-            c.release_idle_rx(n);
+            c.reading.release_idle(&mut c.rx, n);
         }
     }
 
@@ -86,7 +88,7 @@ impl Session {
 
     /// Connection `conn` is lost (its socket ended or failed, or we gave up on it): the one
     /// way a connection is marked lost. What it carried unacknowledged fails over.
-    pub(crate) fn lose_connection(&mut self, conn: ConnId, loss: Loss<'_>) {
+    pub(super) fn lose_connection(&mut self, conn: ConnId, loss: Loss<'_>) {
         if let Some(c) = self.conns.get_mut(conn) {
             c.lose(loss);
         }
@@ -94,7 +96,7 @@ impl Session {
     }
 
     /// Runs the handshake or record layer of `conn` over what it has buffered.
-    pub(crate) fn process(&mut self, conn: ConnId, now: Instant) {
+    pub(super) fn process(&mut self, conn: ConnId, now: Instant) {
         self.core.clock.advance(now);
         self.drive_handshakes();
         let Some(c) = self.conns.get_mut(conn) else {
@@ -102,12 +104,11 @@ impl Session {
         };
         let core = &mut self.core;
         let was_awaiting_join_ack = c.awaiting_join_ack();
-        let opened_before = c.records_opened;
+        let opened_before = c.reading.records_opened;
         let result = c.read_records(core);
-        if c.records_opened != opened_before {
+        if c.reading.records_opened != opened_before {
             // The connection is alive: whatever keepalive Ping was pending is answered.
-            c.last_rx = Some(now);
-            c.ping_sent = None;
+            c.keepalive.on_record(Some(now));
         }
         if was_awaiting_join_ack && !c.awaiting_join_ack() {
             // The server answered on a joining connection: it is part of the session now.
@@ -127,7 +128,7 @@ impl Session {
         self.after_connection_change();
     }
 
-    pub(crate) fn drive_handshakes(&mut self) {
+    pub(super) fn drive_handshakes(&mut self) {
         for c in &mut self.conns {
             let result = c.drive_handshake();
             // Server: accepted early data goes to the session before the handshake completes.
@@ -138,7 +139,7 @@ impl Session {
             match result {
                 Ok(None) => {}
                 Ok(Some(info)) => {
-                    c.last_rx = self.core.clock.now();
+                    c.keepalive.last_rx = self.core.clock.now();
                     if !self.core.life.is_established() {
                         self.core.settle_early_data(info.early_data_accepted);
                         self.core.on_established(c.id, &info, c.is_tcpls());
@@ -161,7 +162,7 @@ impl Session {
     }
 
     /// Carries out what received frames asked of the connection table.
-    pub(crate) fn run_actions(&mut self) {
+    pub(super) fn run_actions(&mut self) {
         for action in std::mem::take(&mut self.core.actions) {
             match action {
                 ConnAction::Reset(id) => {
@@ -183,7 +184,7 @@ impl Session {
                 ConnAction::SetBackup { conn, backup } => {
                     // A connection we do not have (any more) is ignored (PROTOCOL.md §3).
                     if let Some(c) = self.conns.get_mut(conn) {
-                        c.backup = backup;
+                        c.path.backup = backup;
                     }
                 }
                 ConnAction::Steer { stream, conn } => {
@@ -196,7 +197,7 @@ impl Session {
                     }
                 }
                 ConnAction::EchoAddress { on, about } => {
-                    if let Some(addr) = self.conns.get(about).and_then(|c| c.remote) {
+                    if let Some(addr) = self.conns.get(about).and_then(|c| c.path.remote) {
                         let echo = crate::frame::Frame::AddressEcho { connection_id: about, addr };
                         self.core.control.push_answer(&echo, about, Some(on));
                     }

@@ -4,11 +4,12 @@ use crate::error::StreamError;
 use crate::event::{Event, StreamId};
 use crate::frame::Frame;
 
+use super::side::Side;
 use super::streams::Stream;
-use super::{Core, Session, Side};
+use super::{Core, Session};
 
 impl Core {
-    pub(crate) fn create_stream(&mut self, id: StreamId, peer_initiated: bool) {
+    pub(super) fn create_stream(&mut self, id: StreamId, peer_initiated: bool) {
         let stream = Stream::new(&self.config, self.streams.send_account(), self.life.is_fallback(), peer_initiated);
         self.streams.insert(id, stream);
         if peer_initiated {
@@ -19,10 +20,9 @@ impl Core {
         }
     }
 
-    pub(crate) fn notify_readable(&mut self, id: StreamId) {
+    pub(super) fn notify_readable(&mut self, id: StreamId) {
         if let Some(s) = self.streams.get_mut(id) {
-            if !s.read_notified {
-                s.read_notified = true;
+            if s.note_readable() {
                 self.events.push(Event::StreamReadable(id));
             }
         }
@@ -31,10 +31,9 @@ impl Core {
     /// Tells the application it can write `id` again if it found it full, then (since `id`
     /// may just have released some of the session's send budget) the streams the budget held
     /// back that fit now.
-    pub(crate) fn notify_writable_if_blocked(&mut self, id: StreamId) {
+    pub(super) fn notify_writable_if_blocked(&mut self, id: StreamId) {
         if let Some(s) = self.streams.get_mut(id) {
-            if s.write_blocked && (s.send.worth_waking() || s.send_reset) {
-                s.write_blocked = false;
+            if s.take_writable_wake() {
                 self.events.push(Event::StreamWritable(id));
             }
         }
@@ -43,7 +42,7 @@ impl Core {
     }
 
     /// Forgets a stream once both halves are over.
-    pub(crate) fn maybe_remove(&mut self, id: StreamId) {
+    pub(super) fn maybe_remove(&mut self, id: StreamId) {
         self.streams.remove_if_done(id);
     }
 
@@ -88,13 +87,12 @@ impl Session {
     pub fn write(&mut self, id: StreamId, data: &[u8]) -> Result<usize, StreamError> {
         self.core.check_open()?;
         let s = self.stream_mut(id)?;
-        if s.send_reset || s.send.is_finished() {
+        if s.send_reset() || s.send.is_finished() {
             return Err(StreamError::Finished);
         }
         let n = s.send.write(data);
-        s.more_coming = n < data.len();
+        s.note_write(n, data.len());
         if n < data.len() {
-            s.write_blocked = true;
             // Held back by its share, the stream is told when its own bytes are acknowledged
             // (`notify_writable_if_blocked`); by the budget's total, when anyone's are.
             if s.send.total_limited() {
@@ -114,7 +112,7 @@ impl Session {
     /// Ends the sending half (FIN after the queued bytes).
     pub fn finish(&mut self, id: StreamId) -> Result<(), StreamError> {
         let s = self.stream_mut(id)?;
-        if s.send_reset {
+        if s.send_reset() {
             return Err(StreamError::Finished);
         }
         s.send.finish();
@@ -125,10 +123,10 @@ impl Session {
     /// Aborts the sending half: queued bytes are dropped and the peer gets Stream Reset.
     pub fn reset_stream(&mut self, id: StreamId, error_code: u32) -> Result<(), StreamError> {
         let s = self.stream_mut(id)?;
-        if s.send_reset || s.send.is_done() {
+        if s.send_reset() || s.send.is_done() {
             return Ok(());
         }
-        s.send_reset = true;
+        s.send_state = s.send_state.on_reset();
         let final_size = s.send.reset();
         let frame = Frame::StreamReset { stream_id: id, final_size, error_code };
         self.core.control.push(&frame, None);
@@ -158,8 +156,8 @@ impl Session {
         let Some(s) = self.core.streams.get_mut(id) else {
             return Err(StreamError::UnknownStream(id));
         };
-        s.read_notified = false;
-        let ended = match s.recv_reset {
+        s.note_read();
+        let ended = match s.recv_state.peer_reset() {
             Some(code) => Err(StreamError::Reset(code)),
             None if s.recv.is_finished() && s.recv.readable() == 0 => Ok(Some(&[][..])),
             None => {
@@ -174,7 +172,7 @@ impl Session {
         // The caller sees the end (or the reset): that may be the last thing the stream waited
         // for, its sending half finished and acknowledged already. Forget it now, since a
         // caller that saw the end has no reason to call `consume`.
-        s.recv_observed_end = true;
+        s.recv_state = s.recv_state.on_end_observed();
         self.core.maybe_remove(id);
         ended
     }
@@ -192,7 +190,7 @@ impl Session {
     /// arrive are discarded while the peer keeps getting credit, so it never blocks on us.
     pub fn stop_reading(&mut self, id: StreamId) {
         if let Some(s) = self.core.streams.get_mut(id) {
-            s.recv_stopped = true;
+            s.recv_state = s.recv_state.on_stop();
             let n = s.recv.readable();
             s.recv.consume(n);
         }

@@ -1,10 +1,11 @@
-//! The session's one clock and everything that happens by time rather than by input: delayed
+//! Everything that happens by time rather than by input, read from the session's one clock
+//! (`clock.rs`): delayed
 //! ACKs, keepalive Pings and their deadline, the server idle timeout, the wait for a rejoin,
 //! and paced (rate-limited) sending. [`Session::poll_timeout`] is the earliest of them.
 //!
 //! The core never reads the wall clock. Every entry point that may act on time takes `now` and
-//! hands it to [`Clock::advance`] first; code below reads [`Clock::now`], which is the time of
-//! the latest such call.
+//! hands it to `Clock::advance` first; code below reads `Clock::now`, which is the time of the
+//! latest such call.
 
 use std::time::Instant;
 
@@ -16,43 +17,10 @@ use super::Session;
 
 /// The time as the IO layer last told it, and when the session first heard of time (the epoch
 /// of RTT Probe timestamps).
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct Clock {
-    start: Option<Instant>,
-    now: Option<Instant>,
-}
-
-impl Clock {
-    /// The IO layer says it is `now`: the only way the session learns the time.
-    pub(crate) fn advance(&mut self, now: Instant) {
-        self.now = Some(now);
-        self.start.get_or_insert(now);
-    }
-
-    /// The time of the latest entry point that passed one; `None` before any did (a session
-    /// that has received nothing yet).
-    pub(crate) fn now(&self) -> Option<Instant> {
-        self.now
-    }
-
-    /// When the session first heard of time.
-    pub(crate) fn start(&self) -> Option<Instant> {
-        self.start
-    }
-
-    /// Microseconds since [`Clock::start`]: the clock of RTT Probe timestamps.
-    pub(crate) fn micros_since_start(&self) -> u64 {
-        match (self.start, self.now) {
-            (Some(start), Some(now)) => now.saturating_duration_since(start).as_micros() as u64,
-            _ => 0,
-        }
-    }
-}
-
 impl Session {
     /// Keepalive (when configured): Ping a connection that has been silent for `keepalive`, and
     /// fail it when nothing came back within `ping_timeout` (it then fails over).
-    pub(crate) fn check_keepalive(&mut self, now: Instant) {
+    pub(super) fn check_keepalive(&mut self, now: Instant) {
         let Some(idle) = self.core.config.keepalive else { return };
         let timeout = self.core.config.ping_timeout;
         let mut failed = false;
@@ -60,15 +28,15 @@ impl Session {
             if !c.is_tcpls() || !c.is_established() {
                 continue;
             }
-            let last = *c.last_rx.get_or_insert(now);
-            match c.ping_sent {
+            let last = *c.keepalive.last_rx.get_or_insert(now);
+            match c.keepalive.ping_sent {
                 Some(sent) if now.saturating_duration_since(sent) >= timeout => {
                     c.lose(Loss::KeepaliveTimeout);
                     failed = true;
                 }
                 None if now.saturating_duration_since(last) >= idle => {
                     self.core.control.push(&Frame::Ping, Some(c.id));
-                    c.ping_sent = Some(now);
+                    c.keepalive.ping_sent = Some(now);
                 }
                 _ => {}
             }
@@ -80,8 +48,9 @@ impl Session {
 
     /// Server idle timeout (`SessionConfig::idle_timeout`): a session that received nothing on
     /// any connection for that long ends (close_notify, then `Error::ConnectionLost`), so
-    /// silent clients do not hold server sessions for ever (issue #14).
-    pub(crate) fn check_idle(&mut self, now: Instant) {
+    /// silent clients (or a peer that opens sessions and goes quiet) do not hold server
+    /// sessions for ever.
+    pub(super) fn check_idle(&mut self, now: Instant) {
         let Some(deadline) = self.idle_deadline() else { return };
         if now < deadline {
             return;
@@ -98,42 +67,42 @@ impl Session {
     }
 
     /// When the server idle timeout would end the session, if it applies.
-    pub(crate) fn idle_deadline(&self) -> Option<Instant> {
+    pub(super) fn idle_deadline(&self) -> Option<Instant> {
         let limit = self.core.config.idle_timeout?;
         let core = &self.core;
         let life = &core.life;
-        if core.side != super::Side::Server
+        if core.side != super::side::Side::Server
             || life.is_closed()
             || !life.is_established()
             || life.orphaned_since().is_some()
         {
             return None;
         }
-        let last = self.conns.iter().filter_map(|c| c.last_rx).max().or(core.clock.start())?;
+        let last = self.conns.iter().filter_map(|c| c.keepalive.last_rx).max().or(core.clock.start())?;
         Some(last + limit)
     }
 
     /// The next keepalive event (a Ping to send or a Ping's deadline).
-    pub(crate) fn keepalive_deadline(&self) -> Option<Instant> {
+    pub(super) fn keepalive_deadline(&self) -> Option<Instant> {
         let idle = self.core.config.keepalive?;
         let timeout = self.core.config.ping_timeout;
         self.conns
             .iter()
             .filter(|c| c.is_tcpls() && c.is_established())
-            .filter_map(|c| match c.ping_sent {
+            .filter_map(|c| match c.keepalive.ping_sent {
                 Some(sent) => Some(sent + timeout),
-                None => c.last_rx.map(|last| last + idle),
+                None => c.keepalive.last_rx.map(|last| last + idle),
             })
             .min()
     }
 
     /// When the IO layer should call [`Session::prepare_transmit`] for a delayed ACK.
-    pub(crate) fn ack_timeout(&self) -> Option<Instant> {
+    pub(super) fn ack_timeout(&self) -> Option<Instant> {
         self.core.next_ack_deadline()
     }
 
     /// Ends an orphaned session whose rejoin did not come in time.
-    pub(crate) fn check_orphan_timeout(&mut self, now: Instant) {
+    pub(super) fn check_orphan_timeout(&mut self, now: Instant) {
         let Some(since) = self.core.life.orphaned_since() else { return };
         let waited = now.saturating_duration_since(since);
         if waited < self.core.config.rejoin_timeout {
@@ -150,7 +119,7 @@ impl Session {
         self.core.on_closed();
     }
 
-    pub(crate) fn orphan_deadline(&self) -> Option<Instant> {
+    pub(super) fn orphan_deadline(&self) -> Option<Instant> {
         self.core.life.orphaned_since().map(|since| since + self.core.config.rejoin_timeout)
     }
 

@@ -21,9 +21,11 @@ pub use send::{SendAccount, SendBuf};
 /// any Max Stream Data frame (a protocol constant).
 pub const INITIAL_MAX_STREAM_DATA: u64 = 65536;
 
-/// Stream Reset code when the receiver refuses a stream over its concurrency limit or receive
-/// budget (PROTOCOL.md §4.3).
-pub const RESET_REFUSED: u32 = 0x1;
+/// Stream Reset code when the receiver refuses a stream (defined beside [`StreamError`], whose
+/// message explains it).
+///
+/// [`StreamError`]: crate::error::StreamError
+pub use crate::error::RESET_REFUSED;
 
 #[cfg(test)]
 mod tests;

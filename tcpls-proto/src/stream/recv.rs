@@ -395,8 +395,8 @@ impl RecvBuf {
             }
             // The storage grows up to the credit, never into the slack for a record's trailing
             // bytes (tag, other frames): a record that would need that goes through the
-            // copying path, so that a stream's memory stays within its credit (issue #14:
-            // otherwise every stream filled to its 64 KiB window held 81 KiB).
+            // copying path, so that a stream's memory stays within its credit
+            // (otherwise every stream filled to its 64 KiB window held 81 KiB).
             self.reserve(self.grow_end(end, len).min(self.limit)).ok()?;
             if self.start + (end - self.read_offset) as usize > self.buf.len() {
                 return None;

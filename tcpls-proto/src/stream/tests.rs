@@ -832,7 +832,7 @@ mod send {
 
     /// The final size of a reset counts what was sent, not what the application wrote: bytes
     /// held back by flow control were never sent, and a final size beyond the peer's limit is a
-    /// flow-control violation there (issue #22: the tunnel reset a stream with ~2 MB queued
+    /// flow-control violation there (it happened: the tunnel reset a stream with ~2 MB queued
     /// beyond the credit, and the peer ended the whole session).
     #[test]
     fn reset_final_size_is_what_was_sent_not_what_was_written() {

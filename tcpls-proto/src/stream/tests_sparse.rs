@@ -1,4 +1,4 @@
-//! Receive memory follows what arrived (issue #14, observation 3): bytes far ahead of the
+//! Receive memory follows what arrived (docs/SECURITY.md): bytes far ahead of the
 //! in-order prefix are held sparse, never by allocating the window up to them.
 
 use super::recv::RecvBuf;

@@ -6,7 +6,7 @@ use rustls::client::UnbufferedClientConnection;
 use rustls::server::UnbufferedServerConnection;
 use rustls::unbuffered::{ConnectionState, EncryptError, UnbufferedStatus};
 
-use super::handshake::{encode_into, Unbuffered};
+use super::unbuffered::{encode_into, Unbuffered};
 use crate::error::{Error, TransportError};
 use crate::record::{RxBuf, TxBuf};
 

@@ -16,10 +16,12 @@ use std::sync::Arc;
 use rustls::client::UnbufferedClientConnection;
 use rustls::pki_types::ServerName;
 use rustls::server::UnbufferedServerConnection;
-use rustls::unbuffered::{ConnectionState, EncodeError, ReadEarlyData, TransmitTlsData, UnbufferedStatus};
+use rustls::unbuffered::{ConnectionState, ReadEarlyData, TransmitTlsData, UnbufferedStatus};
 use rustls::{ClientConfig, HandshakeKind, ProtocolVersion, ServerConfig};
 
-use super::{ConnSecret, FallbackTls, Kernel, ALPN_TCPLS};
+use super::fallback::FallbackTls;
+use super::unbuffered::{encode_into, Unbuffered};
+use super::{ConnSecret, Kernel, ALPN_TCPLS};
 use crate::error::{Error, TransportError};
 use crate::record::{next_record, RecordKey, RxBuf, TxBuf};
 
@@ -236,11 +238,9 @@ fn info_of(
     }
 }
 
-/// The client and server unbuffered connections share their states but not their types.
-pub(super) trait Unbuffered {
-    type Data;
-    fn process<'c, 'i>(&'c mut self, incoming: &'i mut [u8]) -> UnbufferedStatus<'c, 'i, Self::Data>;
-    fn handshaking(&self) -> bool;
+/// What the handshake adds to the client's and the server's unbuffered connections: the
+/// early-data steps, which differ by side.
+trait EarlyData: Unbuffered {
     /// Client: seal the early-data offer after the ClientHello, if the ticket allows it.
     fn offer_early_data(
         t: &mut TransmitTlsData<'_, Self::Data>,
@@ -251,14 +251,7 @@ pub(super) trait Unbuffered {
     fn read_early_data(r: ReadEarlyData<'_, '_, Self::Data>, early: &mut Early) -> Result<(), Error>;
 }
 
-impl Unbuffered for UnbufferedClientConnection {
-    type Data = rustls::client::ClientConnectionData;
-    fn process<'c, 'i>(&'c mut self, incoming: &'i mut [u8]) -> UnbufferedStatus<'c, 'i, Self::Data> {
-        self.process_tls_records(incoming)
-    }
-    fn handshaking(&self) -> bool {
-        self.is_handshaking()
-    }
+impl EarlyData for UnbufferedClientConnection {
     fn offer_early_data(
         t: &mut TransmitTlsData<'_, Self::Data>,
         early: &mut Early,
@@ -286,14 +279,7 @@ impl Unbuffered for UnbufferedClientConnection {
     }
 }
 
-impl Unbuffered for UnbufferedServerConnection {
-    type Data = rustls::server::ServerConnectionData;
-    fn process<'c, 'i>(&'c mut self, incoming: &'i mut [u8]) -> UnbufferedStatus<'c, 'i, Self::Data> {
-        self.process_tls_records(incoming)
-    }
-    fn handshaking(&self) -> bool {
-        self.is_handshaking()
-    }
+impl EarlyData for UnbufferedServerConnection {
     fn offer_early_data(_: &mut TransmitTlsData<'_, Self::Data>, _: &mut Early, _: &mut TxBuf) -> Result<(), Error> {
         Ok(())
     }
@@ -314,25 +300,7 @@ pub const MAX_EARLY_DATA: usize = crate::record::MAX_PLAINTEXT;
 /// TLS 1.3 record overhead of rustls' early data: header, inner content type, AEAD tag.
 const EARLY_RECORD_OVERHEAD: usize = 5 + 1 + 16;
 
-/// Encodes one handshake chunk into `tx`, growing the reservation if rustls asks for more.
-pub(super) fn encode_into<Data>(
-    mut e: rustls::unbuffered::EncodeTlsData<'_, Data>,
-    tx: &mut TxBuf,
-) -> Result<(), Error> {
-    let mut want = 4096;
-    loop {
-        match e.encode(tx.reserve(want)) {
-            Ok(n) => {
-                tx.commit(n);
-                return Ok(());
-            }
-            Err(EncodeError::InsufficientSize(s)) => want = s.required_size,
-            Err(EncodeError::AlreadyEncoded) => return Ok(()),
-        }
-    }
-}
-
-fn drive<C: Unbuffered>(
+fn drive<C: EarlyData>(
     conn: &mut C,
     early: &mut Early,
     rx: &mut RxBuf,

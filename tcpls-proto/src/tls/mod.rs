@@ -1,4 +1,9 @@
-//! Everything that touches rustls lives in this module, so its API churn stays here.
+//! rustls' connection machinery lives in this module (the unbuffered handshake, the kernel
+//! connection, the plain-TLS fallback, the ticket store), so the churn of that API stays here.
+//! Elsewhere the crate uses only rustls' value types and traits: the configs and `ServerName`
+//! the session is built from (`session/`), `rustls::Error` inside our errors (`error.rs`), the
+//! traffic secrets the record layer turns into keys (`record/cipher.rs`) and the certificate
+//! verifier traits of the test-only verifier (`insecure.rs`).
 //!
 //! rustls (unbuffered API) runs the TLS 1.3 handshake of each TCP connection. When `tcpls/1`
 //! was negotiated, [`Handshake::finish`] takes the traffic secrets and the
@@ -8,6 +13,7 @@
 mod fallback;
 mod handshake;
 mod tickets;
+mod unbuffered;
 
 pub use fallback::FallbackTls;
 pub use handshake::{Handshake, HandshakeInfo, HandshakeOutcome, Progress, MAX_EARLY_DATA};

@@ -17,13 +17,8 @@ pub fn test_config() -> SessionConfig {
     let counter = std::sync::atomic::AtomicU64::new(1);
     SessionConfig {
         random: Arc::new(move |buf: &mut [u8]| {
-            let mut x = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-            for b in buf.iter_mut() {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                *b = x as u8;
-            }
+            let call = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            buf.copy_from_slice(&tcpls_test::Rng::new(call).bytes(buf.len()));
         }),
         ..SessionConfig::default()
     }

@@ -320,7 +320,7 @@ impl TunnelClient {
     /// A session that lost every connection first tries to rejoin by itself (its streams then
     /// survive, PROTOCOL.md §5); but a restarted concentrator no longer knows it, and would
     /// refuse its joins until the rejoin timeout. So once a session has been without a usable
-    /// connection for [`ORPHAN_GRACE`], a new session is opened alongside: if it succeeds while
+    /// connection for `ORPHAN_GRACE` (1 s), a new session is opened alongside: if it succeeds while
     /// the old one still has no connection, the old one is aborted (its tunneled connections
     /// are reset) and the new one takes over.
     pub fn keep_connected(&self, backoff: Backoff) -> tokio::task::JoinHandle<()> {

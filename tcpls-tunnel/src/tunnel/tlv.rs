@@ -247,10 +247,9 @@ impl Tlv {
     }
 }
 
-/// Letters, digits, `-`, `.`, `_` (and `:` for a literal IPv6 address), at most 253 bytes.
-pub fn valid_host_name(h: &str) -> bool {
-    !h.is_empty() && h.len() <= 253 && h.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._:".contains(&b))
-}
+/// The host names a Connect by Name may carry (defined with [`Target`], which the HTTP proxy
+/// front end checks too).
+pub use crate::frontend::valid_host_name;
 
 /// Reads one message (at most 257 bytes, so a hostile peer cannot make us buffer more).
 pub async fn read_tlv<R: AsyncRead + Unpin>(r: &mut R) -> Result<Tlv, ReadError> {

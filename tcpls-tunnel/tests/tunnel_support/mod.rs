@@ -107,23 +107,7 @@ pub fn closed_port() -> SocketAddr {
 
 /// Sends `data`, half-closes, reads everything back; the echo must equal `data`.
 pub async fn echo_roundtrip(s: TcpStream, data: Vec<u8>) -> Result<(), String> {
-    let (mut r, mut w) = s.into_split();
-    let len = data.len();
-    let writer = tokio::spawn(async move {
-        w.write_all(&data).await?;
-        w.shutdown().await?;
-        Ok::<_, io::Error>(data)
-    });
-    let mut got = Vec::with_capacity(len);
-    tokio::time::timeout(T, r.read_to_end(&mut got))
-        .await
-        .map_err(|_| format!("echo of {len} bytes timed out after {} bytes", got.len()))?
-        .map_err(|e| format!("reading the echo: {e}"))?;
-    let data = writer.await.unwrap().map_err(|e| format!("sending: {e}"))?;
-    if got != data {
-        return Err(format!("echo differs: sent {len} bytes, got {}", got.len()));
-    }
-    Ok(())
+    tcpls_test::net::echo_roundtrip(s, data, T).await
 }
 
 /// SOCKS5 greeting and CONNECT; returns the reply code.
@@ -155,28 +139,12 @@ pub async fn socks5_connect(s: &mut TcpStream, target: &Target) -> io::Result<u8
     Ok(rep[1])
 }
 
-/// Whether `ss -K` can kill sockets here (root, and a kernel with INET_DIAG_DESTROY).
-pub fn can_kill_sockets() -> Result<(), String> {
-    let out = std::process::Command::new("id").arg("-u").output().map_err(|e| format!("cannot run id: {e}"))?;
-    if String::from_utf8_lossy(&out.stdout).trim() != "0" {
-        return Err("not root: ss -K needs CAP_NET_ADMIN".into());
-    }
-    let out = std::process::Command::new("ss")
-        .args(["-K", "dst", "192.0.2.1"])
-        .output()
-        .map_err(|e| format!("cannot run ss: {e}"))?;
-    if !out.status.success() {
-        return Err(format!("ss -K failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
-    }
-    Ok(())
-}
+#[allow(unused_imports)] // not every test file kills sockets
+pub use tcpls_test::sockets::can_kill_sockets;
 
 /// Kills (RST) the sockets to 127.0.0.1:`port` with `ss -K`; returns how many it listed.
 pub fn kill_sockets_to_port(port: u16) -> usize {
-    let filter = format!("dport = :{port}");
-    let out = std::process::Command::new("ss").args(["-K", "-t", "dst", "127.0.0.1", &filter]).output().unwrap();
-    assert!(out.status.success(), "ss -K: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.contains(&format!(":{port}"))).count()
+    tcpls_test::sockets::kill_sockets_to_port(port).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Polls `cond` until it holds (fails the test after [`T`]).

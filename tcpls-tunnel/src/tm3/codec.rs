@@ -367,13 +367,8 @@ mod tests {
 
     #[test]
     fn random_soak_never_panics() {
-        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut rng = tcpls_test::Rng::new(1);
+        let mut next = move || rng.next_u64();
         for round in 0..3000 {
             let n = (next() % 300) as usize;
             let mut v: Vec<u8> = (0..n).map(|_| next() as u8).collect();

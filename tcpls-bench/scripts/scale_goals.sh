@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Every row of issue #17 ("Performance at scale"), each measured next to its baseline in the
+# Every "performance at scale" goal (docs/PERFORMANCE.md), each measured next to its baseline in the
 # same run, RUNS times (default 3), and one table of the same-run ratios against the goals.
 #
-#   tcpls-bench/scripts/issue17.sh                  # release build, 3 runs, table on stdout
-#   RUNS=1 QUICK=1 tcpls-bench/scripts/issue17.sh   # smoke test: small transfers, 500 sessions
-#   OUT=/tmp/i17 tcpls-bench/scripts/issue17.sh     # keep every run's JSON in /tmp/i17
-#   BENCH=/path/tcpls-bench TUNNEL_BENCH=/path/tunnel_bench tcpls-bench/scripts/issue17.sh
+#   tcpls-bench/scripts/scale_goals.sh                  # release build, 3 runs, table on stdout
+#   RUNS=1 QUICK=1 tcpls-bench/scripts/scale_goals.sh   # smoke test: small transfers, 500 sessions
+#   OUT=/tmp/scale tcpls-bench/scripts/scale_goals.sh     # keep every run's JSON in /tmp/scale
+#   BENCH=/path/tcpls-bench TUNNEL_BENCH=/path/tunnel_bench tcpls-bench/scripts/scale_goals.sh
 #                                                   # an older build, for before/after
 #
 # One run is, in this order (each program alternates or interleaves its own protocols):
@@ -26,7 +26,7 @@ set -euo pipefail
 RUNS=${RUNS:-3}
 QUICK=${QUICK:-0}
 root=$(cd "$(dirname "$0")/../.." && pwd)
-OUT=${OUT:-$(mktemp -d /tmp/issue17.XXXXXX)}
+OUT=${OUT:-$(mktemp -d /tmp/scale_goals.XXXXXX)}
 mkdir -p "$OUT"
 
 if [[ -z "${BENCH:-}" || -z "${TUNNEL_BENCH:-}" ]]; then
@@ -35,7 +35,7 @@ if [[ -z "${BENCH:-}" || -z "${TUNNEL_BENCH:-}" ]]; then
 fi
 BENCH=${BENCH:-$root/target/release/tcpls-bench}
 TUNNEL_BENCH=${TUNNEL_BENCH:-$root/target/release/examples/tunnel_bench}
-command -v python3 >/dev/null || { echo "issue17.sh: python3 is needed for the table (apt-get install python3)" >&2; exit 2; }
+command -v python3 >/dev/null || { echo "scale_goals.sh: python3 is needed for the table (apt-get install python3)" >&2; exit 2; }
 
 if [[ "$QUICK" == 1 ]]; then
     BIG=256M SMALL=128M SESSIONS=(--sessions 500) HANDSHAKES=50 TUNNEL_BYTES=128M
@@ -46,13 +46,13 @@ fi
 
 load=$(cut -d' ' -f1 /proc/loadavg)
 if python3 -c "import sys; sys.exit(0 if float('$load') > 0.5 else 1)"; then
-    echo "issue17.sh: the load average is $load: other programs are running. Ratios within a run stay" >&2
+    echo "scale_goals.sh: the load average is $load: other programs are running. Ratios within a run stay" >&2
     echo "  comparable, but on loopback the kernel's receive work runs partly in whatever context is" >&2
     echo "  on the CPU (softirq), so CPU per GiB of a process reads low under load, raw TCP's most." >&2
 fi
 
 for run in $(seq 1 "$RUNS"); do
-    echo "issue17.sh: run $run of $RUNS -> $OUT" >&2
+    echo "scale_goals.sh: run $run of $RUNS -> $OUT" >&2
     uptime > "$OUT/run$run.uptime"
     "$BENCH" compare --protos tcp,tcpls,tcpls-64 --bytes "$BIG" --reps 3 --json > "$OUT/run$run.streams64.json"
     uptime >> "$OUT/run$run.uptime"
@@ -119,7 +119,7 @@ for run in range(1, runs + 1):
 def fmt(v):
     return f"{v:,.0f}" if v >= 100 else f"{v:.2f}"
 
-print(f"Issue #17 rows, {runs} run(s), JSON in {out}")
+print(f"Scale goals, {runs} run(s), JSON in {out}")
 print()
 print("| row | " + " | ".join(f"run {i}" for i in range(1, runs + 1)) + " | goal | met in |")
 print("|---|" + "---:|" * runs + "---|---|")

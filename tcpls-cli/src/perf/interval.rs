@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use tcpls::Session;
 
-use crate::perf_report::{interval_lines, Interval, IntervalConnection, Output};
+use super::report::{interval_lines, Interval, IntervalConnection, Output};
 
 /// A stream steered over all connections (`--aggregate`): its payload has no one connection.
 pub const SPREAD: u32 = u32::MAX;

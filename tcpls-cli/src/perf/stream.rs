@@ -8,9 +8,9 @@ use tcpls::{RecvStream, SendStream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
+use super::interval::Counters;
+use super::protocol::{decode_report, Direction, Request, REPORT_LEN};
 use crate::interrupt::Stop;
-use crate::perf_interval::Counters;
-use crate::perf_proto::{decode_report, Direction, Request, REPORT_LEN};
 use crate::transfer::{receive_pattern, send_pattern, until, Received, RecvEnd, SendEnd, TIME_UP};
 
 /// What one stream did.

@@ -1,5 +1,5 @@
 //! `tcpls perf`'s options (iperf3's where they mean the same) and their checks, before the
-//! measurement itself (perf.rs).
+//! measurement itself (client.rs).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -8,11 +8,12 @@ use std::time::Duration;
 use clap::Args;
 use tcpls::SessionConfig;
 
+use super::report::{Out, Output, PerfReport};
+use super::{client, report};
 use crate::args::{host_of, parse_duration, parse_rate, parse_size, resolve};
 use crate::interrupt::{stop_watch, Stop};
-use crate::perf_report::{Out, Output};
 use crate::units::Format;
-use crate::{client_setup, logging, perf, perf_report, probe, Ended, TrustArgs};
+use crate::{client_setup, logging, probe, Ended, TrustArgs};
 
 #[derive(Args)]
 pub struct PerfArgs {
@@ -171,7 +172,7 @@ pub async fn run(a: PerfArgs) -> Result<Ended, String> {
         let _ = tcpls::flush_default_trace();
         std::process::exit(2);
     }
-    let addr = a.addr.or(a.client).ok_or("no server address: give ADDR (or -c ADDR)")?;
+    let addr = a.addr.clone().or_else(|| a.client.clone()).ok_or("no server address: give ADDR (or -c ADDR)")?;
     let addr = match a.port {
         Some(port) => with_port(&addr, port)?,
         None => addr,
@@ -183,6 +184,72 @@ pub async fn run(a: PerfArgs) -> Result<Ended, String> {
     if (a.aggregate || a.migrate_at.is_some()) && paths.is_empty() {
         return Err("--aggregate and --migrate-at need at least one --path".into());
     }
+    let (bind, bind_device) = local_side(&a, &addrs)?;
+    if (bind.is_some() || bind_device.is_some()) && a.zero_rtt {
+        return Err("-B/--cport cannot be combined with --zero-rtt".into());
+    }
+    let settings = session_settings(&a);
+    let time = run_time(&a);
+    let out = match &a.logfile {
+        Some(path) => Out::file(path)?,
+        None => Out::stdout(),
+    };
+    let output = Output { out, json: a.json, format: a.format };
+    let opts = client::PerfOptions {
+        addrs,
+        paths,
+        bind_device,
+        path_manager: a.path_manager.as_deref().map(|p| {
+            if p == "fullmesh" {
+                tcpls::PathPolicy::Fullmesh
+            } else {
+                tcpls::PathPolicy::Manual
+            }
+        }),
+        aggregate: a.aggregate,
+        scheduler: a.scheduler,
+        migrate_at: a.migrate_at,
+        server_name,
+        tls,
+        settings,
+        mode: if a.bidir {
+            client::Mode::Bidir
+        } else if a.download {
+            client::Mode::Download
+        } else {
+            client::Mode::Upload
+        },
+        bytes: a.bytes,
+        time,
+        omit: a.omit,
+        interval: (!a.interval.is_zero()).then_some(a.interval),
+        streams: a.streams,
+        bind,
+        ext: probe::PerfExt {
+            rate_limit_bps: a.rate_limit,
+            peer_cc: a.peer_cc,
+            user_timeout: a.user_timeout.map(Duration::from_millis),
+        },
+        zero_rtt: a.zero_rtt,
+        output: Some(output.clone()),
+    };
+    let stop = stop_watch("perf", "stopping the transfer and printing what was done");
+    let report = client::run(opts, stop.clone()).await?;
+    report::print(&report, &output)?;
+    if let Some(e) = &report.error {
+        return Err(format!("{e} (the summary above covers what was done until then)"));
+    }
+    if !report.verified {
+        return Err("payload verification failed: bytes were lost, duplicated or corrupted".into());
+    }
+    let signal = *stop.borrow();
+    ended(&report, signal)
+}
+
+/// The first connection's local side: `-B` (address or `dev:NAME`) and `--cport`, as a
+/// socket address (unspecified IP of the server's family when only the port is given) and an
+/// interface name.
+fn local_side(a: &PerfArgs, addrs: &[SocketAddr]) -> Result<(Option<SocketAddr>, Option<String>), String> {
     let (bind_ip, bind_device) = match a.bind.as_deref() {
         None => (None, None),
         Some(b) => {
@@ -201,9 +268,11 @@ pub async fn run(a: PerfArgs) -> Result<Ended, String> {
             Some(SocketAddr::new(ip, port.unwrap_or(0)))
         }
     };
-    if (bind.is_some() || bind_device.is_some()) && a.zero_rtt {
-        return Err("-B/--cport cannot be combined with --zero-rtt".into());
-    }
+    Ok((bind, bind_device))
+}
+
+/// The session's settings from the options.
+fn session_settings(a: &PerfArgs) -> SessionConfig {
     let mut settings =
         SessionConfig { failover: !a.no_failover, zero_copy: !a.no_zero_copy, ..SessionConfig::default() };
     if let Some(b) = a.send_budget {
@@ -219,6 +288,12 @@ pub async fn run(a: PerfArgs) -> Result<Ended, String> {
         let quarter_second = usize::try_from(bps / 8 / 4).unwrap_or(usize::MAX);
         settings.stream_send_buffer = quarter_second.clamp(64 << 10, settings.stream_send_buffer);
     }
+    settings
+}
+
+/// How long the run lasts: `--time`, or iperf3's default of 10 s without `--bytes`. Warns when
+/// `--migrate-at` falls after the end.
+fn run_time(a: &PerfArgs) -> Option<Duration> {
     // iperf3's default: a 10 s run.
     let time = match (a.bytes, a.time) {
         (None, None) => Some(Duration::from_secs(10)),
@@ -236,65 +311,18 @@ pub async fn run(a: PerfArgs) -> Result<Ended, String> {
             );
         }
     }
-    let out = match &a.logfile {
-        Some(path) => Out::file(path)?,
-        None => Out::stdout(),
-    };
-    let output = Output { out, json: a.json, format: a.format };
-    let opts = perf::PerfOptions {
-        addrs,
-        paths,
-        bind_device,
-        path_manager: a.path_manager.as_deref().map(|p| {
-            if p == "fullmesh" {
-                tcpls::PathPolicy::Fullmesh
-            } else {
-                tcpls::PathPolicy::Manual
-            }
-        }),
-        aggregate: a.aggregate,
-        scheduler: a.scheduler,
-        migrate_at: a.migrate_at,
-        server_name,
-        tls,
-        settings,
-        mode: if a.bidir {
-            perf::Mode::Bidir
-        } else if a.download {
-            perf::Mode::Download
-        } else {
-            perf::Mode::Upload
-        },
-        bytes: a.bytes,
-        time,
-        omit: a.omit,
-        interval: (!a.interval.is_zero()).then_some(a.interval),
-        streams: a.streams,
-        bind,
-        ext: probe::PerfExt {
-            rate_limit_bps: a.rate_limit,
-            peer_cc: a.peer_cc,
-            user_timeout: a.user_timeout.map(Duration::from_millis),
-        },
-        zero_rtt: a.zero_rtt,
-        output: Some(output.clone()),
-    };
-    let stop = stop_watch("perf", "stopping the transfer and printing what was done");
-    let report = perf::run(opts, stop.clone()).await?;
-    perf_report::print(&report, &output)?;
-    if let Some(e) = &report.error {
-        return Err(format!("{e} (the summary above covers what was done until then)"));
-    }
-    if !report.verified {
-        return Err("payload verification failed: bytes were lost, duplicated or corrupted".into());
-    }
-    let signal = *stop.borrow();
+    time
+}
+
+/// The command's outcome once the report is printed: a signal's exit, or an error when data
+/// was not delivered by the deadline.
+fn ended(report: &PerfReport, signal: Option<Stop>) -> Result<Ended, String> {
     match signal {
         Some(Stop::Interrupt) => Ok(Ended::Interrupted),
         Some(Stop::Terminate) => Ok(Ended::Terminated),
         None if !report.undelivered.is_empty() => Err(format!(
             "the run ended at its deadline ({:.1} s after --time) with data not delivered: {}",
-            perf::DEADLINE_GRACE.as_secs_f64(),
+            client::DEADLINE_GRACE.as_secs_f64(),
             report.undelivered.join("; ")
         )),
         None => Ok(Ended::Done),

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use serde::Serialize;
 use tcpls_proto::sync::LockExt;
 
-use crate::perf_proto::PathStats;
+use super::protocol::PathStats;
 use crate::units::{Amount, Format, Rate};
 
 /// Where the human lines (or the JSON document) go: stdout, or the `--logfile` file.
@@ -144,7 +144,7 @@ pub struct PerfReport {
     /// The signal that ended it (SIGINT, SIGTERM), if one did.
     pub signal: Option<&'static str>,
     /// A timed run that was still waiting for streams at its hard deadline (`--time` plus a
-    /// grace of [`crate::perf::DEADLINE_GRACE`]): `undelivered` says what was missing.
+    /// grace of [`super::client::DEADLINE_GRACE`]): `undelivered` says what was missing.
     pub ended_at_deadline: bool,
     /// What was not delivered, one line per stream (empty when everything was).
     pub undelivered: Vec<String>,

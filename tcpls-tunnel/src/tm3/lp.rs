@@ -8,8 +8,8 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tracing::{debug, info, warn};
 
+use super::mux::{Mux, Role};
 use crate::frontend::{reply, socks5_reply, socks5_request, Frontend, Target};
-use crate::mux::{Mux, Role};
 use crate::{Config, Stats};
 
 /// The TM3 local proxy: N pipes to a remote proxy.

@@ -16,8 +16,8 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch, Notify};
 use tracing::{debug, error, info, warn};
 
-use crate::codec::{self, Message, MAX_PAYLOAD, REASON_FIN, REASON_RST};
-use crate::reorder::{Reorder, ReorderError, ENTRY_OVERHEAD};
+use super::codec::{self, Message, MAX_PAYLOAD, REASON_FIN, REASON_RST};
+use super::reorder::{Reorder, ReorderError, ENTRY_OVERHEAD};
 use crate::{Config, Stats};
 
 /// Which side of the tunnel this multiplexer is.
@@ -70,6 +70,55 @@ struct RxState {
     pending_charged: usize,
     gap_since: Option<Instant>,
     linger_armed: bool,
+}
+
+/// A well-framed message as the reorder buffer takes it.
+struct Incoming {
+    seq: u32,
+    item: Item,
+    size: usize,
+    /// The FIN: the connection's last message.
+    terminal: bool,
+    is_data: bool,
+}
+
+impl Incoming {
+    fn of(msg: Message) -> Incoming {
+        let seq = msg.seq();
+        let is_data = matches!(msg, Message::Data { .. });
+        let (item, size, terminal) = match msg {
+            Message::Data { payload, .. } => {
+                let n = payload.len();
+                (Item::Data(payload), n, false)
+            }
+            Message::Syn { dst, .. } => (Item::Syn(dst), 6, false),
+            Message::Fin { reason, .. } => (Item::Fin(reason), 1, true),
+        };
+        Incoming { seq, item, size, terminal, is_data }
+    }
+}
+
+/// What offering a message to its connection came to.
+enum Offer {
+    /// No room yet: the message, back, to offer again once some is made.
+    Wait(Incoming),
+    /// The connection's TCP side is closed: the message is dropped.
+    Closed,
+    /// The reorder buffer took the message (or refused it, a protocol error).
+    Taken(Result<Delivery, ReorderError>),
+}
+
+/// What handing the in-order messages to a connection did.
+#[derive(Default)]
+struct Delivery {
+    /// The SYN arrived: connect to this destination.
+    connect: Option<SocketAddrV4>,
+    /// The FIN arrived, with this reason.
+    fin: Option<u8>,
+    /// The messages broke the protocol.
+    bad: Option<&'static str>,
+    /// Messages moved to the ready queue.
+    delivered: usize,
 }
 
 pub(crate) struct Conn {
@@ -478,182 +527,212 @@ impl Mux {
 
     /// Handles one well-framed message from `pipe`.
     async fn on_message(self: &Arc<Self>, pipe: &Pipe, msg: Message) {
-        let id = msg.conn_id();
-        let seq = msg.seq();
-        let is_syn = matches!(msg, Message::Syn { .. });
-        // Look up or create under one lock: the SYN and the data right after it may arrive on
-        // two pipes at the same time.
-        let conn = {
-            let mut t = self.conns.lock_unpoisoned();
-            match t.get(&id).cloned() {
-                Some(c) => {
-                    if self.role == Role::Remote && is_syn && seq == 0 && c.tx.lock_unpoisoned().fin_sent {
-                        // The local proxy reused the ID of a connection we already closed.
-                        debug!("{}: connection ID {id} reused by the peer", self.label);
-                        self.new_remote_conn(&mut t, id)
-                    } else {
-                        c
-                    }
-                }
-                None if self.role == Role::Remote && !self.is_closed() => self.new_remote_conn(&mut t, id),
-                None => {
-                    debug!("{}: {msg:?} for unknown connection dropped", self.label);
-                    return;
-                }
-            }
-        };
+        let Some(conn) = self.conn_for(&msg) else { return };
         if let Err(e) = msg.check() {
             return self.protocol_error(&conn, pipe, &e);
         }
-        if is_syn && self.role == Role::Local {
+        if matches!(msg, Message::Syn { .. }) && self.role == Role::Local {
             return self.protocol_error(&conn, pipe, &"SYN sent towards the local proxy");
         }
-        let is_data = matches!(msg, Message::Data { .. });
-        let (item, size, terminal) = match msg {
-            Message::Data { payload, .. } => {
-                let n = payload.len();
-                (Item::Data(payload), n, false)
-            }
-            Message::Syn { dst, .. } => (Item::Syn(dst), 6, false),
-            Message::Fin { reason, .. } => (Item::Fin(reason), 1, true),
-        };
         // Wait while the connection's in-order backlog is above the high-water mark.
-        let mut out = Vec::new();
-        let (mut connect, mut fin, mut bad, mut delivered) = (None, None, None, 0usize);
-        let res = loop {
+        let mut incoming = Incoming::of(msg);
+        let delivery = loop {
             let notified = conn.space_notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             let room = self.reorder_room.notified();
             tokio::pin!(room);
             room.as_mut().enable();
-            {
-                let mut rx = conn.rx.lock_unpoisoned();
-                if rx.closed {
-                    if terminal {
-                        rx.fin_received = true;
-                        drop(rx);
-                        self.maybe_remove(&conn);
-                    }
-                    return;
-                }
-                let in_order = seq == rx.reorder.expected();
-                let cost = size + ENTRY_OVERHEAD;
-                // An early message waits while its connection's reorder buffer is full: the
-                // missing message is on another pipe (a pipe is FIFO and sequence numbers are
-                // taken in enqueue order), whose reader is never held up by this rule, so this
-                // cannot deadlock; a message that never comes is handled by the gap timeout.
-                // The same holds for the bound over all connections.
-                let ooo_full = !in_order
-                    && rx.reorder.pending_len() > 0
-                    && (rx.reorder.pending_bytes() + cost > self.cfg.reorder_bytes_per_conn
-                        || self.reorder_total.load(Ordering::Relaxed) + cost > self.cfg.reorder_bytes_total);
-                // Data for a connection whose connect is in progress waits while its share or
-                // the session's is used up: the connect ends (at most `connect_timeout`)
-                // whatever the pipes do, so this cannot deadlock either.
-                let pending_full = is_data
-                    && rx.connecting
-                    && (rx.ready_bytes + rx.reorder.pending_bytes() + size > self.cfg.pending_connect_bytes
-                        || self.pending_total.load(Ordering::Relaxed) + size > self.cfg.pending_connect_bytes_total);
-                // In-order data waits while the session's queues for TCP are full: they drain
-                // to the TCP connections, not through the pipes.
-                let ready_full =
-                    is_data && in_order && self.ready_total.load(Ordering::Relaxed) + size > self.cfg.ready_bytes_total;
-                if rx.ready_bytes <= self.cfg.ready_high_water && !ooo_full && !pending_full && !ready_full {
-                    if !in_order && self.reorder_total.load(Ordering::Relaxed) + cost > self.cfg.reorder_bytes_total {
-                        // Only reachable with an empty per-connection buffer: refuse to start
-                        // buffering for yet another connection.
-                        break Err(ReorderError::Overflow {
-                            bytes: self.reorder_total.load(Ordering::Relaxed) + cost,
-                            max: self.cfg.reorder_bytes_total,
-                        });
-                    }
-                    let before = rx.reorder.pending_bytes();
-                    let r = rx.reorder.insert(seq, item, size, terminal, &mut out);
-                    let after = rx.reorder.pending_bytes();
-                    if after >= before {
-                        self.reorder_total.fetch_add(after - before, Ordering::Relaxed);
-                    } else {
-                        self.reorder_total.fetch_sub(before - after, Ordering::Relaxed);
-                    }
-                    if r.is_ok() {
-                        if rx.reorder.pending_len() == 0 {
-                            rx.gap_since = None;
-                        } else if rx.gap_since.is_none() || !out.is_empty() {
-                            rx.gap_since = Some(Instant::now());
-                        }
-                        // Hand the in-order messages over inside the same critical section, so
-                        // that two pipe readers cannot interleave them.
-                        for it in out.drain(..) {
-                            match it {
-                                Item::Syn(dst) => {
-                                    if rx.started {
-                                        bad = Some("second SYN");
-                                        break;
-                                    }
-                                    rx.started = true;
-                                    rx.connecting = true;
-                                    connect = Some(dst);
-                                }
-                                _ if !rx.started => {
-                                    bad = Some("message before the SYN");
-                                    break;
-                                }
-                                Item::Data(b) => {
-                                    rx.ready_bytes += b.len();
-                                    self.ready_total.fetch_add(b.len(), Ordering::Relaxed);
-                                    rx.ready.push_back(Item::Data(b));
-                                    delivered += 1;
-                                }
-                                Item::Fin(r) => {
-                                    rx.fin_received = true;
-                                    rx.ready.push_back(Item::Fin(r));
-                                    fin = Some(r);
-                                    delivered += 1;
-                                }
-                            }
-                        }
-                    }
-                    if rx.connecting {
-                        // Everything held for a connection whose connect is in progress, in
-                        // order or not, counts against the pending bounds.
-                        let held = rx.ready_bytes + rx.reorder.pending_bytes();
-                        if held >= rx.pending_charged {
-                            self.pending_total.fetch_add(held - rx.pending_charged, Ordering::Relaxed);
-                        } else {
-                            self.pending_total.fetch_sub(rx.pending_charged - held, Ordering::Relaxed);
-                        }
-                        rx.pending_charged = held;
-                    }
-                    break r;
-                }
+            match self.offer(&conn, incoming) {
+                Offer::Closed => return,
+                Offer::Taken(result) => break result,
+                Offer::Wait(back) => incoming = back,
             }
             tokio::select! {
                 _ = &mut notified => {}
                 _ = &mut room => {}
             }
         };
-        if let Err(e) = res {
-            return self.protocol_error(&conn, pipe, &e);
+        match delivery {
+            Ok(delivery) => self.act_on(&conn, pipe, delivery),
+            Err(e) => self.protocol_error(&conn, pipe, &e),
         }
-        if delivered > 1 {
+    }
+
+    /// The connection a message is for: looked up, or created by the remote proxy for a new
+    /// ID (or one the local proxy reused). None: the message is dropped.
+    fn conn_for(self: &Arc<Self>, msg: &Message) -> Option<Arc<Conn>> {
+        let id = msg.conn_id();
+        let is_syn = matches!(msg, Message::Syn { .. });
+        // Look up or create under one lock: the SYN and the data right after it may arrive on
+        // two pipes at the same time.
+        let mut t = self.conns.lock_unpoisoned();
+        match t.get(&id).cloned() {
+            Some(c) => {
+                if self.role == Role::Remote && is_syn && msg.seq() == 0 && c.tx.lock_unpoisoned().fin_sent {
+                    // The local proxy reused the ID of a connection we already closed.
+                    debug!("{}: connection ID {id} reused by the peer", self.label);
+                    Some(self.new_remote_conn(&mut t, id))
+                } else {
+                    Some(c)
+                }
+            }
+            None if self.role == Role::Remote && !self.is_closed() => Some(self.new_remote_conn(&mut t, id)),
+            None => {
+                debug!("{}: {msg:?} for unknown connection dropped", self.label);
+                None
+            }
+        }
+    }
+
+    /// Offers a message to its connection's reorder buffer, if the bounds leave room for it
+    /// now, and hands the messages that are in order then to the connection.
+    fn offer(self: &Arc<Self>, conn: &Arc<Conn>, m: Incoming) -> Offer {
+        let mut rx = conn.rx.lock_unpoisoned();
+        if rx.closed {
+            if m.terminal {
+                rx.fin_received = true;
+                drop(rx);
+                self.maybe_remove(conn);
+            }
+            return Offer::Closed;
+        }
+        if !self.has_room(&rx, &m) {
+            return Offer::Wait(m);
+        }
+        let cost = m.size + ENTRY_OVERHEAD;
+        if m.seq != rx.reorder.expected()
+            && self.reorder_total.load(Ordering::Relaxed) + cost > self.cfg.reorder_bytes_total
+        {
+            // Only reachable with an empty per-connection buffer: refuse to start buffering for
+            // yet another connection.
+            return Offer::Taken(Err(ReorderError::Overflow {
+                bytes: self.reorder_total.load(Ordering::Relaxed) + cost,
+                max: self.cfg.reorder_bytes_total,
+            }));
+        }
+        let mut out = Vec::new();
+        let before = rx.reorder.pending_bytes();
+        let r = rx.reorder.insert(m.seq, m.item, m.size, m.terminal, &mut out);
+        let after = rx.reorder.pending_bytes();
+        if after >= before {
+            self.reorder_total.fetch_add(after - before, Ordering::Relaxed);
+        } else {
+            self.reorder_total.fetch_sub(before - after, Ordering::Relaxed);
+        }
+        let mut delivery = Delivery::default();
+        if r.is_ok() {
+            if rx.reorder.pending_len() == 0 {
+                rx.gap_since = None;
+            } else if rx.gap_since.is_none() || !out.is_empty() {
+                rx.gap_since = Some(Instant::now());
+            }
+            // Hand the in-order messages over inside the same critical section, so that two
+            // pipe readers cannot interleave them.
+            delivery = self.hand_over(&mut rx, out);
+        }
+        if rx.connecting {
+            self.charge_pending(&mut rx);
+        }
+        Offer::Taken(r.map(|()| delivery))
+    }
+
+    /// Whether the bounds on buffered bytes let `m` in now (otherwise it waits).
+    fn has_room(&self, rx: &RxState, m: &Incoming) -> bool {
+        let in_order = m.seq == rx.reorder.expected();
+        let cost = m.size + ENTRY_OVERHEAD;
+        // An early message waits while its connection's reorder buffer is full: the missing
+        // message is on another pipe (a pipe is FIFO and sequence numbers are taken in enqueue
+        // order), whose reader is never held up by this rule, so this cannot deadlock; a
+        // message that never comes is handled by the gap timeout. The same holds for the bound
+        // over all connections.
+        let ooo_full = !in_order
+            && rx.reorder.pending_len() > 0
+            && (rx.reorder.pending_bytes() + cost > self.cfg.reorder_bytes_per_conn
+                || self.reorder_total.load(Ordering::Relaxed) + cost > self.cfg.reorder_bytes_total);
+        // Data for a connection whose connect is in progress waits while its share or the
+        // session's is used up: the connect ends (at most `connect_timeout`) whatever the pipes
+        // do, so this cannot deadlock either.
+        let pending_full = m.is_data
+            && rx.connecting
+            && (rx.ready_bytes + rx.reorder.pending_bytes() + m.size > self.cfg.pending_connect_bytes
+                || self.pending_total.load(Ordering::Relaxed) + m.size > self.cfg.pending_connect_bytes_total);
+        // In-order data waits while the session's queues for TCP are full: they drain to the
+        // TCP connections, not through the pipes.
+        let ready_full =
+            m.is_data && in_order && self.ready_total.load(Ordering::Relaxed) + m.size > self.cfg.ready_bytes_total;
+        rx.ready_bytes <= self.cfg.ready_high_water && !ooo_full && !pending_full && !ready_full
+    }
+
+    /// Moves the messages that left the reorder buffer in order to the connection's ready
+    /// queue (the SYN starts the connect), stopping at the first that breaks the protocol.
+    fn hand_over(&self, rx: &mut RxState, out: Vec<Item>) -> Delivery {
+        let mut d = Delivery::default();
+        for it in out {
+            match it {
+                Item::Syn(dst) => {
+                    if rx.started {
+                        d.bad = Some("second SYN");
+                        break;
+                    }
+                    rx.started = true;
+                    rx.connecting = true;
+                    d.connect = Some(dst);
+                }
+                _ if !rx.started => {
+                    d.bad = Some("message before the SYN");
+                    break;
+                }
+                Item::Data(b) => {
+                    rx.ready_bytes += b.len();
+                    self.ready_total.fetch_add(b.len(), Ordering::Relaxed);
+                    rx.ready.push_back(Item::Data(b));
+                    d.delivered += 1;
+                }
+                Item::Fin(r) => {
+                    rx.fin_received = true;
+                    rx.ready.push_back(Item::Fin(r));
+                    d.fin = Some(r);
+                    d.delivered += 1;
+                }
+            }
+        }
+        d
+    }
+
+    /// Everything held for a connection whose connect is in progress, in order or not, counts
+    /// against the pending bounds.
+    fn charge_pending(&self, rx: &mut RxState) {
+        let held = rx.ready_bytes + rx.reorder.pending_bytes();
+        if held >= rx.pending_charged {
+            self.pending_total.fetch_add(held - rx.pending_charged, Ordering::Relaxed);
+        } else {
+            self.pending_total.fetch_sub(rx.pending_charged - held, Ordering::Relaxed);
+        }
+        rx.pending_charged = held;
+    }
+
+    /// What follows a delivery: wake the waiting readers and the connection's writer, start
+    /// the connect, answer a FIN.
+    fn act_on(self: &Arc<Self>, conn: &Arc<Conn>, pipe: &Pipe, d: Delivery) {
+        if d.delivered > 1 {
             // Early messages left the reorder buffer: wake readers waiting for room.
             conn.space_notify.notify_waiters();
             self.reorder_room.notify_waiters();
         }
-        if let Some(why) = bad {
-            return self.protocol_error(&conn, pipe, &why);
+        if let Some(why) = d.bad {
+            return self.protocol_error(conn, pipe, &why);
         }
-        if delivered > 0 {
+        if d.delivered > 0 {
             conn.rx_notify.notify_one();
         }
-        if let Some(dst) = connect {
+        if let Some(dst) = d.connect {
             self.spawn_connect(conn.clone(), dst);
         }
-        if let Some(r) = fin {
+        if let Some(r) = d.fin {
             // Half-open connections are not supported: answer with our own FIN right away.
-            self.send_fin(&conn, r);
-            self.maybe_remove(&conn);
+            self.send_fin(conn, r);
+            self.maybe_remove(conn);
         }
     }
 

@@ -1,7 +1,7 @@
 //! `tcpls perf`: iperf-style bulk transfer with byte-for-byte verification.
 //!
 //! The client opens `--streams` streams (twice as many with `--bidir`), each asking the server
-//! for one direction (perf_proto.rs), steers them over the session's connections, and runs
+//! for one direction (protocol.rs), steers them over the session's connections, and runs
 //! until the byte count is done, the time is up, or Ctrl-C/SIGTERM. An interval sampler prints
 //! what happened every `-i` seconds; the report gives iperf3's sender and receiver lines, and
 //! what each end saw of the paths (the server's asked on a stats stream at the end).
@@ -23,11 +23,11 @@ use tcpls_proto::sync::LockExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 
+use super::interval::{Counters, Sampled, Sampler, SenderView, Snapshot, SPREAD};
+use super::protocol::{encode_stats_request, Direction, PathStats, Request, MAX_STATS_LEN};
+use super::report::{ConnectionReport, DirectionSummary, EndSummary, MigrationReport, Output, PerfReport, HEADER};
+use super::stream::{StreamOutcome, StreamTask};
 use crate::interrupt::Stop;
-use crate::perf_interval::{Counters, Sampled, Sampler, SenderView, Snapshot, SPREAD};
-use crate::perf_proto::{encode_stats_request, Direction, PathStats, Request, MAX_STATS_LEN};
-use crate::perf_report::{ConnectionReport, DirectionSummary, EndSummary, MigrationReport, Output, PerfReport, HEADER};
-use crate::perf_stream::{StreamOutcome, StreamTask};
 use crate::transfer::until;
 
 /// How long after `--time` (and `--omit`) a timed run waits for its streams' last words: the
@@ -125,72 +125,13 @@ fn stream_bytes(opts: &PerfOptions, i: u32) -> u64 {
 /// Runs the measurement; `interrupted` turns to the signal on Ctrl-C or SIGTERM, which ends the
 /// transfer early. A failure after the transfer started still gives a report (its `error` set).
 pub async fn run(opts: PerfOptions, interrupted: watch::Receiver<Option<Stop>>) -> Result<PerfReport, String> {
-    let shown = opts.addrs.first().map(|a| a.to_string()).unwrap_or_default();
     let millis = opts.time.map(|t| (t + opts.omit).as_millis().max(1) as u64).unwrap_or(0);
     let first_direction = opts.mode.directions()[0];
     let first_request = Request { direction: first_direction, seed: 0, bytes: stream_bytes(&opts, 0), millis };
-    // A timed run ends even when the server never answers: the handshake and the joins get
-    // the run's time (then it fails, saying so).
-    let setup_limit = opts.time.map(|t| t + opts.omit + DEADLINE_GRACE);
-    let setup_deadline = setup_limit.map(|l| Instant::now() + l);
-    let too_slow = |what: &str| {
-        format!(
-            "{what} did not complete within {:.1} s (the run's --time and its grace): the server or the path \
-             does not answer",
-            setup_limit.unwrap_or_default().as_secs_f64()
-        )
-    };
-    let (session, early_stream, handshake_ms) = within(setup_deadline, connect(&opts, &first_request))
-        .await
-        .ok_or_else(|| too_slow(&format!("the TCPLS handshake with {shown}")))??;
-    if session.is_fallback() {
-        session.abort();
-        return Err(format!(
-            "{shown} does not speak TCPLS (plain TLS only): tcpls perf needs `tcpls serve --mode perf`"
-        ));
-    }
-    if let Some(name) = &opts.scheduler {
-        session.set_scheduler(crate::args::scheduler(name)?);
-    }
-    let mut conns = vec![0u32];
-    match opts.path_manager {
-        None => {
-            for (remote, local) in &opts.paths {
-                let id = within(setup_deadline, session.join_with(*remote, local))
-                    .await
-                    .ok_or_else(|| too_slow(&format!("adding a connection {local}to {remote}")))?
-                    .map_err(|e| format!("cannot add a connection {local}to {remote}: {e}"))?;
-                conns.push(id);
-            }
-        }
-        Some(policy) => conns.extend(start_path_manager(&session, &opts, policy).await?),
-    }
-    if opts.migrate_at.is_some() && conns.len() < 2 {
-        return Err("--migrate-at needs a second connection (--path)".into());
-    }
-    let sends = matches!(opts.mode, Mode::Upload | Mode::Bidir);
-    opts.ext.apply(&session, &conns, sends, opts.mode != Mode::Upload)?;
-    // The path manager's later joins get them too (a path that comes back is not unpaced).
-    let ext_follower = (opts.path_manager.is_some() && !opts.ext.is_empty())
-        .then(|| opts.ext.clone().follow(session.clone(), conns.clone(), sends, opts.mode != Mode::Upload));
+    let Setup { session, early_stream, handshake_ms, conns, ext_follower } = set_up(&opts, &first_request).await?;
     let info = session.handshake_info();
     let cipher = info.as_ref().map(|i| i.cipher_suite.clone()).unwrap_or_default();
-    if let Some(output) = opts.output.as_ref().filter(|o| !o.json) {
-        output.out.line(&format!(
-            "Connecting to host {shown}: TCPLS, {cipher}, handshake {handshake_ms:.1} ms, {}, {} stream{}",
-            opts.mode.name(),
-            opts.streams,
-            if opts.streams == 1 { "" } else { "s" }
-        ));
-        for c in session.connections() {
-            let local = c.local.map_or("?".into(), |a| a.to_string());
-            let remote = c.remote.map_or("?".into(), |a| a.to_string());
-            output.out.line(&format!("[{:>3}] local {local} connected to {remote}", c.id));
-        }
-        if opts.interval.is_some() {
-            output.out.line(HEADER);
-        }
-    }
+    print_banner(&opts, &session, &cipher, handshake_ms);
 
     let start = Instant::now();
     let start_unix_seconds =
@@ -217,10 +158,169 @@ pub async fn run(opts: PerfOptions, interrupted: watch::Receiver<Option<Stop>>) 
     let sampler = tokio::spawn(sampler.run(async {
         let _ = done_rx.await;
     }));
+    let plan = StreamPlan { millis, deadline, interrupted: &interrupted, counters: &counters };
+    let (tasks, streams) = open_streams(&opts, &session, &conns, early_stream, plan)?;
+    let hard_deadline = deadline.map(|d| d + DEADLINE_GRACE);
+    let Collected { outcomes, mut failure, ended_at_deadline } =
+        collect(tasks, &session, &counters, &opts, hard_deadline, &interrupted).await;
+    let _ = done_tx.send(());
+    let sampled = sampler.await.map_err(|e| format!("interval sampler failed: {e}"))?;
+    let end = start.elapsed();
+    let undelivered = undelivered(&streams, &outcomes, &counters, end);
+    let migration = migration.lock_unpoisoned().take();
+    warn_about_migration(&opts, migration.is_some(), end);
+    let connections = connection_reports(&session);
+    if let Some(f) = ext_follower {
+        f.abort();
+    }
+    // Before the stats stream, whose answer is not payload.
+    let payload_stats = session.stats();
+    let ended = end_session(&session, &counters, hard_deadline, &interrupted, &mut failure).await;
 
-    let mut early_stream = early_stream;
+    // Streams given up at the deadline count what their counters say.
+    let outcomes = with_given_up(outcomes, &streams, &counters);
+    let (omit_seconds, summary) = summarize(&opts, &outcomes, &sampled, end);
+    let received_after_omit: u64 = summary.iter().filter_map(|d| d.receiver.bytes).sum();
+    let seconds = summary.first().map_or(0.0, |d| d.receiver.seconds);
+    let (server_stats, server_stats_error) = match ended.server_stats {
+        Ok(s) => (Some(s), None),
+        Err(e) => (None, Some(e)),
+    };
+    Ok(PerfReport {
+        direction: opts.mode.name(),
+        streams: opts.streams,
+        bytes: outcomes.iter().map(|o| o.received).sum(),
+        seconds,
+        goodput_bps: if seconds > 0.0 { received_after_omit as f64 * 8.0 / seconds } else { 0.0 },
+        verified: outcomes.iter().all(|o| o.verified),
+        interrupted: ended.stop.is_some(),
+        signal: ended.stop.map(Stop::name),
+        ended_at_deadline,
+        undelivered,
+        error: failure,
+        client_stats: ended.client_stats,
+        server_stats,
+        server_stats_error,
+        omit_seconds,
+        start_unix_seconds,
+        fallback: false,
+        cipher,
+        failovers: ended.failovers,
+        resumed: info.as_ref().is_some_and(|i| i.resumed),
+        early_data_accepted: info.as_ref().is_some_and(|i| i.early_data_accepted),
+        zero_copy_bytes: payload_stats.zero_copy_bytes,
+        copied_bytes: payload_stats.copied_bytes,
+        handshake_ms,
+        migration,
+        summary,
+        intervals: sampled.intervals,
+        connections,
+    })
+}
+
+/// The session, ready for the streams.
+struct Setup {
+    session: Session,
+    /// With --zero-rtt: the first stream, whose request went as early data.
+    early_stream: EarlyStream,
+    handshake_ms: f64,
+    /// Its connections: the first, then those joined.
+    conns: Vec<u32>,
+    /// Applies the extension frames to the path manager's later joins.
+    ext_follower: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// Connects, adds the --path connections (or starts the path manager) and applies the
+/// extension frames. A timed run ends even when the server never answers: the handshake and
+/// the joins get the run's time (then it fails, saying so).
+async fn set_up(opts: &PerfOptions, first_request: &Request) -> Result<Setup, String> {
+    let shown = opts.addrs.first().map(|a| a.to_string()).unwrap_or_default();
+    let setup_limit = opts.time.map(|t| t + opts.omit + DEADLINE_GRACE);
+    let setup_deadline = setup_limit.map(|l| Instant::now() + l);
+    let too_slow = |what: &str| {
+        format!(
+            "{what} did not complete within {:.1} s (the run's --time and its grace): the server or the path \
+             does not answer",
+            setup_limit.unwrap_or_default().as_secs_f64()
+        )
+    };
+    let (session, early_stream, handshake_ms) = within(setup_deadline, connect(opts, first_request))
+        .await
+        .ok_or_else(|| too_slow(&format!("the TCPLS handshake with {shown}")))??;
+    if session.is_fallback() {
+        session.abort();
+        return Err(format!(
+            "{shown} does not speak TCPLS (plain TLS only): tcpls perf needs `tcpls serve --mode perf`"
+        ));
+    }
+    if let Some(name) = &opts.scheduler {
+        session.set_scheduler(crate::args::scheduler(name)?);
+    }
+    let mut conns = vec![0u32];
+    match opts.path_manager {
+        None => {
+            for (remote, local) in &opts.paths {
+                let id = within(setup_deadline, session.join_with(*remote, local))
+                    .await
+                    .ok_or_else(|| too_slow(&format!("adding a connection {local}to {remote}")))?
+                    .map_err(|e| format!("cannot add a connection {local}to {remote}: {e}"))?;
+                conns.push(id);
+            }
+        }
+        Some(policy) => conns.extend(start_path_manager(&session, opts, policy).await?),
+    }
+    if opts.migrate_at.is_some() && conns.len() < 2 {
+        return Err("--migrate-at needs a second connection (--path)".into());
+    }
+    let sends = matches!(opts.mode, Mode::Upload | Mode::Bidir);
+    opts.ext.apply(&session, &conns, sends, opts.mode != Mode::Upload)?;
+    // The path manager's later joins get them too (a path that comes back is not unpaced).
+    let ext_follower = (opts.path_manager.is_some() && !opts.ext.is_empty())
+        .then(|| opts.ext.clone().follow(session.clone(), conns.clone(), sends, opts.mode != Mode::Upload));
+    Ok(Setup { session, early_stream, handshake_ms, conns, ext_follower })
+}
+
+/// The human output's first lines: the session, its connections, the interval header.
+fn print_banner(opts: &PerfOptions, session: &Session, cipher: &str, handshake_ms: f64) {
+    let Some(output) = opts.output.as_ref().filter(|o| !o.json) else { return };
+    let shown = opts.addrs.first().map(|a| a.to_string()).unwrap_or_default();
+    output.out.line(&format!(
+        "Connecting to host {shown}: TCPLS, {cipher}, handshake {handshake_ms:.1} ms, {}, {} stream{}",
+        opts.mode.name(),
+        opts.streams,
+        if opts.streams == 1 { "" } else { "s" }
+    ));
+    for c in session.connections() {
+        let local = c.local.map_or("?".into(), |a| a.to_string());
+        let remote = c.remote.map_or("?".into(), |a| a.to_string());
+        output.out.line(&format!("[{:>3}] local {local} connected to {remote}", c.id));
+    }
+    if opts.interval.is_some() {
+        output.out.line(HEADER);
+    }
+}
+
+/// What every stream task shares.
+struct StreamPlan<'a> {
+    /// The run's time limit, in the requests (0: none).
+    millis: u64,
+    deadline: Option<Instant>,
+    interrupted: &'a watch::Receiver<Option<Stop>>,
+    counters: &'a Arc<Counters>,
+}
+
+type StreamTasks = tokio::task::JoinSet<Result<StreamOutcome, String>>;
+
+/// Opens the streams (one per direction and stream number), steers them, and starts a task
+/// for each. Returns the tasks and (stream number, direction) of each counter, in order.
+fn open_streams(
+    opts: &PerfOptions,
+    session: &Session,
+    conns: &[u32],
+    mut early_stream: EarlyStream,
+    plan: StreamPlan<'_>,
+) -> Result<(StreamTasks, Vec<(u32, Direction)>), String> {
     let mut tasks = tokio::task::JoinSet::new();
-    // (stream number, direction) of each counter, for what was not delivered.
     let mut streams = Vec::new();
     let mut index = 0;
     for i in 0..opts.streams {
@@ -237,13 +337,13 @@ pub async fn run(opts: PerfOptions, interrupted: watch::Receiver<Option<Stop>>) 
                 // The server sends a download: ask it to use the same connection.
                 recv.request_steer(conn);
             }
-            let request = Request { direction, seed: i, bytes: stream_bytes(&opts, i), millis };
+            let request = Request { direction, seed: i, bytes: stream_bytes(opts, i), millis: plan.millis };
             let stream = StreamTask {
                 request,
                 early,
-                deadline,
-                interrupted: interrupted.clone(),
-                counters: counters.clone(),
+                deadline: plan.deadline,
+                interrupted: plan.interrupted.clone(),
+                counters: plan.counters.clone(),
                 index,
             };
             streams.push((i, direction));
@@ -251,11 +351,30 @@ pub async fn run(opts: PerfOptions, interrupted: watch::Receiver<Option<Stop>>) 
             tasks.spawn(stream.run(send, recv));
         }
     }
-    let hard_deadline = deadline.map(|d| d + DEADLINE_GRACE);
+    Ok((tasks, streams))
+}
+
+/// How the stream tasks ended.
+struct Collected {
+    outcomes: Vec<StreamOutcome>,
+    failure: Option<String>,
+    ended_at_deadline: bool,
+}
+
+/// Waits for the stream tasks until they are all done, the hard deadline, the grace after
+/// Ctrl-C or SIGTERM, or no progress; then gives up on those still running.
+async fn collect(
+    mut tasks: StreamTasks,
+    session: &Session,
+    counters: &Counters,
+    opts: &PerfOptions,
+    hard_deadline: Option<Instant>,
+    interrupted: &watch::Receiver<Option<Stop>>,
+) -> Collected {
     let mut outcomes = Vec::new();
     let mut failure = None;
     let mut ended_at_deadline = false;
-    let stalled = no_progress(&session, &counters, opts.time.is_none());
+    let stalled = no_progress(session, counters, opts.time.is_none());
     // After Ctrl-C or SIGTERM the streams get the same grace as at a deadline.
     let mut stop = interrupted.clone();
     let stopped = async move {
@@ -292,14 +411,12 @@ pub async fn run(opts: PerfOptions, interrupted: watch::Receiver<Option<Stop>>) 
             counters.stalls.stream_ended(&c.gaps);
         }
     }
-    let _ = done_tx.send(());
-    let sampled = sampler.await.map_err(|e| format!("interval sampler failed: {e}"))?;
-    let end = start.elapsed();
-    let undelivered = undelivered(&streams, &outcomes, &counters, end);
-    let migration = migration.lock_unpoisoned().take();
-    warn_about_migration(&opts, migration.is_some(), end);
+    Collected { outcomes, failure, ended_at_deadline }
+}
 
-    let connections = session
+/// What each connection carried.
+fn connection_reports(session: &Session) -> Vec<ConnectionReport> {
+    session
         .connections()
         .into_iter()
         .map(|c| ConnectionReport {
@@ -310,13 +427,27 @@ pub async fn run(opts: PerfOptions, interrupted: watch::Receiver<Option<Stop>>) 
             bytes_received: c.bytes_received,
             open: c.usable,
         })
-        .collect();
-    if let Some(f) = ext_follower {
-        f.abort();
-    }
-    // Before the stats stream, whose answer is not payload.
-    let payload_stats = session.stats();
-    // The last words: the server's stats, then the close, within the deadline's allowance.
+        .collect()
+}
+
+/// What the end of the session gave.
+struct SessionEnd {
+    server_stats: Result<PathStats, String>,
+    client_stats: PathStats,
+    failovers: u64,
+    /// The signal that stopped the run, if any.
+    stop: Option<Stop>,
+}
+
+/// The last words: the server's stats, then the close, within the deadline's allowance. A
+/// failed close is the run's failure unless it had one.
+async fn end_session(
+    session: &Session,
+    counters: &Counters,
+    hard_deadline: Option<Instant>,
+    interrupted: &watch::Receiver<Option<Stop>>,
+    failure: &mut Option<String>,
+) -> SessionEnd {
     let last_words = match (hard_deadline, *interrupted.borrow()) {
         (Some(d), _) => Some(d.max(Instant::now()) + LAST_WORDS),
         (None, Some(_)) => Some(Instant::now() + LAST_WORDS),
@@ -326,10 +457,10 @@ pub async fn run(opts: PerfOptions, interrupted: watch::Receiver<Option<Stop>>) 
         Err("the run failed before it could ask".to_string())
     } else {
         let wait = last_words.map_or(STATS_WAIT, |d| d.saturating_duration_since(Instant::now()) * 2 / 3);
-        ask_server_stats(&session, wait).await
+        ask_server_stats(session, wait).await
     };
     let stats = session.stats();
-    let client_stats = crate::perf_report::path_stats(&stats, &counters.stalls);
+    let client_stats = super::report::path_stats(&stats, &counters.stalls);
     let stop = *interrupted.borrow();
     let close_wait = match (stop, last_words) {
         (Some(_), _) => Duration::from_secs(1),
@@ -338,49 +469,10 @@ pub async fn run(opts: PerfOptions, interrupted: watch::Receiver<Option<Stop>>) 
     };
     if failure.is_some() {
         session.abort();
-    } else if let Err(e) = close(&session, close_wait).await {
+    } else if let Err(e) = close(session, close_wait).await {
         failure.get_or_insert(e);
     }
-
-    // Streams given up at the deadline count what their counters say.
-    let outcomes = with_given_up(outcomes, &streams, &counters);
-    let (omit_seconds, summary) = summarize(&opts, &outcomes, &sampled, end);
-    let received_after_omit: u64 = summary.iter().filter_map(|d| d.receiver.bytes).sum();
-    let seconds = summary.first().map_or(0.0, |d| d.receiver.seconds);
-    let (server_stats, server_stats_error) = match server_stats {
-        Ok(s) => (Some(s), None),
-        Err(e) => (None, Some(e)),
-    };
-    Ok(PerfReport {
-        direction: opts.mode.name(),
-        streams: opts.streams,
-        bytes: outcomes.iter().map(|o| o.received).sum(),
-        seconds,
-        goodput_bps: if seconds > 0.0 { received_after_omit as f64 * 8.0 / seconds } else { 0.0 },
-        verified: outcomes.iter().all(|o| o.verified),
-        interrupted: stop.is_some(),
-        signal: stop.map(Stop::name),
-        ended_at_deadline,
-        undelivered,
-        error: failure,
-        client_stats,
-        server_stats,
-        server_stats_error,
-        omit_seconds,
-        start_unix_seconds,
-        fallback: false,
-        cipher,
-        failovers: stats.failovers,
-        resumed: info.as_ref().is_some_and(|i| i.resumed),
-        early_data_accepted: info.as_ref().is_some_and(|i| i.early_data_accepted),
-        zero_copy_bytes: payload_stats.zero_copy_bytes,
-        copied_bytes: payload_stats.copied_bytes,
-        handshake_ms,
-        migration,
-        summary,
-        intervals: sampled.intervals,
-        connections,
-    })
+    SessionEnd { server_stats, client_stats, failovers: stats.failovers, stop }
 }
 
 /// Completes (with the reason) when nothing moved for [`NO_PROGRESS_LIMIT`]: no payload
@@ -475,7 +567,7 @@ async fn ask_server_stats(session: &Session, wait: Duration) -> Result<PathStats
         let mut answer = Vec::new();
         recv.take(MAX_STATS_LEN as u64).read_to_end(&mut answer).await.map_err(|e| {
             match e.get_ref().and_then(|i| i.downcast_ref::<tcpls::StreamError>()) {
-                Some(tcpls::StreamError::Reset(crate::perf_proto::NOT_A_PERF_REQUEST)) => {
+                Some(tcpls::StreamError::Reset(super::protocol::NOT_A_PERF_REQUEST)) => {
                     "the server does not answer stats requests (an older tcpls serve)".to_string()
                 }
                 _ => format!("no answer: {e}"),

@@ -9,7 +9,7 @@ use std::time::Instant;
 use tokio::net::{TcpListener, TcpStream};
 use tracing::{info, warn};
 
-use crate::mux::{Mux, Role};
+use super::mux::{Mux, Role};
 use crate::{Config, Stats};
 
 /// The TM3 remote proxy: accepts groups of N pipes and serves the connections they carry.

@@ -6,199 +6,31 @@
 //! stream calls; credit and the receive budget's rules are in `credit.rs`.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::hash::{BuildHasher, Hasher, RandomState};
 use std::sync::Arc;
 
 use crate::config::SessionConfig;
 use crate::event::StreamId;
-use crate::stream::{RangeSet, RecvBuf, SendAccount, SendBuf, INITIAL_MAX_STREAM_DATA};
+use crate::stream::{RangeSet, SendAccount, INITIAL_MAX_STREAM_DATA};
 
-use super::Side;
+use super::side::Side;
+use id_hash::StreamIdHash;
+pub(super) use stream::Stream;
+use stream::{Marks, STREAM_STATE_CHARGE};
 
-/// What a stream's own state costs (its entry, buffers' bookkeeping, queue slots; measured
-/// ~1.3 KB with the allocator in `tests/hostile_memory.rs`), charged against the receive budget
-/// with its data, so that the budget bounds all the memory a peer's streams hold.
-const STREAM_STATE_CHARGE: u64 = 2048;
+mod id_hash;
+mod stream;
 
 /// What a newly opened stream is charged: its 64 KiB initial window and its state.
-pub(crate) const NEW_STREAM_CHARGE: u64 = INITIAL_MAX_STREAM_DATA + STREAM_STATE_CHARGE;
+pub(super) const NEW_STREAM_CHARGE: u64 = INITIAL_MAX_STREAM_DATA + STREAM_STATE_CHARGE;
 
 /// Most ranges of refused stream IDs remembered until a frame for one of them is answered;
 /// beyond, the lowest range is forgotten (its streams then get no Stream Reset: only a peer
 /// that opened far more streams than allowed, in a scattered order, gets there).
 const MAX_REFUSED_RANGES: usize = 4096;
 
-/// Hashes the stream map's keys (stream IDs, `u32`): two folded 64x64->128-bit multiplies with
-/// keys drawn per session from std's `RandomState` (one alone left some key draws with all of
-/// 64 sequential IDs in 2 of 64 buckets: ~2% of sessions, ~7% for IDs differing in high bits). The map is looked up a dozen times per
-/// record sealed or acknowledged, and SipHash (std's default) was 3% of a 64-stream sender's
-/// CPU. HashDoS: the peer chooses its stream IDs (in order, at most `max_concurrent_streams`
-/// open), but without the session's random keys it cannot tell which ones collide; the
-/// multiply folds every bit of the ID into the low (bucket) and high (tag) bits alike.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct StreamIdHash {
-    k0: u64,
-    k1: u64,
-    k2: u64,
-    k3: u64,
-}
-
-impl StreamIdHash {
-    fn new() -> Self {
-        let random = RandomState::new();
-        // An odd multiplier: the product is then a bijection of the ID.
-        Self {
-            k0: random.hash_one(0x7463_706c_u64),
-            k1: random.hash_one(0x7374_7265_u64) | 1,
-            k2: random.hash_one(0x616d_6964_u64),
-            k3: random.hash_one(0x6861_7368_u64) | 1,
-        }
-    }
-}
-
-impl BuildHasher for StreamIdHash {
-    type Hasher = StreamIdHasher;
-    fn build_hasher(&self) -> StreamIdHasher {
-        StreamIdHasher { k: *self, h: 0 }
-    }
-}
-
-pub(crate) struct StreamIdHasher {
-    k: StreamIdHash,
-    h: u64,
-}
-
-impl Hasher for StreamIdHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        // Not used by `u32` keys; any other input still mixes every byte in.
-        for b in bytes {
-            self.write_u64(u64::from(*b));
-        }
-    }
-
-    fn write_u32(&mut self, n: u32) {
-        self.write_u64(u64::from(n));
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        let fold = |a: u64, b: u64| {
-            let x = u128::from(a) * u128::from(b);
-            (x as u64) ^ ((x >> 64) as u64)
-        };
-        self.h = fold(fold(self.h ^ n ^ self.k.k0, self.k.k1) ^ self.k.k2, self.k.k3);
-    }
-
-    fn finish(&self) -> u64 {
-        self.h
-    }
-}
-
-#[derive(Debug)]
-pub(crate) struct Stream {
-    pub(crate) send: SendBuf,
-    pub(crate) recv: RecvBuf,
-    /// We reset our sending half.
-    pub(crate) send_reset: bool,
-    /// The peer reset its sending half with this code.
-    pub(crate) recv_reset: Option<u32>,
-    /// The application will not read any more: data is dropped, credit still granted.
-    pub(crate) recv_stopped: bool,
-    /// The application saw the end (EOF or reset) of the receiving half.
-    pub(crate) recv_observed_end: bool,
-    /// In the ready queue ([`Streams::schedule`]).
-    pub(crate) queued: bool,
-    /// A StreamReadable event is pending and not yet followed by a read.
-    pub(crate) read_notified: bool,
-    /// The application found the send buffer full.
-    pub(crate) write_blocked: bool,
-    /// Waiting in [`Streams::block_on_budget`]'s queue: the session's send budget, not this
-    /// stream's buffer, held back its last write.
-    pub(crate) budget_waiting: bool,
-    /// The application's last write did not fit (it has more for this stream): the scheduler
-    /// need not cut a short record of what is queued (`packetize.rs`, `holds_short_tail`).
-    pub(crate) more_coming: bool,
-    pub(crate) peer_initiated: bool,
-    /// The connection this stream's records go on (stream steering); None: any.
-    pub(crate) steer: Option<crate::event::ConnId>,
-    /// This stream's [`Stream::receive_charge`] as counted in [`Streams`]' running total.
-    charge_counted: u64,
-    /// Handed out mutably since it was counted: [`Streams::receive_charged`] counts it again.
-    charge_dirty: bool,
-}
-
-impl Stream {
-    pub(crate) fn new(
-        config: &SessionConfig,
-        account: &Arc<SendAccount>,
-        fallback: bool,
-        peer_initiated: bool,
-    ) -> Self {
-        let mut send = SendBuf::new(config.stream_send_buffer);
-        // With failover, sealed data stays until the peer acknowledges it.
-        send.set_retain_unacked(config.failover);
-        if fallback {
-            // The plain TLS byte stream has no Max Stream Data and no ACKs: TCP does flow control
-            // and delivery. Without this a fallback sender stalls after the initial 64 KiB credit.
-            send.set_max_data(u64::MAX);
-            send.set_retain_unacked(false);
-        } else {
-            send.set_account(account.clone());
-        }
-        Self {
-            send,
-            recv: RecvBuf::new(config.stream_receive_window),
-            send_reset: false,
-            recv_reset: None,
-            recv_stopped: false,
-            recv_observed_end: false,
-            queued: false,
-            read_notified: false,
-            write_blocked: false,
-            budget_waiting: false,
-            more_coming: false,
-            peer_initiated,
-            steer: None,
-            charge_counted: 0,
-            charge_dirty: false,
-        }
-    }
-
-    /// What this stream's receiving half counts against the session's receive budget: the
-    /// credit the peer may still fill, and never less than the 64 KiB of a new stream's initial
-    /// window (the peer may fill that without asking), so that floors are paid for too. A half
-    /// whose data is dropped (reset, or the application stopped reading) holds no data; a
-    /// finished one holds what is left to read. Every stream also pays for its own state.
-    pub(crate) fn receive_charge(&self) -> u64 {
-        let data = if self.recv_reset.is_some() || self.recv_stopped {
-            0
-        } else {
-            match self.recv.final_size() {
-                Some(end) => end.saturating_sub(self.recv.read_offset()),
-                None => self.recv.outstanding().max(INITIAL_MAX_STREAM_DATA),
-            }
-        };
-        data + STREAM_STATE_CHARGE
-    }
-
-    /// Both halves are over: the stream can be forgotten.
-    fn is_done(&self) -> bool {
-        self.send_done() && self.recv_done() && !self.queued
-    }
-
-    fn send_done(&self) -> bool {
-        self.send_reset || self.send.is_done()
-    }
-
-    fn recv_done(&self) -> bool {
-        self.recv_observed_end
-            || (self.recv_stopped
-                && (self.recv_reset.is_some() || self.recv.final_size().is_some_and(|f| self.recv.read_offset() >= f)))
-    }
-}
-
 /// Every stream of the session and the queues and budgets over them.
 #[derive(Debug)]
-pub(crate) struct Streams {
+pub(super) struct Streams {
     side: Side,
     map: HashMap<StreamId, Stream, StreamIdHash>,
     /// Next stream ID we open.
@@ -226,7 +58,7 @@ pub(crate) struct Streams {
     /// Bytes of plain TLS application data received (the offset of fallback stream 0).
     fallback_received: u64,
     /// The receive budget in use ([`Streams::receive_charged`]), as of the last count of each
-    /// stream: streams handed out mutably since (`charge_dirty`, listed in `dirty`, or all of
+    /// stream: streams handed out mutably since (`Charge::dirty`, listed in `dirty`, or all of
     /// them after `values_mut`) are counted again at the next call, so that the sum costs
     /// what changed rather than every stream on every read (1000 streams: 11% of a receiver).
     charged: u64,
@@ -235,7 +67,7 @@ pub(crate) struct Streams {
 }
 
 impl Streams {
-    pub(crate) fn new(side: Side, config: &SessionConfig) -> Self {
+    pub(super) fn new(side: Side, config: &SessionConfig) -> Self {
         let (next_local, next_peer) = match side {
             Side::Client => (0, 1),
             Side::Server => (1, 0),
@@ -262,17 +94,17 @@ impl Streams {
 
     // ---------------------------------------------------------------- the streams
 
-    pub(crate) fn get(&self, id: StreamId) -> Option<&Stream> {
+    pub(super) fn get(&self, id: StreamId) -> Option<&Stream> {
         self.map.get(&id)
     }
 
     /// The stream, to change: its receive charge is counted again at the next
     /// [`Streams::receive_charged`].
-    pub(crate) fn get_mut(&mut self, id: StreamId) -> Option<&mut Stream> {
+    pub(super) fn get_mut(&mut self, id: StreamId) -> Option<&mut Stream> {
         let listed_enough = self.dirty.len() > 2 * self.map.len() + 64;
         let s = self.map.get_mut(&id)?;
-        if !s.charge_dirty && !self.all_dirty {
-            s.charge_dirty = true;
+        if !s.charge.dirty && !self.all_dirty {
+            s.charge.dirty = true;
             if listed_enough {
                 // Streams removed while listed stay listed until the next count: when that
                 // count is long in coming, recount everything instead of growing the list.
@@ -285,104 +117,104 @@ impl Streams {
         Some(s)
     }
 
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (StreamId, &Stream)> {
+    pub(super) fn iter(&self) -> impl Iterator<Item = (StreamId, &Stream)> {
         self.map.iter().map(|(id, s)| (*id, s))
     }
 
-    pub(crate) fn values(&self) -> impl Iterator<Item = &Stream> {
+    pub(super) fn values(&self) -> impl Iterator<Item = &Stream> {
         self.map.values()
     }
 
-    pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut Stream> {
+    pub(super) fn values_mut(&mut self) -> impl Iterator<Item = &mut Stream> {
         self.all_dirty = true;
         self.map.values_mut()
     }
 
-    pub(crate) fn ids(&self) -> Vec<StreamId> {
+    pub(super) fn ids(&self) -> Vec<StreamId> {
         self.map.keys().copied().collect()
     }
 
-    pub(crate) fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.map.len()
     }
 
     /// A new stream enters the session; a peer's also waits to be accepted.
-    pub(crate) fn insert(&mut self, id: StreamId, mut stream: Stream) {
+    pub(super) fn insert(&mut self, id: StreamId, mut stream: Stream) {
         if stream.peer_initiated {
             self.peer_open += 1;
             self.accept_queue.push_back(id);
         }
-        stream.charge_counted = stream.receive_charge();
-        stream.charge_dirty = false;
-        self.charged = self.charged.saturating_add(stream.charge_counted);
+        stream.charge.counted = stream.receive_charge();
+        stream.charge.dirty = false;
+        self.charged = self.charged.saturating_add(stream.charge.counted);
         if let Some(old) = self.map.insert(id, stream) {
-            self.charged = self.charged.saturating_sub(old.charge_counted);
+            self.charged = self.charged.saturating_sub(old.charge.counted);
         }
     }
 
     /// Forgets a stream once both halves are over.
-    pub(crate) fn remove_if_done(&mut self, id: StreamId) {
+    pub(super) fn remove_if_done(&mut self, id: StreamId) {
         let Some(s) = self.map.get(&id) else { return };
         if s.is_done() {
             if s.peer_initiated {
                 self.peer_open = self.peer_open.saturating_sub(1);
             }
             if let Some(s) = self.map.remove(&id) {
-                self.charged = self.charged.saturating_sub(s.charge_counted);
+                self.charged = self.charged.saturating_sub(s.charge.counted);
             }
         }
     }
 
     /// A stream the peer opened that the application has not accepted yet.
-    pub(crate) fn accept(&mut self) -> Option<StreamId> {
+    pub(super) fn accept(&mut self) -> Option<StreamId> {
         self.accept_queue.pop_front()
     }
 
     // ---------------------------------------------------------------- stream IDs
 
     /// `id` is of the kind we open (even for a client, odd for a server).
-    pub(crate) fn is_local(&self, id: StreamId) -> bool {
+    pub(super) fn is_local(&self, id: StreamId) -> bool {
         (id % 2 == 0) == (self.side == Side::Client)
     }
 
     /// A locally-initiated ID we never opened (it cannot appear in a peer's frame).
-    pub(crate) fn never_opened(&self, id: StreamId) -> bool {
+    pub(super) fn never_opened(&self, id: StreamId) -> bool {
         self.is_local(id) && id >= self.next_local
     }
 
     /// The ID our next stream gets.
-    pub(crate) fn next_local_id(&self) -> StreamId {
+    pub(super) fn next_local_id(&self) -> StreamId {
         self.next_local
     }
 
     /// Takes the next local stream ID (`None` once they run out).
-    pub(crate) fn allocate_local(&mut self) -> Option<StreamId> {
+    pub(super) fn allocate_local(&mut self) -> Option<StreamId> {
         let id = self.next_local;
         self.next_local = id.checked_add(2)?;
         Some(id)
     }
 
     /// Streams we opened that are still known.
-    pub(crate) fn local_open(&self) -> usize {
+    pub(super) fn local_open(&self) -> usize {
         self.map.values().filter(|s| !s.peer_initiated).count()
     }
 
     /// Lowest peer stream ID not seen yet.
-    pub(crate) fn next_peer(&self) -> u64 {
+    pub(super) fn next_peer(&self) -> u64 {
         self.next_peer
     }
 
-    pub(crate) fn set_next_peer(&mut self, next: u64) {
+    pub(super) fn set_next_peer(&mut self, next: u64) {
         self.next_peer = next;
     }
 
-    pub(crate) fn peer_open(&self) -> usize {
+    pub(super) fn peer_open(&self) -> usize {
         self.peer_open
     }
 
     /// Peer streams `ids` (one parity) are refused; each is owed a Stream Reset when a frame
     /// names it ([`Streams::answer_refused`]).
-    pub(crate) fn refuse(&mut self, ids: std::ops::Range<u64>) {
+    pub(super) fn refuse(&mut self, ids: std::ops::Range<u64>) {
         self.refused.insert(ids);
         while self.refused.len() > MAX_REFUSED_RANGES {
             self.refused.pop_first();
@@ -390,7 +222,7 @@ impl Streams {
     }
 
     /// A frame named peer stream `id`: true (once) if it was refused and not answered yet.
-    pub(crate) fn answer_refused(&mut self, id: StreamId) -> bool {
+    pub(super) fn answer_refused(&mut self, id: StreamId) -> bool {
         let id64 = u64::from(id);
         if !self.is_local(id) && self.refused.contains(id64) {
             self.refused.remove(id64..id64 + 1);
@@ -402,40 +234,40 @@ impl Streams {
     // ---------------------------------------------------------------- the ready queue
 
     /// Puts a stream in the round robin of streams with something to send.
-    pub(crate) fn schedule(&mut self, id: StreamId) {
+    pub(super) fn schedule(&mut self, id: StreamId) {
         if let Some(s) = self.map.get_mut(&id) {
-            if !s.queued && s.send.has_pending() {
-                s.queued = true;
+            if !s.marks.has(Marks::QUEUED) && s.send.has_pending() {
+                s.marks.set(Marks::QUEUED);
                 self.ready.push_back(id);
             }
         }
     }
 
-    pub(crate) fn has_ready(&self) -> bool {
+    pub(super) fn has_ready(&self) -> bool {
         !self.ready.is_empty()
     }
 
-    pub(crate) fn ready_len(&self) -> usize {
+    pub(super) fn ready_len(&self) -> usize {
         self.ready.len()
     }
 
     /// The streams queued after the front one, in order.
-    pub(crate) fn ready_after_front(&self) -> impl Iterator<Item = &StreamId> {
+    pub(super) fn ready_after_front(&self) -> impl Iterator<Item = &StreamId> {
         self.ready.iter().skip(1)
     }
 
     /// The next stream with data it may send now, in round-robin order (it stays at the front).
-    pub(crate) fn next_ready(&mut self) -> Option<StreamId> {
+    pub(super) fn next_ready(&mut self) -> Option<StreamId> {
         while let Some(&id) = self.ready.front() {
             match self.map.get_mut(&id) {
-                Some(s) if s.send.has_pending() && !s.send_reset => {
+                Some(s) if s.send.has_pending() && !s.send_reset() => {
                     if self.turn.0 != id {
                         self.turn = (id, 0);
                     }
                     return Some(id);
                 }
                 Some(s) => {
-                    s.queued = false;
+                    s.marks.clear(Marks::QUEUED);
                     self.ready.pop_front();
                     // Being queued was all that kept a reset stream whose end was read.
                     self.remove_if_done(id);
@@ -449,7 +281,7 @@ impl Streams {
     }
 
     /// The front stream's turn is over (the next one starts afresh).
-    pub(crate) fn end_turn(&mut self) {
+    pub(super) fn end_turn(&mut self) {
         self.turn.1 = 0;
         if let Some(&next) = self.ready.get(1) {
             self.turn.0 = next;
@@ -461,28 +293,28 @@ impl Streams {
     /// next write, the acknowledgement of its bytes in flight, a loss, credit, its FIN), and
     /// each of those schedules it. Kept in the queue instead, every pass would look at it
     /// again: with many such streams each pass became a scan of all of them.
-    pub(crate) fn park_front(&mut self) {
+    pub(super) fn park_front(&mut self) {
         self.end_turn();
         if let Some(id) = self.ready.pop_front() {
             if let Some(s) = self.map.get_mut(&id) {
-                s.queued = false;
+                s.marks.clear(Marks::QUEUED);
             }
         }
     }
 
     /// The front stream lets the others go first (its turn ends, it goes to the back).
-    pub(crate) fn skip_front(&mut self) {
+    pub(super) fn skip_front(&mut self) {
         self.end_turn();
         self.ready.rotate_left(1);
     }
 
     /// The stream whose turn it is, and the bytes sealed for it in this turn.
-    pub(crate) fn turn(&self) -> (StreamId, usize) {
+    pub(super) fn turn(&self) -> (StreamId, usize) {
         self.turn
     }
 
     /// `len` more bytes of `id` were sealed in its turn; returns the turn's total.
-    pub(crate) fn add_to_turn(&mut self, id: StreamId, len: usize) -> usize {
+    pub(super) fn add_to_turn(&mut self, id: StreamId, len: usize) -> usize {
         if self.turn.0 == id {
             self.turn.1 += len;
         } else {
@@ -492,13 +324,13 @@ impl Streams {
     }
 
     /// The front stream (`id`) leaves the front: to the back while it has more to send.
-    pub(crate) fn requeue_front(&mut self, id: StreamId) {
+    pub(super) fn requeue_front(&mut self, id: StreamId) {
         self.ready.pop_front();
         if let Some(s) = self.map.get_mut(&id) {
             if s.send.has_pending() {
                 self.ready.push_back(id);
             } else {
-                s.queued = false;
+                s.marks.clear(Marks::QUEUED);
             }
         }
     }
@@ -506,21 +338,20 @@ impl Streams {
     // ---------------------------------------------------------------- budgets
 
     /// The send budget shared by the streams' send buffers.
-    pub(crate) fn send_account(&self) -> &Arc<SendAccount> {
+    pub(super) fn send_account(&self) -> &Arc<SendAccount> {
         &self.send_account
     }
 
     /// Bytes held by the streams' send buffers (what the send budget bounds).
-    pub(crate) fn send_buffered(&self) -> usize {
+    pub(super) fn send_buffered(&self) -> usize {
         self.send_account.bytes()
     }
 
     /// The send budget, not the stream's buffer, held back a write of `id`: it is told when
     /// the budget frees up ([`Streams::wake_budget_blocked`]).
-    pub(crate) fn block_on_budget(&mut self, id: StreamId) {
+    pub(super) fn block_on_budget(&mut self, id: StreamId) {
         if let Some(s) = self.map.get_mut(&id) {
-            if !s.budget_waiting {
-                s.budget_waiting = true;
+            if s.marks.set(Marks::BUDGET_WAITING) {
                 self.budget_blocked.push_back(id);
             }
         }
@@ -529,7 +360,7 @@ impl Streams {
     /// Streams held back by the send budget (`send_budget` bytes), oldest first: `writable` is
     /// called for those that may write now; a few that still may not go to the back, so that
     /// one stream over its share does not hold up the others. Bounded work per call.
-    pub(crate) fn wake_budget_blocked(&mut self, send_budget: usize, mut writable: impl FnMut(StreamId)) {
+    pub(super) fn wake_budget_blocked(&mut self, send_budget: usize, mut writable: impl FnMut(StreamId)) {
         const LOOK: usize = 8;
         // A stream waits here only once it holds at least its floor, so while the budget is
         // spent none of them may write (the common case under load: no lookups).
@@ -544,11 +375,10 @@ impl Streams {
                 self.budget_blocked.pop_front();
                 continue;
             };
-            if !s.write_blocked || s.send.worth_waking() || s.send_reset {
+            if !s.marks.has(Marks::WRITE_BLOCKED) || s.send.worth_waking() || s.send_reset() {
                 self.budget_blocked.pop_front();
-                s.budget_waiting = false;
-                if s.write_blocked {
-                    s.write_blocked = false;
+                s.marks.clear(Marks::BUDGET_WAITING);
+                if s.marks.clear(Marks::WRITE_BLOCKED) {
                     writable(id);
                 }
             } else {
@@ -559,23 +389,23 @@ impl Streams {
 
     /// The receive budget in use: the sum of every stream's [`Stream::receive_charge`]
     /// (counting again only the streams changed since the last call).
-    pub(crate) fn receive_charged(&mut self) -> u64 {
+    pub(super) fn receive_charged(&mut self) -> u64 {
         if self.all_dirty {
             self.all_dirty = false;
             self.dirty.clear();
             self.charged = 0;
             for s in self.map.values_mut() {
-                s.charge_counted = s.receive_charge();
-                s.charge_dirty = false;
-                self.charged = self.charged.saturating_add(s.charge_counted);
+                s.charge.counted = s.receive_charge();
+                s.charge.dirty = false;
+                self.charged = self.charged.saturating_add(s.charge.counted);
             }
         } else {
             for id in self.dirty.drain(..) {
                 if let Some(s) = self.map.get_mut(&id) {
                     let now = s.receive_charge();
-                    self.charged = self.charged.saturating_sub(s.charge_counted).saturating_add(now);
-                    s.charge_counted = now;
-                    s.charge_dirty = false;
+                    self.charged = self.charged.saturating_sub(s.charge.counted).saturating_add(now);
+                    s.charge.counted = now;
+                    s.charge.dirty = false;
                 }
             }
         }
@@ -584,54 +414,23 @@ impl Streams {
     }
 
     /// `id` is due for credit that the receive budget held back.
-    pub(crate) fn starve(&mut self, id: StreamId) {
+    pub(super) fn starve(&mut self, id: StreamId) {
         self.credit_starved.insert(id);
     }
 
     /// The streams held back by the receive budget, to retry.
-    pub(crate) fn take_starved(&mut self) -> BTreeSet<StreamId> {
+    pub(super) fn take_starved(&mut self) -> BTreeSet<StreamId> {
         std::mem::take(&mut self.credit_starved)
     }
 
     // ---------------------------------------------------------------- plain TLS fallback
 
     /// Bytes of the plain TLS byte stream received so far (stream 0's next offset).
-    pub(crate) fn fallback_received(&self) -> u64 {
+    pub(super) fn fallback_received(&self) -> u64 {
         self.fallback_received
     }
 
-    pub(crate) fn add_fallback_received(&mut self, n: usize) {
+    pub(super) fn add_fallback_received(&mut self, n: usize) {
         self.fallback_received += n as u64;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn stream_id_hash_is_keyed_per_session_and_spreads_ids() {
-        // Many sessions (key draws): the spread must hold for every one, not on average.
-        for _ in 0..500 {
-            let (a, b) = (StreamIdHash::new(), StreamIdHash::new());
-            for ids in [(0..64).map(|i| i << 20).collect::<Vec<u32>>(), (0..64).map(|i| i * 4).collect()] {
-                spreads(a, b, &ids);
-            }
-        }
-    }
-
-    fn spreads(a: StreamIdHash, b: StreamIdHash, ids: &[u32]) {
-        // Two sessions hash the same IDs differently (random keys).
-        assert!(ids.iter().any(|id| a.hash_one(id) != b.hash_one(id)));
-        // Sequential IDs, and IDs that differ only in their high bits, land in different buckets
-        // of a small table: the multiplies bring every bit into the low ones (about 40 of 64 buckets
-        // are used for random hashes; 20 is 6 standard deviations below).
-        let buckets: std::collections::HashSet<u64> = ids.iter().map(|id| a.hash_one(id) & 63).collect();
-        assert!(buckets.len() > 20, "{} buckets of 64 for 64 IDs", buckets.len());
-        let mut map: HashMap<StreamId, u32, StreamIdHash> = HashMap::with_hasher(a);
-        for id in ids {
-            map.insert(*id, id.wrapping_mul(3));
-        }
-        assert!(ids.iter().all(|id| map.get(id) == Some(&id.wrapping_mul(3))));
     }
 }
