@@ -850,6 +850,7 @@ async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
     let tls = crate::tlsconf::client_config_with_identity(a.ca.as_deref(), a.insecure, &[], None, identity)?;
     let mut udp = Vec::new();
     for f in &a.forward_udp {
+        let (f, _) = crate::tunnel_forward::split_options(f, "--forward-udp")?;
         let (l, t) = split_forward(f)?;
         let listen = tcpls_tunnel::cli::resolve(l, None).await?;
         let socket =

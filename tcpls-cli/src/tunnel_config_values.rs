@@ -86,8 +86,8 @@ impl Values {
             each("[client] path-manager", c.path_manager.iter(), |v| crate::args::parse_policy(v).map(drop))?;
             each("[client] socks", c.socks.iter(), listen)?;
             each("[client] http", c.http.iter(), listen)?;
-            each("[client] forward", &c.forward, forward)?;
-            each("[client] forward-udp", &c.forward_udp, forward)?;
+            each("[client] forward", &c.forward, |v| forward_with_options(v, "--forward"))?;
+            each("[client] forward-udp", &c.forward_udp, |v| forward_with_options(v, "--forward-udp"))?;
             each("[client] reverse", &c.reverse, reverse)?;
             each("[client] metrics", c.metrics.iter(), |v| host_port(v, None))?;
         }
@@ -191,6 +191,11 @@ fn forward(s: &str) -> Result<(), String> {
     target(t)
 }
 
+/// `LISTEN=TARGET[,OPTION]...` (`crate::tunnel_forward`).
+fn forward_with_options(s: &str, what: &str) -> Result<(), String> {
+    forward(crate::tunnel_forward::split_options(s, what)?.0)
+}
+
 /// `REMOTE=LOCAL`: REMOTE an `IP:PORT` of the concentrator's host, LOCAL a `HOST:PORT`.
 fn reverse(s: &str) -> Result<(), String> {
     let (remote, local) = split_forward(s)?;
@@ -229,6 +234,8 @@ mod tests {
     fn forwards_and_paths() {
         assert_eq!(forward("127.0.0.1:8080=example.org:80"), Ok(()));
         assert_eq!(forward("5353=9.9.9.9:53"), Ok(()));
+        assert_eq!(forward_with_options("8080=example.org:80,bond", "--forward"), Ok(()));
+        assert!(forward_with_options("8080=example.org:80,bond", "--forward-udp").is_err());
         assert!(forward("127.0.0.1:8080=example.org:800000").is_err());
         assert!(forward("127.0.0.1:80800=example.org:80").is_err());
         assert!(forward("127.0.0.1:8080").is_err());

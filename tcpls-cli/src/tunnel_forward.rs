@@ -1,18 +1,16 @@
-//! Per-forward options of `tcpls tunnel client`: `LISTEN=TARGET,bond` (a TCP forward whose
-//! connections are bonded over every path) and `LISTEN=TARGET,redundant` (a UDP forward whose
-//! datagrams go on every path). The options follow the target after commas, so the same
-//! string works on the command line and in the configuration file's lists.
+//! Per-forward options of `tcpls tunnel client`: `--forward LISTEN=TARGET,bond` (a TCP forward
+//! whose connections are bonded over every path, docs/TUNNEL.md §6). The options follow the
+//! target after commas, so the same string works on the command line and in the configuration
+//! file's lists. `--forward-udp` takes none yet.
 
 /// A forward's options.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct ForwardOptions {
     pub bond: bool,
-    pub redundant: bool,
 }
 
 /// Splits `LISTEN=TARGET[,OPTION]...` into `LISTEN=TARGET` and its options; `what` names the
-/// flag in errors and says which options it takes (`bond` for --forward, `redundant` for
-/// --forward-udp).
+/// flag (`--forward`, `--forward-udp`) in errors.
 pub fn split_options<'a>(s: &'a str, what: &str) -> Result<(&'a str, ForwardOptions), String> {
     let mut parts = s.split(',');
     let forward = parts.next().unwrap_or_default();
@@ -20,11 +18,10 @@ pub fn split_options<'a>(s: &'a str, what: &str) -> Result<(&'a str, ForwardOpti
     for opt in parts {
         match (opt.trim(), what) {
             ("bond", "--forward") => o.bond = true,
-            ("redundant", "--forward-udp") => o.redundant = true,
-            (other, _) => {
-                let takes = if what == "--forward" { "bond" } else { "redundant" };
-                return Err(format!("{what} '{s}': unknown option '{other}' (this flag takes: {takes})"));
+            (other, "--forward") => {
+                return Err(format!("{what} '{s}': unknown option '{other}' (the only option is bond)"))
             }
+            (other, _) => return Err(format!("{what} '{s}': unknown option '{other}' ({what} takes no options)")),
         }
     }
     Ok((forward, o))
@@ -36,16 +33,14 @@ mod tests {
 
     #[test]
     fn options_follow_the_target() {
-        assert_eq!(
-            split_options("8080=example.org:80", "--forward"),
-            Ok(("8080=example.org:80", ForwardOptions::default()))
-        );
-        let bond = ForwardOptions { bond: true, redundant: false };
+        let plain = ForwardOptions::default();
+        assert_eq!(split_options("8080=example.org:80", "--forward"), Ok(("8080=example.org:80", plain)));
+        let bond = ForwardOptions { bond: true };
         assert_eq!(split_options("8080=example.org:80,bond", "--forward"), Ok(("8080=example.org:80", bond)));
-        let red = ForwardOptions { bond: false, redundant: true };
-        assert_eq!(split_options("5353=9.9.9.9:53,redundant", "--forward-udp"), Ok(("5353=9.9.9.9:53", red)));
+        assert_eq!(split_options("5353=9.9.9.9:53", "--forward-udp"), Ok(("5353=9.9.9.9:53", plain)));
         let e = split_options("5353=9.9.9.9:53,bond", "--forward-udp").unwrap_err();
-        assert!(e.contains("unknown option 'bond'") && e.contains("takes: redundant"), "{e}");
-        assert!(split_options("8080=x:80,fast", "--forward").is_err());
+        assert!(e.contains("unknown option 'bond'") && e.contains("takes no options"), "{e}");
+        let e = split_options("8080=x:80,fast", "--forward").unwrap_err();
+        assert!(e.contains("unknown option 'fast'") && e.contains("only option is bond"), "{e}");
     }
 }
