@@ -126,3 +126,57 @@ async fn a_path_killed_mid_stream_loses_no_datagram() {
     }
     assert_eq!(session.usable_connections().len(), 1, "the killed path is gone");
 }
+
+/// The UDP side of a concentrator from before the redundant mode: its parser answers the
+/// unknown Redundant Flow message with Error 0x0001 (malformed TLV); a plain UDP Associate gets
+/// Connect OK and its datagrams (plain framing) echoed back.
+async fn old_concentrator(pki: &Pki) -> SocketAddr {
+    use tcpls_tunnel::tunnel::{tlv, udp};
+    use tokio::io::AsyncWriteExt;
+    let l = tcpls::TcplsListener::bind("127.0.0.1:0".parse().unwrap(), pki.server()).await.unwrap();
+    let addr = l.local_addr();
+    tokio::spawn(async move {
+        while let Some((session, _)) = l.accept().await {
+            tokio::spawn(async move {
+                while let Some((mut send, mut recv)) = session.accept_stream().await {
+                    tokio::spawn(async move {
+                        let Ok(tlv::Tlv::UdpAssociate(_)) = tlv::read_tlv(&mut recv).await else { return };
+                        if !matches!(tlv::read_tlv(&mut recv).await, Ok(tlv::Tlv::End)) {
+                            let refusal = [tlv::Tlv::Error(tlv::ERR_MALFORMED_TLV), tlv::Tlv::End];
+                            let _ = send.write_all(&tlv::encode_all(&refusal)).await;
+                            let _ = send.finish();
+                            return;
+                        }
+                        let _ = send.write_all(&tlv::encode_all(&[tlv::Tlv::ConnectOk, tlv::Tlv::End])).await;
+                        let mut buf = Vec::new();
+                        while let Ok(true) = udp::read_datagram(&mut recv, &mut buf).await {
+                            let _ = send.write_all(&udp::frame(&buf)).await;
+                        }
+                    });
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_concentrator_gets_single_copy_flows() {
+    let pki = Pki::new();
+    let conc = old_concentrator(&pki).await;
+    let cfg = TunnelConfig { redundant: true, ..loopback_allowed() };
+    let name = tcpls::server_name_for("localhost").unwrap();
+    let client = tcpls_tunnel::tunnel::TunnelClient::connect(conc, name, pki.client(), &[], cfg).await.unwrap();
+    let sock = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let fwd = sock.local_addr().unwrap();
+    tokio::spawn(async move { client.serve_udp(sock, Target::Addr("127.0.0.1:9".parse().unwrap())).await });
+    let app = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    app.connect(fwd).await.unwrap();
+    let mut buf = vec![0u8; 65536];
+    // Numbered datagrams would come back with the plain echo's framing wrong: content differs.
+    for i in 0..20 {
+        app.send(&datagram(i)).await.unwrap();
+        let n = timeout(T, app.recv(&mut buf)).await.expect("the answer came back").unwrap();
+        assert_eq!(buf[..n], datagram(i), "answer {i}");
+    }
+}
