@@ -1,7 +1,8 @@
 //! Redundant UDP flows (`TunnelConfig::redundant`): every datagram travels on both paths of the
 //! session, yet the destination gets each exactly once and so does the application for each
-//! answer; when one path is killed (RST with `ss -K`) in the middle of a 50 datagrams/s stream,
-//! none is lost.
+//! answer, through a UDP forward and through SOCKS5 UDP ASSOCIATE; when one path is killed (RST
+//! with `ss -K`) in the middle of a 50 datagrams/s stream, none is lost; a concentrator from
+//! before the redundant mode gets single-copy flows.
 
 #![allow(clippy::unwrap_used)]
 
@@ -179,4 +180,41 @@ async fn an_older_concentrator_gets_single_copy_flows() {
         let n = timeout(T, app.recv(&mut buf)).await.expect("the answer came back").unwrap();
         assert_eq!(buf[..n], datagram(i), "answer {i}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn socks5_udp_associate_is_redundant_too() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const N: u32 = 50;
+    let cfg = TunnelConfig { redundant: true, ..loopback_allowed() };
+    let t = Tunnel::start_with(&["127.0.0.1:0", "127.0.0.1:0"], cfg).await;
+    assert_eq!(t.client.session().usable_connections().len(), 2, "the second path was joined");
+    let (echo, seen) = counting_echo().await;
+    let socks = t.listen(tcpls_tunnel::tunnel::Frontend::Socks).await;
+    let mut control = tokio::net::TcpStream::connect(socks).await.unwrap();
+    control.write_all(&[5, 1, 0]).await.unwrap();
+    let mut greeting = [0u8; 2];
+    control.read_exact(&mut greeting).await.unwrap();
+    control.write_all(&[5, 3, 0, 1, 0, 0, 0, 0, 0, 0]).await.unwrap();
+    let mut reply = [0u8; 10];
+    control.read_exact(&mut reply).await.unwrap();
+    assert_eq!(reply[..4], [5, 0, 0, 1], "UDP ASSOCIATE succeeded, IPv4 relay address");
+    let relay = SocketAddr::from(([reply[4], reply[5], reply[6], reply[7]], u16::from_be_bytes([reply[8], reply[9]])));
+    let app = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    app.connect(relay).await.unwrap();
+    let header = [&[0u8, 0, 0, 1, 127, 0, 0, 1][..], &echo.port().to_be_bytes()].concat();
+    let before = bytes_sent_per_path(&t);
+    let mut buf = vec![0u8; 65536];
+    for i in 0..N {
+        app.send(&[header.clone(), datagram(i)].concat()).await.unwrap();
+        let n = timeout(T, app.recv(&mut buf)).await.expect("the answer came back").unwrap();
+        assert_eq!(buf[..n], [header.clone(), datagram(i)].concat(), "answer {i}, from the echo server");
+    }
+    let seen = seen.lock().unwrap().clone();
+    for i in 0..N {
+        assert_eq!(seen.get(&datagram(i)), Some(&1), "the destination got datagram {i} once");
+    }
+    let sent: Vec<u64> = bytes_sent_per_path(&t).iter().zip(before).map(|(a, b)| a - b).collect();
+    let total = u64::from(N) * datagram(0).len() as u64;
+    assert!(sent.iter().all(|s| *s >= total), "a path did not carry every datagram: {sent:?}");
 }
