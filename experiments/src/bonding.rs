@@ -18,7 +18,11 @@
 //! through the SOCKS5 proxy), against the same requests on the idle tunnel before it: bonding
 //! must not add head-of-line delay. Finally the scheduler itself: an aggregated upload with
 //! `tcpls perf --aggregate --scheduler NAME` over the same two paths for earliest arrival,
-//! lowest RTT and round robin.
+//! lowest RTT and round robin. On the unequal paths, the redundant mode too
+//! ([`redundant`]): a 50 datagrams/s UDP stream across a 3 s outage of one path, datagrams lost
+//! with and without `--redundant`.
+
+mod redundant;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
@@ -264,10 +268,15 @@ fn tunnel_client(topo: &Topology, tcpls: &Path, files: &Files, servers: &[IpAddr
         cmd.arg("--bond");
     }
     cmd.stderr(Stdio::piped());
-    let mut p = spawn(cmd, "the tunnel client")?;
+    wait_for_session(spawn(cmd, "the tunnel client")?, servers.len())
+}
+
+/// Returns the tunnel client `p` (stderr piped) once it says that its session has `paths`
+/// connections and it accepts.
+fn wait_for_session(mut p: Proc, paths: usize) -> Result<Proc, String> {
     let stderr = p.0.stderr.take().ok_or("no stderr")?;
     let mut lines = BufReader::new(stderr).lines();
-    let want = format!("({} connection(s))", servers.len());
+    let want = format!("({paths} connection(s))");
     loop {
         match lines.next() {
             Some(Ok(l)) if l.contains("accepting on") && l.contains(&want) => break,
@@ -402,6 +411,8 @@ fn run_topology(t: &Topo, p: &Params, tcpls: &Path, files: &Files, mptcp: bool) 
     };
     note(&format!("{NAME} {}: schedulers (tcpls perf --aggregate upload)", t.key));
     let schedulers = scheduler_runs(&topo, tcpls, files, &servers, p.perf_bytes)?;
+    let redundant_udp =
+        if t.key == "unequal" { Some(redundant::runs(&topo, tcpls, &files.path("cert.pem"), &servers)?) } else { None };
 
     let mut verified = one.download.verified && bond.download.verified && tcp.verified;
     verified &= mptcp_run.as_ref().is_none_or(|m| m.verified);
@@ -433,6 +444,7 @@ fn run_topology(t: &Topo, p: &Params, tcpls: &Path, files: &Files, mptcp: bool) 
         "latency_4kb_tunnel_one_path": lat(&one),
         "latency_4kb_tunnel_bond": lat(&bond),
         "scheduler_upload": schedulers,
+        "redundant_udp_across_outage": redundant_udp,
     });
     let mut series = vec![
         Series {

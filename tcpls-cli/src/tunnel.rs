@@ -222,6 +222,12 @@ struct ClientArgs {
     /// gets the sum of the uplinks). Per forward: `--forward LISTEN=TARGET,bond`.
     #[arg(long)]
     bond: bool,
+    /// Redundant UDP: every datagram of the UDP forwards and of SOCKS5 UDP ASSOCIATE goes on
+    /// every usable path (up to 4), and the first copy to arrive is delivered, both ways: the
+    /// loss or outage of a path is invisible, at the cost of one copy per path. Per forward:
+    /// `--forward-udp LISTEN=TARGET,redundant`.
+    #[arg(long)]
+    redundant: bool,
     #[command(flatten)]
     mode: Mode,
 }
@@ -756,6 +762,7 @@ struct ClientSettings {
     keepalive: f64,
     metrics: Option<String>,
     bond: bool,
+    redundant: bool,
 }
 
 impl ClientSettings {
@@ -796,6 +803,7 @@ impl ClientSettings {
             keepalive: secs(pick(a.keepalive, f.keepalive), "keepalive", 10.0)?,
             metrics: pick(a.metrics, f.metrics),
             bond: a.bond || f.bond.unwrap_or(false),
+            redundant: a.redundant || f.redundant.unwrap_or(false),
         };
         if s.socks.is_none()
             && s.http.is_none()
@@ -850,12 +858,12 @@ async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
     let tls = crate::tlsconf::client_config_with_identity(a.ca.as_deref(), a.insecure, &[], None, identity)?;
     let mut udp = Vec::new();
     for f in &a.forward_udp {
-        let (f, _) = crate::tunnel_forward::split_options(f, "--forward-udp")?;
+        let (f, options) = crate::tunnel_forward::split_options(f, "--forward-udp")?;
         let (l, t) = split_forward(f)?;
         let listen = tcpls_tunnel::cli::resolve(l, None).await?;
         let socket =
             tokio::net::UdpSocket::bind(listen).await.map_err(|e| format!("cannot listen on {listen}/udp: {e}"))?;
-        udp.push((socket, listen, Target::parse(t)?));
+        udp.push((socket, listen, Target::parse(t)?, a.redundant || options.redundant));
     }
     let mut reverse = Vec::new();
     for r in &a.reverse {
@@ -871,6 +879,8 @@ async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
     let mut cfg = TunnelConfig { reconnect_wait: Duration::from_secs_f64(a.reconnect_wait), ..TunnelConfig::default() };
     // A bonded forward needs the bonded receive window too (TunnelConfig::bond raises it).
     cfg.bond = a.bond || listeners.iter().any(|(_, _, _, bond)| *bond);
+    // SOCKS5 UDP ASSOCIATE follows --redundant; each UDP forward has its own setting.
+    cfg.redundant = a.redundant;
     // A concentrator that vanished without a FIN or RST (a dead uplink, a blackhole) is noticed
     // by the keepalive rather than by TCP's retransmission timeout (minutes).
     cfg.session.keepalive = Some(Duration::from_secs_f64(a.keepalive));
@@ -904,7 +914,9 @@ async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
         .iter()
         .map(|(_, l, f, bond)| format!("{l} ({}{})", describe(f), if *bond { ", bonded" } else { "" }))
         .collect();
-    what.extend(udp.iter().map(|(_, l, t)| format!("{l}/udp (forward to {t})")));
+    what.extend(
+        udp.iter().map(|(_, l, t, r)| format!("{l}/udp (forward to {t}{})", if *r { ", redundant" } else { "" })),
+    );
     what.extend(reverse.iter().map(|(r, l)| format!("{r} on the concentrator (reverse to {l})")));
     eprintln!(
         "tcpls tunnel client: session to {concentrator} ({conns} connection(s)), accepting on {}",
@@ -915,8 +927,8 @@ async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
         let client = client.bonded(bond);
         serving.spawn(async move { client.serve(l, frontend).await });
     }
-    for (socket, _, target) in udp {
-        let client = client.clone();
+    for (socket, _, target, redundant) in udp {
+        let client = client.with_redundant(redundant);
         serving.spawn(async move { client.serve_udp(socket, target).await });
     }
     if !reverse.is_empty() {

@@ -121,6 +121,7 @@ pub struct ClientFile {
     pub keepalive: Option<f64>,
     pub metrics: Option<String>,
     pub bond: Option<bool>,
+    pub redundant: Option<bool>,
     pub keylog: Option<PathBuf>,
     pub trace: Option<PathBuf>,
     pub verbose: Option<bool>,

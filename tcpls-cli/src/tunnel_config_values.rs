@@ -236,6 +236,7 @@ mod tests {
         assert_eq!(forward("5353=9.9.9.9:53"), Ok(()));
         assert_eq!(forward_with_options("8080=example.org:80,bond", "--forward"), Ok(()));
         assert!(forward_with_options("8080=example.org:80,bond", "--forward-udp").is_err());
+        assert_eq!(forward_with_options("5353=9.9.9.9:53,redundant", "--forward-udp"), Ok(()));
         assert!(forward("127.0.0.1:8080=example.org:800000").is_err());
         assert!(forward("127.0.0.1:80800=example.org:80").is_err());
         assert!(forward("127.0.0.1:8080").is_err());

@@ -982,3 +982,31 @@ fn client_notices_a_silent_concentrator_and_recovers() {
         .wait_for(b"re-established after an outage of", SHORT)
         .unwrap_or_else(|e| panic!("{e}\n{}", client.diagnostics()));
 }
+
+/// `--forward-udp LISTEN=TARGET,redundant` with two paths: every datagram is answered exactly
+/// once (the copies on the other path, if joined by then, are dropped at each end) and its
+/// content is intact.
+#[test]
+fn redundant_udp_forward_answers_each_datagram_once() {
+    let (_server, ports) = start_server_with(2, ALLOW_LOOPBACK);
+    let echo = udp_echo();
+    let (mut client, local) =
+        start_client(&ports, |p| vec!["--forward-udp".into(), format!("127.0.0.1:{p}=127.0.0.1:{echo},redundant")]);
+    // The forward says it is redundant (the paths' copies themselves: tunnel_redundant.rs).
+    client.stderr.wait_for(b", redundant)", SHORT).unwrap_or_else(|e| panic!("{e}\n{}", client.diagnostics()));
+    let udp = std::net::UdpSocket::bind((LOCALHOST_V4, 0)).unwrap();
+    udp.connect((LOCALHOST_V4, local)).unwrap();
+    udp.set_read_timeout(Some(TIMEOUT)).unwrap();
+    let mut buf = [0u8; 65536];
+    let expected = |i: u32| format!("datagram {i} {}", "y".repeat((i as usize * 53) % 900));
+    // One at a time: on loopback nothing is lost, so every answer comes back.
+    for i in 0..50 {
+        udp.send(expected(i).as_bytes()).unwrap();
+        let n = udp.recv(&mut buf).unwrap_or_else(|e| panic!("no echo of {i}: {e}\n{}", client.diagnostics()));
+        assert_eq!(String::from_utf8_lossy(&buf[..n]), expected(i), "answer {i}");
+    }
+    // Nothing duplicated is pending: the next answer is the next datagram's.
+    udp.send(b"last").unwrap();
+    let n = udp.recv(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"last", "a duplicate answer reached the application");
+}

@@ -18,6 +18,7 @@ use tokio::sync::watch;
 use tracing::{debug, error, info, warn};
 
 use super::reconnect::{self, Backoff};
+use super::redundant::FlowStreams;
 use super::relay::{self, Outcome, Report};
 use super::reverse;
 use super::server::steer_round_robin;
@@ -81,6 +82,10 @@ struct Inner {
     cfg: TunnelConfig,
     stats: Arc<Stats>,
     next_path: AtomicUsize,
+    /// The concentrator refused the redundant mode (an older version): flows go on one stream.
+    redundant_refused: AtomicBool,
+    /// Flow IDs of redundant UDP flows (unique within a session, which is all they need).
+    next_flow_id: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Clone)]
@@ -236,6 +241,9 @@ pub struct TunnelClient {
     /// Tunneled TCP connections are bonded: spread over every usable path ([`super::bond`])
     /// rather than steered to one. Starts as [`TunnelConfig::bond`]; see [`TunnelClient::bonded`].
     bond: bool,
+    /// UDP flows are redundant: each datagram on every usable path ([`super::redundant`]).
+    /// Starts as [`TunnelConfig::redundant`]; see [`TunnelClient::with_redundant`].
+    redundant: bool,
 }
 
 impl TunnelClient {
@@ -283,7 +291,7 @@ impl TunnelClient {
         };
         let session = dial.session().await?;
         let (current, _) = watch::channel(Current { session, up: true, fatal: None, stopping: false });
-        let bond = cfg.bond;
+        let (bond, redundant) = (cfg.bond, cfg.redundant);
         let inner = Inner {
             current,
             dial,
@@ -291,14 +299,27 @@ impl TunnelClient {
             cfg,
             stats: Arc::new(Stats::default()),
             next_path: AtomicUsize::new(0),
+            redundant_refused: AtomicBool::new(false),
+            next_flow_id: std::sync::atomic::AtomicU64::new(1),
         };
-        Ok(TunnelClient { inner: Arc::new(inner), bond })
+        Ok(TunnelClient { inner: Arc::new(inner), bond, redundant })
     }
 
     /// The same client (same session), whose tunneled TCP connections are bonded or not: the
     /// per-forward setting (`--forward LISTEN=TARGET,bond`).
     pub fn bonded(&self, bond: bool) -> TunnelClient {
-        TunnelClient { inner: self.inner.clone(), bond }
+        TunnelClient { inner: self.inner.clone(), bond, redundant: self.redundant }
+    }
+
+    /// The same client (same session), whose UDP flows are redundant or not: the per-forward
+    /// setting (`--forward-udp LISTEN=TARGET,redundant`).
+    pub fn with_redundant(&self, redundant: bool) -> TunnelClient {
+        TunnelClient { inner: self.inner.clone(), bond: self.bond, redundant }
+    }
+
+    /// Whether this client's UDP flows are redundant.
+    pub fn is_redundant(&self) -> bool {
+        self.redundant
     }
 
     /// Whether this client's tunneled TCP connections are bonded.
@@ -470,8 +491,65 @@ impl TunnelClient {
         self.open_as(target, Transport::Udp).await
     }
 
+    /// Opens a UDP flow for [`Flows`]: its copies, one per usable path (at most
+    /// [`super::redundant::MAX_COPIES`]) in redundant mode, else one stream.
+    pub async fn open_udp_flow(&self, target: &Target) -> Result<FlowStreams, OpenError> {
+        if !self.redundant || self.inner.redundant_refused.load(Ordering::Relaxed) {
+            let single = self.open_udp(target).await?;
+            return Ok(FlowStreams { copies: vec![single], sequenced: false });
+        }
+        check_host_name(target)?;
+        let session = self.live_session().await?;
+        let mut paths: Vec<_> = session.usable_connections().into_iter().map(Some).collect();
+        paths.truncate(super::redundant::MAX_COPIES);
+        if paths.is_empty() {
+            paths.push(None);
+        }
+        let flow = self.inner.next_flow_id.fetch_add(1, Ordering::Relaxed);
+        let request = tlv::encode_all(&[Tlv::request(target, Transport::Udp), Tlv::RedundantFlow(flow), Tlv::End]);
+        let mut copies = Vec::new();
+        for (i, path) in paths.into_iter().enumerate() {
+            let (mut send, recv) = session.open_stream().map_err(|e| OpenError::Failed(e.to_string()))?;
+            // This copy leaves on its path, and the concentrator answers on it too.
+            if let Some(conn) = path {
+                let _ = send.steer(Some(conn));
+                recv.request_steer(conn);
+            }
+            if let Err(e) = send.write_all(&request).await {
+                return Err(OpenError::Failed(format!("stream: {e}")));
+            }
+            match self.answer(send, recv, Transport::Udp).await {
+                Ok(copy) => copies.push(copy),
+                Err(OpenError::Refused(tlv::ERR_MALFORMED_TLV)) if i == 0 => {
+                    if !self.inner.redundant_refused.swap(true, Ordering::Relaxed) {
+                        warn!(
+                            "tunnel: the concentrator does not support the redundant mode (an older version): \
+                             UDP flows go on one path each; upgrade it for --redundant"
+                        );
+                    }
+                    let single = self.open_udp(target).await?;
+                    return Ok(FlowStreams { copies: vec![single], sequenced: false });
+                }
+                Err(e) if i == 0 => return Err(e),
+                // The first copy carries the flow; a path that failed to open one just misses it.
+                Err(e) => debug!("tunnel: UDP flow to {target}: copy {i} not opened: {e}"),
+            }
+        }
+        Ok(FlowStreams { copies, sequenced: true })
+    }
+
     async fn open_as(&self, target: &Target, transport: Transport) -> Result<(SendStream, RecvStream), OpenError> {
-        let (mut send, mut recv) = self.request_as(target, transport).await?;
+        let (send, recv) = self.request_as(target, transport).await?;
+        self.answer(send, recv, transport).await
+    }
+
+    /// Waits for the concentrator's answer to a stream's request.
+    async fn answer(
+        &self,
+        mut send: SendStream,
+        mut recv: RecvStream,
+        transport: Transport,
+    ) -> Result<(SendStream, RecvStream), OpenError> {
         match tokio::time::timeout(self.inner.cfg.handshake_timeout, tlv::read_response(&mut recv)).await {
             Ok(Ok(Ok(()))) => {
                 if self.bond && transport == Transport::Tcp {
@@ -790,7 +868,7 @@ impl TunnelClient {
         let me = self.clone();
         Arc::new(move |target: Target| {
             let me = me.clone();
-            Box::pin(async move { me.open_udp(&target).await.map_err(|e| e.to_string()) })
+            Box::pin(async move { me.open_udp_flow(&target).await.map_err(|e| e.to_string()) })
         })
     }
 

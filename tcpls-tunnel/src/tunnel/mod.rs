@@ -33,6 +33,7 @@ mod farm;
 mod order;
 pub mod rate;
 pub mod reconnect;
+pub mod redundant;
 pub mod relay;
 mod reverse;
 mod server;
@@ -106,6 +107,10 @@ pub struct TunnelConfig {
     /// path in both directions ([`bond`]) instead of steering it to one; default false
     /// (per-forward: [`TunnelClient::bonded`]).
     pub bond: bool,
+    /// Client: UDP flows (`--forward-udp`, SOCKS5 UDP ASSOCIATE) are redundant: each datagram
+    /// goes on every usable path and the first copy to arrive is delivered ([`redundant`]);
+    /// default false (per-forward: [`TunnelClient::with_redundant`]).
+    pub redundant: bool,
     /// Client: concentrators tried after the first one, in order, when opening or re-opening
     /// the session (a farm's nodes, standbys); default: none.
     pub other_concentrators: Vec<std::net::SocketAddr>,
@@ -166,6 +171,7 @@ impl Default for TunnelConfig {
             path_manager: None,
             client_policy: ClientPolicy::default(),
             bond: false,
+            redundant: false,
             other_concentrators: Vec::new(),
             join_advertised: false,
         }

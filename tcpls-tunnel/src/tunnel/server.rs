@@ -403,6 +403,7 @@ async fn serve_session(session: Session, peer: SocketAddr, ctx: &Arc<Ctx>) -> Se
     let mine = Arc::new(Stats::default());
     let next_path = Arc::new(AtomicUsize::new(0));
     let order = ConnectOrder::new();
+    let redundant_flows = Arc::new(super::redundant::Registry::default());
     let mut tasks = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
@@ -411,8 +412,10 @@ async fn serve_session(session: Session, peer: SocketAddr, ctx: &Arc<Ctx>) -> Se
                 steer_round_robin(&session, &send, &next_path);
                 let (ctx, mine, session, turn) = (ctx.clone(), mine.clone(), session.clone(), order.ticket());
                 let (who, client_stats) = (who.clone_view(), who.entry.stats.clone());
+                let flows = redundant_flows.clone();
                 tasks.spawn(async move {
-                    serve_stream(session, send, recv, turn, &ctx, &[&ctx.stats, &mine, &client_stats], &who).await
+                    let stats = [&ctx.stats, &mine, &client_stats];
+                    serve_stream(session, (send, recv), turn, &ctx, &stats, &who, &flows).await
                 });
             }
             // Reap finished stream tasks so a long session does not accumulate them.
@@ -494,18 +497,19 @@ fn each(stats: &[&Arc<Stats>], f: impl Fn(&Stats)) {
 
 async fn serve_stream(
     session: Session,
-    mut send: SendStream,
-    mut recv: RecvStream,
+    (mut send, mut recv): (SendStream, RecvStream),
     turn: Turn,
     ctx: &Ctx,
     stats: &[&Arc<Stats>],
     who: &WhoView,
+    redundant_flows: &super::redundant::Registry,
 ) {
     let cfg = &ctx.cfg;
     let peer = &who.tag;
     each(stats, Stats::stream);
     let id = send.id();
-    let (target, transport) = match tokio::time::timeout(cfg.handshake_timeout, tlv::read_request(&mut recv)).await {
+    let request = tokio::time::timeout(cfg.handshake_timeout, tlv::read_request_with_flow(&mut recv)).await;
+    let (target, transport, flow) = match request {
         Ok(Ok(t)) => t,
         Ok(Err(ReadError::Bad(e))) => {
             // Hostile or broken request: answer why, end this stream only.
@@ -541,7 +545,13 @@ async fn serve_stream(
     let limiter = Some(&*who.limiter);
     match (transport, &target) {
         (Transport::Tcp, _) => {}
-        (Transport::Udp, _) => return serve_udp_stream(send, recv, ctx, stats, target, (peer, rules, limiter)).await,
+        (Transport::Udp, _) => {
+            if let Some(flow) = flow {
+                let copy = (redundant_flows, flow);
+                return serve_redundant_copy(send, recv, ctx, stats, target, copy, (peer, rules, limiter)).await;
+            }
+            return serve_udp_stream(send, recv, ctx, stats, target, (peer, rules, limiter)).await;
+        }
         (Transport::ReverseBind, Target::Addr(addr)) => {
             let limiter = who.limiter.clone();
             return super::reverse::serve_bind(session, send, recv, *addr, cfg, peer, limiter).await;
@@ -625,6 +635,56 @@ async fn serve_udp_stream(
     each(stats, Stats::connected);
     let r = super::udp::relay_socket(sock, send, recv, ctx.cfg.udp_idle_timeout, limiter).await;
     debug!("tunnel: {peer} stream {id} -> udp {target}: ended ({} datagrams up, {} down)", r.up, r.down);
+}
+
+/// One copy (stream) of a redundant UDP flow ([`super::redundant`]): joins the flow's other
+/// copies in this session, the first one opening the socket (destination policy included).
+async fn serve_redundant_copy(
+    mut send: SendStream,
+    recv: RecvStream,
+    ctx: &Ctx,
+    stats: &[&Arc<Stats>],
+    target: Target,
+    (flows, flow): (&super::redundant::Registry, u64),
+    (peer, rules, limiter): (&str, super::dial::ClientRules<'_>, Option<&RateLimiter>),
+) {
+    let id = send.id();
+    let copy = match flows.join(flow, &target) {
+        Ok(c) => c,
+        Err(e) => {
+            debug!("tunnel: {peer} stream {id} -> udp {target}: {e}");
+            each(stats, Stats::rejected);
+            answer_and_finish(&mut send, tlv::ERR_PROTOCOL_VIOLATION).await;
+            return;
+        }
+    };
+    let dial = || async {
+        match ctx.dialer.dial_udp(&target, rules).await {
+            Ok(s) => Ok(s),
+            Err(DialError::Refused(r)) => {
+                info!("tunnel: {peer} stream {id} -> udp {target}: {r}");
+                Err((ERR_DESTINATION_REFUSED, r.to_string()))
+            }
+            Err(DialError::Failed(e)) => Err((ERR_CONNECTION_FAILURE, e.to_string())),
+        }
+    };
+    let sock = match copy.socket(dial).await {
+        Ok(s) => s,
+        Err((code, e)) => {
+            debug!("tunnel: {peer} stream {id} -> udp {target}: {e}");
+            each(stats, if code == ERR_DESTINATION_REFUSED { Stats::refused_dest } else { Stats::connect_failed });
+            answer_and_finish(&mut send, code).await;
+            return;
+        }
+    };
+    if send.write_all(&tlv::encode_all(&[Tlv::ConnectOk, Tlv::End])).await.is_err() {
+        each(stats, Stats::rejected);
+        return;
+    }
+    each(stats, Stats::connected);
+    let fits = |n: usize| limiter.is_none_or(|l| l.try_acquire(n));
+    let (up, down) = copy.relay(&sock, send, recv, ctx.cfg.udp_idle_timeout, &fits).await;
+    debug!("tunnel: {peer} stream {id} -> udp {target}: redundant copy ended ({up} datagrams up, {down} down)");
 }
 
 /// Error and End, then FIN: the stream's reading half was already dropped or is dropped by the

@@ -23,6 +23,10 @@ pub const TYPE_REVERSE_BIND: u8 = 0x06;
 /// This project's addition: the concentrator's stream for one connection accepted by a reverse
 /// forward's listener; value: the bind's address, as TCP Connect.
 pub const TYPE_REVERSE_CONNECTION: u8 = 0x07;
+/// This project's addition: after UDP Associate (by Name), asks for the redundant mode: this
+/// stream is one copy of the flow with this Flow ID (64 bits) and its datagrams are numbered
+/// ([`super::redundant`]).
+pub const TYPE_REDUNDANT_FLOW: u8 = 0x08;
 pub const TYPE_END: u8 = 0xFF;
 
 /// Error codes of the Error message.
@@ -59,6 +63,8 @@ pub enum Tlv {
     ReverseBind(SocketAddr),
     /// Reverse Connection: a connection accepted on this bound address.
     ReverseConnection(SocketAddr),
+    /// Redundant Flow: this UDP stream is a copy of the flow with this ID (§8.1).
+    RedundantFlow(u64),
     End,
 }
 
@@ -189,6 +195,10 @@ impl Tlv {
                 out.extend_from_slice(&port.to_be_bytes());
                 out.extend_from_slice(host);
             }
+            Tlv::RedundantFlow(id) => {
+                out.extend_from_slice(&[TYPE_REDUNDANT_FLOW, 8]);
+                out.extend_from_slice(&id.to_be_bytes());
+            }
             Tlv::End => out.extend_from_slice(&[TYPE_END, 0]),
         }
     }
@@ -241,6 +251,12 @@ impl Tlv {
                     Tlv::UdpAssociateByName(host.to_string(), port)
                 })
             }
+            TYPE_REDUNDANT_FLOW => {
+                want(8, "Redundant Flow")?;
+                let mut id = [0u8; 8];
+                id.copy_from_slice(value);
+                Ok(Tlv::RedundantFlow(u64::from_be_bytes(id)))
+            }
             TYPE_END => want(0, "End").map(|_| Tlv::End),
             t => Err(TlvError::Malformed(format!("unknown TLV type {t:#04x}"))),
         }
@@ -264,6 +280,16 @@ pub async fn read_tlv<R: AsyncRead + Unpin>(r: &mut R) -> Result<Tlv, ReadError>
 /// Concentrator: the request at the start of a client's stream, `Connect`, `ConnectByName`,
 /// `UdpAssociate` or `UdpAssociateByName`, followed by `End`.
 pub async fn read_request<R: AsyncRead + Unpin>(r: &mut R) -> Result<(Target, Transport), ReadError> {
+    match read_request_with_flow(r).await? {
+        (target, transport, None) => Ok((target, transport)),
+        (_, _, Some(_)) => Err(TlvError::Violation("Redundant Flow where it is not supported".into()).into()),
+    }
+}
+
+/// [`read_request`] that also takes a UDP request's Redundant Flow (before End): its flow ID.
+pub async fn read_request_with_flow<R: AsyncRead + Unpin>(
+    r: &mut R,
+) -> Result<(Target, Transport, Option<u64>), ReadError> {
     let target = match read_tlv(r).await? {
         Tlv::Connect(a) => (Target::Addr(a), Transport::Tcp),
         Tlv::ConnectByName(h, p) => (Target::Name(h, p), Transport::Tcp),
@@ -273,9 +299,13 @@ pub async fn read_request<R: AsyncRead + Unpin>(r: &mut R) -> Result<(Target, Tr
         Tlv::ReverseConnection(a) => (Target::Addr(a), Transport::ReverseConnection),
         other => return Err(TlvError::Violation(format!("stream starts with {other:?}, not a TCP Connect")).into()),
     };
-    match read_tlv(r).await? {
-        Tlv::End => Ok(target),
-        other => Err(TlvError::Violation(format!("{other:?} after TCP Connect, expected End")).into()),
+    let (flow, last) = match (read_tlv(r).await?, target.1) {
+        (Tlv::RedundantFlow(id), Transport::Udp) => (Some(id), read_tlv(r).await?),
+        (other, _) => (None, other),
+    };
+    match last {
+        Tlv::End => Ok((target.0, target.1, flow)),
+        other => Err(TlvError::Violation(format!("{other:?} after the request, expected End")).into()),
     }
 }
 
@@ -331,6 +361,13 @@ mod tests {
         round_trip(Tlv::UdpAssociateByName("dns.example".into(), 53));
         round_trip(Tlv::ReverseBind("127.0.0.1:8022".parse().unwrap()));
         round_trip(Tlv::ReverseConnection("[::]:8022".parse().unwrap()));
+        round_trip(Tlv::RedundantFlow(0x0102_0304_0506_0708));
+        // PROTOCOL.md §8.1 vector: UDP Associate 127.0.0.1:53, Redundant Flow 1, End.
+        let mut v = vec![0x04, 18, 0x00, 0x35];
+        v.extend_from_slice(&Ipv6Addr::from([0, 0, 0, 0, 0, 0xffff, 0x7f00, 1]).octets());
+        v.extend_from_slice(&[0x08, 8, 0, 0, 0, 0, 0, 0, 0, 1, 0xFF, 0]);
+        let req = [Tlv::UdpAssociate("127.0.0.1:53".parse().unwrap()), Tlv::RedundantFlow(1), Tlv::End];
+        assert_eq!(encode_all(&req), v);
         assert_eq!(encode_all(&[Tlv::ReverseBind("0.0.0.0:8022".parse().unwrap())])[..4], [0x06, 18, 0x1f, 0x56]);
         // PROTOCOL.md §8.1 vectors.
         let mut v = vec![0x04, 18, 0x00, 0x35];
@@ -360,6 +397,7 @@ mod tests {
         assert_eq!(Tlv::decode(0x03, &[0, 80, 0xff]).unwrap_err().code(), ERR_MALFORMED_TLV);
         assert_eq!(Tlv::decode(0x42, &[]).unwrap_err().code(), ERR_MALFORMED_TLV);
         assert_eq!(Tlv::decode(0xFF, &[1]).unwrap_err().code(), ERR_MALFORMED_TLV);
+        assert_eq!(Tlv::decode(0x08, &[0; 7]).unwrap_err().code(), ERR_MALFORMED_TLV);
         // Every type and length: never a panic.
         for ty in 0..=255u8 {
             for len in [0usize, 1, 2, 3, 17, 18, 19, 255] {
@@ -377,6 +415,23 @@ mod tests {
             read_request(&mut &udp[..]).await.unwrap(),
             (Target::Addr("127.0.0.1:53".parse().unwrap()), Transport::Udp)
         );
+        let redundant =
+            encode_all(&[Tlv::UdpAssociateByName("dns.example".into(), 53), Tlv::RedundantFlow(7), Tlv::End]);
+        assert_eq!(
+            read_request_with_flow(&mut &redundant[..]).await.unwrap(),
+            (Target::Name("dns.example".into(), 53), Transport::Udp, Some(7))
+        );
+        // Only a UDP flow can be redundant; twice is a violation; an old reader refuses it.
+        let tcp = encode_all(&[Tlv::Connect("127.0.0.1:80".parse().unwrap()), Tlv::RedundantFlow(7), Tlv::End]);
+        assert!(matches!(read_request_with_flow(&mut &tcp[..]).await, Err(ReadError::Bad(TlvError::Violation(_)))));
+        let twice = encode_all(&[
+            Tlv::UdpAssociate("127.0.0.1:53".parse().unwrap()),
+            Tlv::RedundantFlow(7),
+            Tlv::RedundantFlow(7),
+            Tlv::End,
+        ]);
+        assert!(read_request_with_flow(&mut &twice[..]).await.is_err());
+        assert!(read_request(&mut &redundant[..]).await.is_err());
         let bad = encode_all(&[Tlv::End]);
         assert!(matches!(read_request(&mut &bad[..]).await, Err(ReadError::Bad(TlvError::Violation(_)))));
         let twice = encode_all(&[Tlv::ConnectOk, Tlv::ConnectOk]);

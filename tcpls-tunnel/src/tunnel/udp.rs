@@ -21,6 +21,7 @@ use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, watch};
 use tracing::debug;
 
+use super::redundant::FlowStreams;
 use super::Target;
 
 /// Largest datagram carried (the Length field's range; an IPv4 UDP payload is at most 65,507).
@@ -51,12 +52,12 @@ pub async fn read_datagram<R: AsyncRead + Unpin>(r: &mut R, buf: &mut Vec<u8>) -
 }
 
 /// Time since `start` in milliseconds, for an idle clock shared by two directions.
-fn millis(start: Instant) -> u64 {
+pub(super) fn millis(start: Instant) -> u64 {
     u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Resolves when nothing was recorded in `last` for `idle`.
-async fn idle_for(start: Instant, last: &AtomicU64, idle: Duration) {
+pub(super) async fn idle_for(start: Instant, last: &AtomicU64, idle: Duration) {
     let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
     loop {
         let quiet = millis(start).saturating_sub(last.load(Ordering::Relaxed));
@@ -131,12 +132,9 @@ pub async fn relay_socket(
 /// UDP header in front, or nothing for a fixed forward).
 pub type Wrap = Arc<dyn Fn(&Target, &[u8]) -> Vec<u8> + Send + Sync>;
 
-/// Opens a flow's stream (the tunnel client's `open_udp`).
+/// Opens a flow's stream, or its copies in redundant mode (the tunnel client's `open_udp`).
 pub type Opener = Arc<
-    dyn Fn(
-            Target,
-        )
-            -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(SendStream, RecvStream), String>> + Send>>
+    dyn Fn(Target) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<FlowStreams, String>> + Send>>
         + Send
         + Sync,
 >;
@@ -220,7 +218,7 @@ impl Flows {
             o = (self.open)(target.clone()) => o,
             _ = stop.wait_for(|s| *s) => return,
         };
-        let (mut send, mut recv) = match opened {
+        let opened = match opened {
             Ok(x) => x,
             Err(e) => {
                 debug!("tunnel: UDP flow {src} -> {target}: {e}");
@@ -231,7 +229,22 @@ impl Flows {
                 return;
             }
         };
-        debug!("tunnel: UDP flow {src} -> {target}: open");
+        debug!("tunnel: UDP flow {src} -> {target}: open ({} copies)", opened.copies.len());
+        if opened.sequenced {
+            let (socket, wrap, to, src) = (self.socket.clone(), self.wrap.clone(), target.clone(), *src);
+            let deliver = Arc::new(move |d: Vec<u8>| {
+                // Best effort, as UDP: a full socket buffer drops the datagram.
+                let _ = socket.try_send_to(&wrap(&to, &d), src);
+            });
+            tokio::select! {
+                _ = super::redundant::run_client_copies(opened.copies, rx, deliver, self.idle) => {}
+                _ = stop.wait_for(|s| *s) => {}
+            }
+            return;
+        }
+        let Some((mut send, mut recv)) = opened.copies.into_iter().next() else {
+            return;
+        };
         let start = Instant::now();
         let last = AtomicU64::new(0);
         let up = async {
