@@ -7,7 +7,10 @@
 //!   earlier step, or is public (an entry point the IO layer or the application calls, such as
 //!   `Session::prepare_transmit`);
 //! * where one function calls the functions of several steps (`Session::prepare_transmit`
-//!   calls steps 3, 4, 6 and 7 of the send path), it calls them in the order of the list.
+//!   calls steps 3, 4, 6 and 7 of the send path), it calls them in the order of the list: the
+//!   first call of an earlier step comes before the last call of a later one (a function may
+//!   have another branch that calls a later step alone: `Connection::read_records` hands a
+//!   plain-TLS fallback record to `RecordSink::deliver` without `open_record`).
 //!
 //! Functions are found by name (a name defined twice counts every body), and a call is the
 //! name followed by `(`: enough for these lists, not a Rust parser.
@@ -144,13 +147,19 @@ fn body_after(text: &str) -> Option<&str> {
     None
 }
 
-/// Where `body` first calls `function` (`function(`, `.function(`, `::function(`).
-fn call_at(body: &str, function: &str) -> Option<usize> {
+/// Where `body` calls `function` (`function(`, `.function(`, `::function(`), in order.
+fn calls_of(body: &str, function: &str) -> Vec<usize> {
     let is_ident = |c: char| c.is_alphanumeric() || c == '_';
-    body.match_indices(function).map(|(at, _)| at).find(|&at| {
+    let is_call = |at: usize| {
         let after = body[at + function.len()..].trim_start();
         !body[..at].ends_with(is_ident) && (after.starts_with('(') || after.starts_with("::<"))
-    })
+    };
+    body.match_indices(function).map(|(at, _)| at).filter(|&at| is_call(at)).collect()
+}
+
+/// Where `body` first calls `function`.
+fn call_at(body: &str, function: &str) -> Option<usize> {
+    calls_of(body, function).first().copied()
 }
 
 fn is_public(files: &[(String, String)], function: &str) -> bool {
@@ -181,14 +190,19 @@ fn order_problems(files: &[(String, String)], steps: &[Vec<String>]) -> Vec<Stri
     let functions: Vec<Option<String>> = steps.iter().map(first).collect();
     for caller in steps.iter().flatten().map(|n| function_of(n)) {
         for body in bodies(files, caller) {
-            let calls: Vec<(usize, usize, &str)> = functions
+            // (step, first call, last call, function) of each step this body calls.
+            let calls: Vec<(usize, usize, usize, &str)> = functions
                 .iter()
                 .enumerate()
-                .filter_map(|(k, f)| f.as_deref().and_then(|f| call_at(body, f).map(|at| (k, at, f))))
+                .filter_map(|(k, f)| {
+                    let f = f.as_deref()?;
+                    let at = calls_of(body, f);
+                    Some((k, *at.first()?, *at.last()?, f))
+                })
                 .collect();
             for pair in calls.windows(2) {
-                let ((k1, at1, f1), (k2, at2, f2)) = (pair[0], pair[1]);
-                if at1 > at2 {
+                let ((k1, first1, _, f1), (k2, _, last2, f2)) = (pair[0], pair[1]);
+                if first1 > last2 {
                     problems.push(format!("`{caller}` calls `{f2}` (step {}) before `{f1}` (step {})", k2 + 1, k1 + 1));
                 }
             }
@@ -248,6 +262,13 @@ fn steps_out_of_order_are_found() {
     )];
     let steps = |names: &[&str]| names.iter().map(|n| vec![n.to_string()]).collect::<Vec<_>>();
     assert!(order_problems(&files, &steps(&["entry", "first", "second"])).is_empty());
+    // Another branch may call a later step alone, before the branch that calls both in order.
+    let branches = vec![(
+        "demo".to_string(),
+        "pub fn entry(x: bool) { if x { second(); } else { first(); second(); } }\nfn first() {}\nfn second() {}\n"
+            .to_string(),
+    )];
+    assert!(order_problems(&branches, &steps(&["entry", "first", "second"])).is_empty());
     let swapped = order_problems(&files, &steps(&["entry", "second", "first"]));
     assert_eq!(swapped, ["`entry` calls `first` (step 3) before `second` (step 2)"], "{swapped:?}");
     let unreached = order_problems(&files, &steps(&["entry", "orphan"]));
