@@ -19,7 +19,7 @@
 //! must not add head-of-line delay. Finally the scheduler itself: an aggregated upload with
 //! `tcpls perf --aggregate --scheduler NAME` over the same two paths for earliest arrival,
 //! lowest RTT and round robin. On the unequal paths, the redundant mode too
-//! ([`redundant`]): a 50 datagrams/s UDP stream across a 3 s outage of one path, datagrams lost
+//! (`bonding/redundant.rs`): a 50 datagrams/s UDP stream across a 3 s outage of one path, datagrams lost
 //! with and without `--redundant`.
 
 mod redundant;
