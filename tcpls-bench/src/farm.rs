@@ -137,7 +137,23 @@ async fn source(bytes: u64) -> Res<SocketAddr> {
     Ok(addr)
 }
 
-async fn one_farm(opts: Options, n: usize) -> Res<Report> {
+/// A running farm: its nodes and haproxy (killed when dropped), the balancer's address and the
+/// files the nodes share.
+struct Farm {
+    _procs: Procs,
+    vip: SocketAddr,
+    dir: std::path::PathBuf,
+    pki: tcpls_test::Pki,
+}
+
+impl Drop for Farm {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `n` tunnel server nodes sharing ticket keys, behind haproxy with the shipped configuration.
+fn start_farm(opts: &Options, n: usize) -> Res<Farm> {
     let dir = std::env::temp_dir().join(format!("tcpls-bench-farm-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let pki = tcpls_test::Pki::try_new()?;
@@ -183,12 +199,18 @@ async fn one_farm(opts: Options, n: usize) -> Res<Report> {
     let mut haproxy = haproxy.spawn()?;
     wait_listening(vip, &mut haproxy)?;
     procs.0.push(haproxy);
+    Ok(Farm { _procs: procs, vip, dir, pki })
+}
 
-    let tls = Arc::new(tcpls_proto::tcpls_client_config(&pki.client_config(&[])));
-    let name = rustls::pki_types::ServerName::try_from(crate::pki::SERVER_NAME)?;
-
-    // Sessions per second.
-    let connector = tcpls::TcplsConnector::new(tls.clone());
+/// Sessions opened through the balancer for `opts.seconds` by `opts.concurrency` tasks: how
+/// many, how many resumed a ticket, and the seconds it took.
+async fn open_sessions(
+    opts: &Options,
+    vip: SocketAddr,
+    tls: Arc<rustls::ClientConfig>,
+    name: rustls::pki_types::ServerName<'static>,
+) -> Res<(u64, u64, f64)> {
+    let connector = tcpls::TcplsConnector::new(tls);
     let (opened, resumed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let deadline = Instant::now() + Duration::from_secs_f64(opts.seconds);
     let started = Instant::now();
@@ -210,10 +232,17 @@ async fn one_farm(opts: Options, n: usize) -> Res<Report> {
     for t in tasks {
         t.await??;
     }
-    let elapsed = started.elapsed().as_secs_f64();
-    let sessions = opened.load(Ordering::Relaxed);
+    Ok((opened.load(Ordering::Relaxed), resumed.load(Ordering::Relaxed), started.elapsed().as_secs_f64()))
+}
 
-    // Goodput through the tunnel.
+/// `opts.clients` tunnel clients through the balancer each download `opts.bytes` at once:
+/// the bytes (checked) and the seconds it took.
+async fn download_through_tunnels(
+    opts: &Options,
+    vip: SocketAddr,
+    tls: Arc<rustls::ClientConfig>,
+    name: rustls::pki_types::ServerName<'static>,
+) -> Res<(u64, f64)> {
     let src = source(opts.bytes).await?;
     let target = tcpls_tunnel::tunnel::Target::parse(&src.to_string())?;
     let mut clients = Vec::new();
@@ -249,13 +278,21 @@ async fn one_farm(opts: Options, n: usize) -> Res<Report> {
     if goodput_bytes != expected {
         return Err(format!("downloaded {goodput_bytes} bytes through the tunnel, expected {expected}").into());
     }
-    drop(procs);
-    let _ = std::fs::remove_dir_all(&dir);
+    Ok((goodput_bytes, goodput_seconds))
+}
+
+async fn one_farm(opts: Options, n: usize) -> Res<Report> {
+    let farm = start_farm(&opts, n)?;
+    let tls = Arc::new(tcpls_proto::tcpls_client_config(&farm.pki.client_config(&[])));
+    let name = rustls::pki_types::ServerName::try_from(crate::pki::SERVER_NAME)?;
+    let (sessions, resumed, elapsed) = open_sessions(&opts, farm.vip, tls.clone(), name.clone()).await?;
+    let (goodput_bytes, goodput_seconds) = download_through_tunnels(&opts, farm.vip, tls, name).await?;
+    drop(farm);
     Ok(Report {
         nodes: n,
         sessions,
         sessions_per_s: sessions as f64 / elapsed,
-        resumed_share: resumed.load(Ordering::Relaxed) as f64 / sessions.max(1) as f64,
+        resumed_share: resumed as f64 / sessions.max(1) as f64,
         goodput_mbps: goodput_bytes as f64 * 8.0 / goodput_seconds / 1e6,
         goodput_bytes,
         goodput_seconds,

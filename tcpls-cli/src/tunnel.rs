@@ -821,19 +821,27 @@ impl ClientSettings {
     }
 }
 
-async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
-    let a = ClientSettings::from(a, file)?;
+/// Every address `--concentrator` names (comma-separated, each possibly a name with several
+/// addresses), in order, without repeats.
+fn concentrator_addrs(list: &str) -> Result<Vec<SocketAddr>, String> {
     let mut concentrators: Vec<SocketAddr> = Vec::new();
-    for one in a.concentrator.split(',').map(str::trim) {
+    for one in list.split(',').map(str::trim) {
         for addr in resolve(one).map_err(|e| format!("--concentrator {one}: {e}"))? {
             if !concentrators.contains(&addr) {
                 concentrators.push(addr);
             }
         }
     }
-    let concentrator = *concentrators.first().ok_or("--concentrator: no address")?;
-    // [LOCAL@]REMOTE: a second uplink towards the concentrator's one address, or another address.
-    let paths = a.path.iter().map(|p| crate::args::parse_path(p)).collect::<Result<Vec<_>, _>>()?;
+    if concentrators.is_empty() {
+        return Err("--concentrator: no address".into());
+    }
+    Ok(concentrators)
+}
+
+/// The TCP front ends, listening: (listener, address, front end, bonded).
+type Listener = (tokio::net::TcpListener, SocketAddr, Frontend, bool);
+
+async fn listen_frontends(a: &ClientSettings) -> Result<Vec<Listener>, String> {
     // (listening address, front end, bonded)
     let mut frontends = Vec::new();
     if let Some(s) = &a.socks {
@@ -851,11 +859,18 @@ async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
     if let Some(p) = a.transparent {
         frontends.push((SocketAddr::from((Ipv4Addr::UNSPECIFIED, p)), Frontend::Transparent, a.bond));
     }
-    let first = a.concentrator.split(',').next().unwrap_or_default().trim();
-    let name = a.server_name.clone().unwrap_or_else(|| host_of(first));
-    let name = tcpls::server_name_for(&name).map_err(|e| e.to_string())?;
-    let identity = a.cert.as_deref().zip(a.key.as_deref());
-    let tls = crate::tlsconf::client_config_with_identity(a.ca.as_deref(), a.insecure, &[], None, identity)?;
+    let mut listeners = Vec::new();
+    for (listen, frontend, bond) in frontends {
+        let l = tcpls_tunnel::frontend::listen(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
+        listeners.push((l, listen, frontend, bond));
+    }
+    Ok(listeners)
+}
+
+/// A UDP forward, bound: (socket, address, target, redundant).
+type UdpForward = (tokio::net::UdpSocket, SocketAddr, Target, bool);
+
+async fn bind_udp_forwards(a: &ClientSettings) -> Result<Vec<UdpForward>, String> {
     let mut udp = Vec::new();
     for f in &a.forward_udp {
         let (f, options) = crate::tunnel_forward::split_options(f, "--forward-udp")?;
@@ -865,20 +880,18 @@ async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
             tokio::net::UdpSocket::bind(listen).await.map_err(|e| format!("cannot listen on {listen}/udp: {e}"))?;
         udp.push((socket, listen, Target::parse(t)?, a.redundant || options.redundant));
     }
-    let mut reverse = Vec::new();
-    for r in &a.reverse {
-        let (remote, local) = split_forward(r)?;
-        let remote: SocketAddr = remote.parse().map_err(|_| format!("--reverse: '{remote}' is not IP:PORT"))?;
-        reverse.push((remote, Target::parse(local)?));
-    }
-    let mut listeners = Vec::new();
-    for (listen, frontend, bond) in frontends {
-        let l = tcpls_tunnel::frontend::listen(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?;
-        listeners.push((l, listen, frontend, bond));
-    }
+    Ok(udp)
+}
+
+/// The tunnel's settings from the command line and the config file.
+fn tunnel_config(
+    a: &ClientSettings,
+    other_concentrators: &[SocketAddr],
+    any_bonded: bool,
+) -> Result<TunnelConfig, String> {
     let mut cfg = TunnelConfig { reconnect_wait: Duration::from_secs_f64(a.reconnect_wait), ..TunnelConfig::default() };
     // A bonded forward needs the bonded receive window too (TunnelConfig::bond raises it).
-    cfg.bond = a.bond || listeners.iter().any(|(_, _, _, bond)| *bond);
+    cfg.bond = a.bond || any_bonded;
     // SOCKS5 UDP ASSOCIATE follows --redundant; each UDP forward has its own setting.
     cfg.redundant = a.redundant;
     // A concentrator that vanished without a FIN or RST (a dead uplink, a blackhole) is noticed
@@ -888,13 +901,36 @@ async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
         cfg.bind = crate::args::parse_local(b).map_err(|e| format!("--bind {b}: {e}"))?;
     }
     cfg.path_manager = a.path_manager.as_deref().map(crate::args::parse_policy).transpose()?;
-    cfg.other_concentrators = concentrators[1..].to_vec();
+    cfg.other_concentrators = other_concentrators.to_vec();
     cfg.join_advertised = a.join_advertised;
     if let Some(domain) = &a.join_sni_domain {
         let names =
             tcpls::proto::farm_route::join_server_name(domain).map_err(|e| format!("--join-sni-domain: {e}"))?;
         cfg.session.join_server_name = Some(names);
     }
+    Ok(cfg)
+}
+
+async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
+    let a = ClientSettings::from(a, file)?;
+    let concentrators = concentrator_addrs(&a.concentrator)?;
+    let concentrator = concentrators[0];
+    // [LOCAL@]REMOTE: a second uplink towards the concentrator's one address, or another address.
+    let paths = a.path.iter().map(|p| crate::args::parse_path(p)).collect::<Result<Vec<_>, _>>()?;
+    let listeners = listen_frontends(&a).await?;
+    let first = a.concentrator.split(',').next().unwrap_or_default().trim();
+    let name = a.server_name.clone().unwrap_or_else(|| host_of(first));
+    let name = tcpls::server_name_for(&name).map_err(|e| e.to_string())?;
+    let identity = a.cert.as_deref().zip(a.key.as_deref());
+    let tls = crate::tlsconf::client_config_with_identity(a.ca.as_deref(), a.insecure, &[], None, identity)?;
+    let udp = bind_udp_forwards(&a).await?;
+    let mut reverse = Vec::new();
+    for r in &a.reverse {
+        let (remote, local) = split_forward(r)?;
+        let remote: SocketAddr = remote.parse().map_err(|_| format!("--reverse: '{remote}' is not IP:PORT"))?;
+        reverse.push((remote, Target::parse(local)?));
+    }
+    let cfg = tunnel_config(&a, &concentrators[1..], listeners.iter().any(|(_, _, _, bond)| *bond))?;
     let client = TunnelClient::connect_paths(concentrator, name, Arc::new(tls), &paths, cfg).await.map_err(|e| {
         match crate::tlsconf::advice(&e) {
             // An untrusted certificate asks for --ca or --insecure, as for connect and perf.
@@ -909,7 +945,8 @@ async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
         crate::metrics::attach_to_tunnel_client(client.clone(), addr).await?;
     }
     let conns = client.session().usable_connections().len();
-    let mut stop = crate::stop_signal::listen();
+    // Listening for signals before saying we accept: a stop right after that line is clean.
+    let stop = crate::stop_signal::listen();
     let mut what: Vec<String> = listeners
         .iter()
         .map(|(_, l, f, bond)| format!("{l} ({}{})", describe(f), if *bond { ", bonded" } else { "" }))
@@ -922,6 +959,16 @@ async fn client(a: ClientArgs, file: ClientFile) -> Result<(), String> {
         "tcpls tunnel client: session to {concentrator} ({conns} connection(s)), accepting on {}",
         what.join(", ")
     );
+    serve_until_stopped(client, concentrator, (listeners, udp, reverse), stop).await
+}
+
+/// Serves every front end until one fails or a signal stops the client.
+async fn serve_until_stopped(
+    client: TunnelClient,
+    concentrator: SocketAddr,
+    (listeners, udp, reverse): (Vec<Listener>, Vec<UdpForward>, Vec<(SocketAddr, Target)>),
+    mut stop: crate::stop_signal::StopSignals,
+) -> Result<(), String> {
     let mut serving = tokio::task::JoinSet::new();
     for (l, _, frontend, bond) in listeners {
         let client = client.bonded(bond);

@@ -195,16 +195,12 @@ impl std::error::Error for WithContext {
     }
 }
 
-/// How long a session may be without any usable connection (rejoining by itself) before the
-/// client opens a new one alongside ([`TunnelClient::keep_connected`]).
-pub const ORPHAN_GRACE: Duration = Duration::from_secs(1);
-
 /// Whether `session` is open and has a usable connection.
 fn is_usable(session: &Session) -> bool {
     !session.usable_connections().is_empty()
 }
 
-/// Waits until `session` is closed or has had no usable connection for [`ORPHAN_GRACE`];
+/// Waits until `session` is closed or has had no usable connection for [`ORPHAN_GRACE`](super::ORPHAN_GRACE);
 /// returns why, and whether the concentrator refused this client ([`reconnect::is_refusal`]).
 /// Polled: the session has no event for "orphaned" that can be awaited.
 /// `watch` says how a farm client tells that its node died ([`super::farm::NodeWatch`]).

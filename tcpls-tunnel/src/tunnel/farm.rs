@@ -79,7 +79,7 @@ pub(crate) fn handshake_kind(session: &Session) -> &'static str {
 /// connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum NodeWatch {
-    /// Not a farm client: wait [`super::client::ORPHAN_GRACE`] for the session to rejoin.
+    /// Not a farm client: wait [`super::ORPHAN_GRACE`] for the session to rejoin.
     Wait,
     /// Joins at the node's advertised address: a node that refuses connections there is dead.
     Probe,
@@ -104,7 +104,7 @@ impl NodeWatch {
     pub(crate) fn grace(self) -> Duration {
         match self {
             Self::ShortWait => ROUTED_ORPHAN_GRACE,
-            Self::Wait | Self::Probe => super::client::ORPHAN_GRACE,
+            Self::Wait | Self::Probe => super::ORPHAN_GRACE,
         }
     }
 }

@@ -28,6 +28,7 @@
 
 pub mod bond;
 mod client;
+mod datagram;
 mod dial;
 mod farm;
 mod order;
@@ -42,6 +43,10 @@ pub mod tlv;
 pub mod udp;
 
 use std::time::Duration;
+
+/// How long a session may be without any usable connection (rejoining by itself) before the
+/// client opens a new one alongside (`TunnelClient::keep_connected`).
+pub const ORPHAN_GRACE: Duration = Duration::from_secs(1);
 
 pub use crate::clients::{ClientPolicy, ClientRule};
 pub use crate::frontend::Frontend;

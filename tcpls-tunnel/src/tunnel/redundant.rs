@@ -29,7 +29,7 @@ use tokio::net::UdpSocket;
 use tokio::sync::{broadcast, mpsc, OnceCell};
 use tracing::debug;
 
-use super::udp::{idle_for, millis, MAX_DATAGRAM};
+use super::datagram::{idle_for, millis, MAX_DATAGRAM};
 use super::Target;
 
 /// Sequence numbers remembered behind the highest one seen (the duplicate window).

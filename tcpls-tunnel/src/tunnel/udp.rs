@@ -24,8 +24,8 @@ use tracing::debug;
 use super::redundant::FlowStreams;
 use super::Target;
 
-/// Largest datagram carried (the Length field's range; an IPv4 UDP payload is at most 65,507).
-pub const MAX_DATAGRAM: usize = u16::MAX as usize;
+pub use super::datagram::MAX_DATAGRAM;
+use super::datagram::{idle_for, millis};
 /// Datagrams queued per flow on the client before the stream takes them; more are dropped.
 pub const FLOW_QUEUE: usize = 64;
 
@@ -49,23 +49,6 @@ pub async fn read_datagram<R: AsyncRead + Unpin>(r: &mut R, buf: &mut Vec<u8>) -
     buf.resize(usize::from(u16::from_be_bytes(len)), 0);
     r.read_exact(buf).await?;
     Ok(true)
-}
-
-/// Time since `start` in milliseconds, for an idle clock shared by two directions.
-pub(super) fn millis(start: Instant) -> u64 {
-    u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX)
-}
-
-/// Resolves when nothing was recorded in `last` for `idle`.
-pub(super) async fn idle_for(start: Instant, last: &AtomicU64, idle: Duration) {
-    let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
-    loop {
-        let quiet = millis(start).saturating_sub(last.load(Ordering::Relaxed));
-        if quiet >= idle_ms {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(idle_ms - quiet)).await;
-    }
 }
 
 /// Datagrams moved by a flow.
