@@ -6,39 +6,11 @@
 
 mod tunnel_support;
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-use tokio::time::timeout;
 use tunnel_support::*;
-
-async fn download(via: SocketAddr, size: usize, seed: u64, progress: Arc<AtomicU64>) -> Result<(), String> {
-    let mut s = TcpStream::connect(via).await.map_err(|e| e.to_string())?;
-    let mut req = (size as u64).to_be_bytes().to_vec();
-    req.extend_from_slice(&seed.to_be_bytes());
-    s.write_all(&req).await.map_err(|e| e.to_string())?;
-    let mut got = Vec::with_capacity(size);
-    let mut buf = vec![0u8; 64 << 10];
-    loop {
-        let n = timeout(T, s.read(&mut buf))
-            .await
-            .map_err(|_| format!("download {seed} stalled at {} bytes", got.len()))?
-            .map_err(|e| format!("download {seed} failed at {} bytes: {e}", got.len()))?;
-        if n == 0 {
-            break;
-        }
-        got.extend_from_slice(&buf[..n]);
-        progress.fetch_add(n as u64, Ordering::Relaxed);
-    }
-    if got != payload(size, seed) {
-        return Err(format!("download {seed}: {} bytes of {size}, content differs", got.len()));
-    }
-    Ok(())
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_spread_over_two_paths_and_survive_losing_one() {

@@ -247,3 +247,34 @@ pub async fn fetch(via: SocketAddr, size: usize, seed: u64) -> Result<usize, Str
     }
     Ok(got.len())
 }
+
+/// Downloads `size` bytes of pattern `seed` through `via` (a forward to a pattern server that
+/// reads the size and seed first), counting progress in `progress`; verifies the content.
+pub async fn download(
+    via: SocketAddr,
+    size: usize,
+    seed: u64,
+    progress: Arc<std::sync::atomic::AtomicU64>,
+) -> Result<(), String> {
+    let mut s = TcpStream::connect(via).await.map_err(|e| e.to_string())?;
+    let mut req = (size as u64).to_be_bytes().to_vec();
+    req.extend_from_slice(&seed.to_be_bytes());
+    s.write_all(&req).await.map_err(|e| e.to_string())?;
+    let mut got = Vec::with_capacity(size);
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let n = tokio::time::timeout(T, s.read(&mut buf))
+            .await
+            .map_err(|_| format!("download {seed} stalled at {} bytes", got.len()))?
+            .map_err(|e| format!("download {seed} failed at {} bytes: {e}", got.len()))?;
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+        progress.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+    }
+    if got != payload(size, seed) {
+        return Err(format!("download {seed}: {} bytes of {size}, content differs", got.len()));
+    }
+    Ok(())
+}
