@@ -21,6 +21,18 @@ pub fn supported() -> bool {
 
 /// Serves one download on an MPTCP socket listening on `addr` (server namespace), then exits.
 pub fn start_server(topo: &Topology, addr: SocketAddr) -> Result<JoinHandle<Result<(), String>>, String> {
+    listen_in_server(topo, addr, "MPTCP server", |l| serve_one(l).map_err(|e| format!("MPTCP server: {e}")))
+}
+
+/// Runs `serve` on an MPTCP listener bound to `addr` in the server namespace, in a thread of
+/// its own; returns once the listener is bound (or with why it could not be), so that a client
+/// started next finds it. `what` names it in errors.
+pub fn listen_in_server<T: Send + 'static>(
+    topo: &Topology,
+    addr: SocketAddr,
+    what: &'static str,
+    serve: impl FnOnce(TcpListener) -> Result<T, String> + Send + 'static,
+) -> Result<JoinHandle<Result<T, String>>, String> {
     let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
     let h = topo
         .spawn_in(Side::Server, move || {
@@ -33,10 +45,10 @@ pub fn start_server(topo: &Topology, addr: SocketAddr) -> Result<JoinHandle<Resu
                 }
             };
             let _ = ready_tx.send(Ok(()));
-            serve_one(l).map_err(|e| format!("MPTCP server: {e}"))
+            serve(l)
         })
-        .map_err(|e| format!("cannot start the MPTCP server thread: {e}"))?;
-    ready_rx.recv_timeout(Duration::from_secs(10)).map_err(|_| "the MPTCP server did not start".to_string())??;
+        .map_err(|e| format!("cannot start the {what} thread: {e}"))?;
+    ready_rx.recv_timeout(Duration::from_secs(10)).map_err(|_| format!("the {what} did not start"))??;
     Ok(h)
 }
 

@@ -240,36 +240,22 @@ fn run_tcpls(p: &Params, pki: &Pki) -> Result<Run, String> {
 
 /// The MPTCP receiver: one connection, read to the end (logging reads), one byte answered.
 fn mptcp_receiver(topo: &Topology, addr: SocketAddr, meter: Meter) -> Result<Receiver<(u64, bool)>, String> {
-    let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
-    let h = topo
-        .spawn_in(Side::Server, move || {
-            let l = match mptcp::listen(addr) {
-                Ok(l) => l,
-                Err(e) => {
-                    let msg = format!("MPTCP listen on {addr}: {e}");
-                    let _ = ready_tx.send(Err(msg.clone()));
-                    return Err(msg);
-                }
-            };
-            let _ = ready_tx.send(Ok(()));
-            let (mut conn, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
-            conn.set_read_timeout(Some(LIMIT)).map_err(|e| e.to_string())?;
-            let mut v = Verifier::new(SEED);
-            let mut buf = vec![0u8; 256 << 10];
-            loop {
-                let n = conn.read(&mut buf).map_err(|e| format!("receive after {} bytes: {e}", v.len()))?;
-                if n == 0 {
-                    break;
-                }
-                meter.add(n);
-                v.feed(&buf[..n]);
+    mptcp_run::listen_in_server(topo, addr, "MPTCP receiver", move |l| {
+        let (mut conn, _) = l.accept().map_err(|e| format!("accept: {e}"))?;
+        conn.set_read_timeout(Some(LIMIT)).map_err(|e| e.to_string())?;
+        let mut v = Verifier::new(SEED);
+        let mut buf = vec![0u8; 256 << 10];
+        loop {
+            let n = conn.read(&mut buf).map_err(|e| format!("receive after {} bytes: {e}", v.len()))?;
+            if n == 0 {
+                break;
             }
-            conn.write_all(&[1]).map_err(|e| format!("answer: {e}"))?;
-            Ok((v.len(), v.verified(v.len())))
-        })
-        .map_err(|e| format!("cannot start the MPTCP receiver: {e}"))?;
-    ready_rx.recv_timeout(Duration::from_secs(10)).map_err(|_| "the MPTCP receiver did not start".to_string())??;
-    Ok(h)
+            meter.add(n);
+            v.feed(&buf[..n]);
+        }
+        conn.write_all(&[1]).map_err(|e| format!("answer: {e}"))?;
+        Ok((v.len(), v.verified(v.len())))
+    })
 }
 
 fn run_mptcp(p: &Params) -> Result<Run, String> {
