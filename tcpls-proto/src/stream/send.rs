@@ -28,13 +28,15 @@ const WAKE_AT: usize = crate::record::MAX_PLAINTEXT;
 /// Smallest allocation, so that small writes do not regrow the buffer each time.
 const MIN_ALLOC: usize = 4096;
 
-/// The session-wide send budget (`SessionConfig::send_budget`) shared by its streams' send
-/// buffers: what they hold in total, and how many hold anything. Each buffer keeps its own
-/// entry up to date (write, release, reset, drop), so the totals are exact without the session
-/// summing its streams. Atomics only because a session is `Send`; one thread uses them.
+/// The session-wide send budget shared by its streams' send buffers: what they hold in total,
+/// and how many hold anything. Each buffer keeps its own entry up to date (write, release,
+/// reset, drop), so the totals are exact without the session summing its streams. The budget
+/// itself moves: the session sets it from what its paths carry (`session/send_budget.rs`),
+/// within `SessionConfig::send_budget`. Atomics only because a session is `Send`; one thread
+/// uses them.
 #[derive(Debug)]
 pub struct SendAccount {
-    budget: usize,
+    budget: AtomicUsize,
     floor: usize,
     bytes: AtomicUsize,
     active: AtomicUsize,
@@ -44,7 +46,23 @@ impl SendAccount {
     /// `budget`: the most bytes all streams together may hold beyond their floors; `floor`:
     /// what every stream may always hold, however many share the budget.
     pub fn new(budget: usize, floor: usize) -> Arc<Self> {
-        Arc::new(Self { budget, floor, bytes: AtomicUsize::new(0), active: AtomicUsize::new(0) })
+        Arc::new(Self {
+            budget: AtomicUsize::new(budget),
+            floor,
+            bytes: AtomicUsize::new(0),
+            active: AtomicUsize::new(0),
+        })
+    }
+
+    /// The most bytes all streams together may hold now (beyond their floors).
+    pub fn budget(&self) -> usize {
+        self.budget.load(Ordering::Relaxed)
+    }
+
+    /// Moves the budget. Lowering it below what the streams hold takes nothing back: writes
+    /// wait until acknowledgements bring the total under it.
+    pub fn set_budget(&self, budget: usize) {
+        self.budget.store(budget, Ordering::Relaxed);
     }
 
     /// Bytes held by all the streams' send buffers.
@@ -86,8 +104,9 @@ impl SendAccount {
     /// What a stream holding `buffered` may add by its fair share, and by the budget's total.
     fn limits(&self, buffered: usize) -> (usize, usize) {
         let active = self.active() + usize::from(buffered == 0);
-        let share = (self.budget / active.max(1)).max(self.floor);
-        (share.saturating_sub(buffered), self.budget.saturating_sub(self.bytes()))
+        let budget = self.budget();
+        let share = (budget / active.max(1)).max(self.floor);
+        (share.saturating_sub(buffered), budget.saturating_sub(self.bytes()))
     }
 }
 
