@@ -98,15 +98,28 @@ impl SendAccount {
     /// the budget has room, and up to the floor in any case.
     fn room(&self, buffered: usize) -> usize {
         let (by_share, by_total) = self.limits(buffered);
-        by_share.min(by_total).max(self.floor.saturating_sub(buffered))
+        by_share.min(by_total).max(self.floor_now(self.streams_counting(buffered)).saturating_sub(buffered))
     }
 
     /// What a stream holding `buffered` may add by its fair share, and by the budget's total.
     fn limits(&self, buffered: usize) -> (usize, usize) {
-        let active = self.active() + usize::from(buffered == 0);
+        let active = self.streams_counting(buffered);
         let budget = self.budget();
-        let share = (budget / active.max(1)).max(self.floor);
+        let share = (budget / active).max(self.floor_now(active));
         (share.saturating_sub(buffered), budget.saturating_sub(self.bytes()))
+    }
+
+    /// Streams holding data, counting one holding `buffered` (at least 1).
+    fn streams_counting(&self, buffered: usize) -> usize {
+        (self.active() + usize::from(buffered == 0)).max(1)
+    }
+
+    /// What every one of `active` streams may always hold: the floor, lowered toward one
+    /// record's worth ([`WAKE_AT`]) once that many floors would exceed the budget. Many streams
+    /// on a small budget (a short path's) then hold one record each, not two: 1000 streams
+    /// hold 16 MiB beyond the budget, not 32.
+    fn floor_now(&self, active: usize) -> usize {
+        (self.budget() / active).clamp(self.floor.min(WAKE_AT), self.floor)
     }
 }
 
