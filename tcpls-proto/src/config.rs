@@ -70,8 +70,9 @@ pub struct SessionConfig {
     /// budget follows the path".
     pub send_budget: usize,
     /// The send budget in use follows the connections' bandwidth-delay product (from what the
-    /// IO layer reports with `Session::set_path`), up to `send_budget`. Off: the budget is
-    /// `send_budget`, always. Default on.
+    /// IO layer reports with `Session::set_path`), up to `send_budget`; it starts at
+    /// [`SEND_BUDGET_FLOOR`](crate::SEND_BUDGET_FLOOR). Off: the budget is `send_budget`,
+    /// always. An IO layer that cannot report TCP_INFO turns it off. Default on.
     pub send_autotune: bool,
     /// Stream bytes the scheduler seals for one stream before it moves on to the next one with
     /// data (deficit round robin; ARCHITECTURE.md, "Frames and packetization"): several full

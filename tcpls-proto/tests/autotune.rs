@@ -12,6 +12,12 @@ use std::time::Duration;
 use tcpls_proto::{Event, PathInfo, SessionConfig, StreamError, SEND_BUDGET_FLOOR};
 use util::{payload, test_config, Pair, Pki};
 
+/// `test_config` with the budgets following the path (the in-memory pipes have no TCP_INFO:
+/// the tests report paths themselves).
+fn autotuned() -> SessionConfig {
+    SessionConfig { send_autotune: true, ..test_config() }
+}
+
 fn pair(client: SessionConfig, server: SessionConfig) -> Pair {
     let pki = Pki::new();
     let mut p = Pair::with_settings(pki.client_config(&[]), pki.server_config(&[]), client, server);
@@ -32,7 +38,7 @@ fn report(mbit: u64, rtt_ms: u32) -> PathInfo {
 
 /// The client's send budget after `reports` of its one connection.
 fn budget_after(reports: &[PathInfo]) -> usize {
-    let mut p = pair(test_config(), test_config());
+    let mut p = pair(autotuned(), autotuned());
     for r in reports {
         p.client.set_path(0, *r);
     }
@@ -41,8 +47,8 @@ fn budget_after(reports: &[PathInfo]) -> usize {
 
 #[test]
 fn the_send_budget_follows_the_path_reports() {
-    // Before any report: the configured budget (an IO layer that never reports keeps it).
-    assert_eq!(budget_after(&[]), 16 << 20);
+    // Before any report: the floor (TCP starts slowly).
+    assert_eq!(budget_after(&[]), SEND_BUDGET_FLOOR);
     // A loopback-like path: tiny bandwidth-delay product, the floor.
     let loopback = PathInfo { rtt_us: Some(50), ..report(16_000, 0) };
     assert_eq!(budget_after(&[loopback]), SEND_BUDGET_FLOOR);
@@ -62,7 +68,7 @@ fn the_send_budget_follows_the_path_reports() {
 
 #[test]
 fn a_fixed_budget_ignores_the_reports() {
-    let fixed = SessionConfig { send_autotune: false, send_budget: 8 << 20, ..test_config() };
+    let fixed = SessionConfig { send_autotune: false, send_budget: 8 << 20, ..autotuned() };
     let mut p = pair(fixed, test_config());
     p.client.set_path(0, PathInfo { rtt_us: Some(50), ..report(16_000, 0) });
     assert_eq!(p.client.send_budget(), 8 << 20);
@@ -70,7 +76,7 @@ fn a_fixed_budget_ignores_the_reports() {
 
 #[test]
 fn a_writer_held_back_by_the_budget_is_told_when_it_grows() {
-    let mut p = pair(test_config(), test_config());
+    let mut p = pair(autotuned(), autotuned());
     p.client.set_path(0, PathInfo { rtt_us: Some(50), ..report(16_000, 0) });
     let id = p.client.open_stream().unwrap();
     let data = payload(4 << 20, 7);
@@ -116,7 +122,7 @@ fn peer_limit(p: &Pair, id: u32) -> u64 {
 /// `pause` of clock time passing between reads. Returns the largest window (limit beyond what
 /// was read) the server advertised, and what it read.
 fn upload_reading_every(pause: Duration) -> (u64, Vec<u8>) {
-    let mut p = pair(test_config(), test_config());
+    let mut p = pair(autotuned(), autotuned());
     let id = p.client.open_stream().unwrap();
     let data = payload(16 << 20, 9);
     let (mut sent, mut got, mut widest) = (0, Vec::new(), 0);
@@ -161,7 +167,7 @@ fn a_fast_reader_gets_a_wider_window_than_a_slow_one() {
 #[test]
 fn a_fixed_window_is_the_configured_one() {
     let server = SessionConfig { receive_autotune: false, stream_receive_window: 2 << 20, ..test_config() };
-    let mut p = pair(test_config(), server);
+    let mut p = pair(autotuned(), server);
     let id = p.client.open_stream().unwrap();
     let data = payload(256 << 10, 3);
     let mut sent = p.client.write(id, &data).unwrap();

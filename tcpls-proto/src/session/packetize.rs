@@ -151,6 +151,10 @@ impl Session {
                 if self.core.streams.get(id).is_some_and(|s| s.send.in_flight() > 0 || !s.write_blocked()) {
                     self.core.streams.park_front();
                 } else {
+                    // Its writer waits with room enough to be woken, room that came without an
+                    // event of its own (others' streams went quiet and its share or floor
+                    // grew): wake it, or tail and writer would wait for each other for ever.
+                    self.core.notify_writable_if_blocked(id);
                     skipped += 1;
                     self.core.streams.skip_front();
                 }

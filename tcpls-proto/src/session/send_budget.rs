@@ -66,10 +66,17 @@ impl SendBudgetRule {
         self.autotune
     }
 
-    /// The budget before any path has reported anything: the configured one. An IO layer that
-    /// never reports (no TCP_INFO) keeps it; ours reports as soon as a session's driver starts.
+    /// The budget before any path has reported anything: the floor (TCP starts slowly: the
+    /// reports of the first round trips come long before a path needs more), or the configured
+    /// budget when it does not follow the paths. Starting at the most instead let a bulk
+    /// writer queue 16 MiB before the first report. An IO layer that cannot report
+    /// (`Session::set_path`) turns `send_autotune` off.
     pub(super) fn initial(&self) -> usize {
-        self.max
+        if self.autotune {
+            self.floor
+        } else {
+            self.max
+        }
     }
 
     /// The budget for connections carrying `paths`: twice their sum of (what is in flight +

@@ -22,8 +22,8 @@ const RETAIN: usize = INITIAL_MAX_STREAM_DATA as usize;
 const SPLIT_COPY_BELOW: usize = 8192;
 
 /// A writer held back by the session's send budget is woken once it may write this much
-/// ([`SendBuf::worth_waking`]): a full record's worth.
-const WAKE_AT: usize = crate::record::MAX_PLAINTEXT;
+/// ([`SendBuf::worth_waking`]): what one full record carries of a stream.
+const WAKE_AT: usize = crate::record::MAX_PLAINTEXT - crate::frame::STREAM_FRAME_OVERHEAD;
 
 /// Smallest allocation, so that small writes do not regrow the buffer each time.
 const MIN_ALLOC: usize = 4096;
@@ -114,10 +114,11 @@ impl SendAccount {
         (self.active() + usize::from(buffered == 0)).max(1)
     }
 
-    /// What every one of `active` streams may always hold: the floor, lowered toward one
-    /// record's worth ([`WAKE_AT`]) once that many floors would exceed the budget. Many streams
-    /// on a small budget (a short path's) then hold one record each, not two: 1000 streams
-    /// hold 16 MiB beyond the budget, not 32.
+    /// What every one of `active` streams may always hold: the floor, lowered toward one full
+    /// record's worth of stream data ([`WAKE_AT`]) once that many floors would exceed the
+    /// budget. Many streams on a small budget (a short path's) then hold one record each, not
+    /// two: 1000 streams hold 16 MiB beyond the budget, not 32. Exactly a record's payload, so
+    /// that what a stream holds leaves as one full record, with no tail.
     fn floor_now(&self, active: usize) -> usize {
         (self.budget() / active).clamp(self.floor.min(WAKE_AT), self.floor)
     }

@@ -13,6 +13,9 @@ use tcpls_proto::{tcpls_client_config, tcpls_server_config, Event, Session, Sess
 pub use tcpls_test::Pki;
 
 /// Deterministic "randomness" (distinct values on every call) so token values are reproducible.
+/// The in-memory pipes have no TCP_INFO to report, so the send budget does not follow a path
+/// (`send_autotune` off, as for any IO layer that cannot report; tests/autotune.rs turns it on
+/// and reports paths itself).
 pub fn test_config() -> SessionConfig {
     let counter = std::sync::atomic::AtomicU64::new(1);
     SessionConfig {
@@ -20,6 +23,7 @@ pub fn test_config() -> SessionConfig {
             let call = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             buf.copy_from_slice(&tcpls_test::Rng::new(call).bytes(buf.len()));
         }),
+        send_autotune: false,
         ..SessionConfig::default()
     }
 }
