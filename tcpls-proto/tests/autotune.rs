@@ -33,6 +33,8 @@ fn report(mbit: u64, rtt_ms: u32) -> PathInfo {
         delivery_rate: Some(mbit * 1_000_000 / 8),
         kernel_unsent: Some(0),
         mss: Some(1448),
+        unacked: Some(10),
+        min_rtt_us: Some(rtt_ms * 1000),
     }
 }
 
@@ -50,8 +52,12 @@ fn the_send_budget_follows_the_path_reports() {
     // Before any report: the floor (TCP starts slowly).
     assert_eq!(budget_after(&[]), SEND_BUDGET_FLOOR);
     // A loopback-like path: tiny bandwidth-delay product, the floor.
-    let loopback = PathInfo { rtt_us: Some(50), ..report(16_000, 0) };
+    let loopback = PathInfo { min_rtt_us: Some(50), ..report(16_000, 0) };
     assert_eq!(budget_after(&[loopback]), SEND_BUDGET_FLOOR);
+    // A loaded host's loopback: the smoothed RTT counts the peer's wait to run, the path's own
+    // delay is still tiny.
+    let loaded = PathInfo { rtt_us: Some(5000), min_rtt_us: Some(20), ..report(16_000, 0) };
+    assert_eq!(budget_after(&[loaded]), SEND_BUDGET_FLOOR);
     // 100 Mbit/s at 100 ms: twice (1.25 MB in flight + the receiver's 16-record batch).
     assert_eq!(budget_after(&[report(100, 100)]), 2 * (1_250_000 + 16 * 16384));
     // 1 Gbit/s at 100 ms wants 25 MB: the configured 16 MiB is the most.
@@ -61,8 +67,8 @@ fn the_send_budget_follows_the_path_reports() {
     // ...ten do (the peak's window is 0.5 to 1 s of the IO layer's 100 ms reports).
     let slow = [report(100, 100)].into_iter().chain([report(10, 100); 10]).collect::<Vec<_>>();
     assert_eq!(budget_after(&slow), SEND_BUDGET_FLOOR);
-    // In slow start the congestion window leads: 1000 segments of 1448 B in flight.
-    let slow_start = PathInfo { cwnd: Some(1000), ..report(10, 100) };
+    // In slow start what is in flight leads the rate samples: 1000 segments of 1448 B.
+    let slow_start = PathInfo { unacked: Some(1000), ..report(10, 100) };
     assert_eq!(budget_after(&[slow_start]), 2 * (1000 * 1448 + 31_250));
 }
 
@@ -70,14 +76,14 @@ fn the_send_budget_follows_the_path_reports() {
 fn a_fixed_budget_ignores_the_reports() {
     let fixed = SessionConfig { send_autotune: false, send_budget: 8 << 20, ..autotuned() };
     let mut p = pair(fixed, test_config());
-    p.client.set_path(0, PathInfo { rtt_us: Some(50), ..report(16_000, 0) });
+    p.client.set_path(0, PathInfo { min_rtt_us: Some(50), ..report(16_000, 0) });
     assert_eq!(p.client.send_budget(), 8 << 20);
 }
 
 #[test]
 fn a_writer_held_back_by_the_budget_is_told_when_it_grows() {
     let mut p = pair(autotuned(), autotuned());
-    p.client.set_path(0, PathInfo { rtt_us: Some(50), ..report(16_000, 0) });
+    p.client.set_path(0, PathInfo { min_rtt_us: Some(50), ..report(16_000, 0) });
     let id = p.client.open_stream().unwrap();
     let data = payload(4 << 20, 7);
     // The floor takes 1 MiB; the rest waits (nothing is sent or acknowledged meanwhile).

@@ -201,6 +201,8 @@ impl SessionState {
             delivery_rate: Some(view.info.delivery_rate).filter(|r| *r > 0),
             kernel_unsent: Some(view.unsent),
             mss: Some(view.mss).filter(|m| *m > 0),
+            unacked: Some(view.unacked),
+            min_rtt_us: Some(view.min_rtt_us).filter(|r| *r > 0),
         })
     }
 

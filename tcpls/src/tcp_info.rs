@@ -66,12 +66,17 @@ pub(crate) fn read(fd: RawFd) -> io::Result<TcpInfo> {
 }
 
 /// `TCP_INFO` with what only the sending side uses: the bytes the kernel holds unsent
-/// (`tcpi_notsent_bytes`: what the scheduler counts as queue ahead of a new record) and the
-/// segment size (`tcpi_snd_mss`: with the congestion window, what TCP may have in flight).
+/// (`tcpi_notsent_bytes`: what the scheduler counts as queue ahead of a new record), and the
+/// segment size and segments in flight (`tcpi_snd_mss`, `tcpi_unacked`: what TCP has in
+/// flight, for the send budget).
 pub(crate) struct SenderView {
     pub(crate) info: TcpInfo,
     pub(crate) unsent: u32,
     pub(crate) mss: u32,
+    /// Segments in flight (`tcpi_unacked`).
+    pub(crate) unacked: u32,
+    /// Least RTT seen lately (`tcpi_min_rtt`), microseconds.
+    pub(crate) min_rtt_us: u32,
 }
 
 /// Reads `TCP_INFO` of a connected TCP socket for the session's sender ([`SenderView`]).
@@ -97,7 +102,13 @@ pub(crate) fn read_for_sender(fd: RawFd) -> io::Result<SenderView> {
         delivery_rate: info.tcpi_delivery_rate,
         bytes_acked: info.tcpi_bytes_acked,
     };
-    Ok(SenderView { info: tcp, unsent: info.tcpi_notsent_bytes, mss: info.tcpi_snd_mss })
+    Ok(SenderView {
+        info: tcp,
+        unsent: info.tcpi_notsent_bytes,
+        mss: info.tcpi_snd_mss,
+        unacked: info.tcpi_unacked,
+        min_rtt_us: info.tcpi_min_rtt,
+    })
 }
 
 #[cfg(not(target_os = "linux"))]

@@ -21,9 +21,14 @@ pub struct PathInfo {
     pub delivery_rate: Option<u64>,
     /// Bytes written to the socket that the kernel has not sent yet (`tcpi_notsent_bytes`).
     pub kernel_unsent: Option<u32>,
-    /// Largest segment the connection sends (`tcpi_snd_mss`), bytes: with `cwnd`, what TCP
-    /// may have in flight.
+    /// Largest segment the connection sends (`tcpi_snd_mss`), bytes.
     pub mss: Option<u32>,
+    /// Segments sent and not yet acknowledged by TCP (`tcpi_unacked`): with `mss`, what is in
+    /// flight now (the send budget's measure during slow start).
+    pub unacked: Option<u32>,
+    /// Least RTT seen lately (`tcpi_min_rtt`), microseconds: the path's own delay, without the
+    /// queues and the scheduling delays that smoothed RTT includes.
+    pub min_rtt_us: Option<u32>,
 }
 
 /// What a scheduler knows about each candidate connection.

@@ -3,8 +3,8 @@
 //! path").
 //!
 //! Every byte a stream holds waits for a TCPLS acknowledgement, so to keep a path busy the
-//! streams must hold what the path has in flight (delivery rate × RTT, or the congestion window
-//! if larger, as during slow start), plus what the receiver gathers before it acknowledges.
+//! streams must hold what the path has in flight (delivery rate × RTT, or what TCP has in flight
+//! now if more, as during slow start), plus what the receiver gathers before it acknowledges.
 //! Twice that leaves the congestion window room to double before the next update, as Linux's
 //! own send-buffer autotuning does (two congestion windows). More is worse: on a fast, short
 //! path (loopback, a LAN) a fixed 16 MiB budget is only a queue that the send rings cycle
@@ -30,10 +30,13 @@ const PEAK_HALF_WINDOW: u8 = 5;
 pub(super) struct PathCarry {
     /// Recent peak delivery rate, bytes per second.
     pub(super) rate: u64,
-    /// Smoothed RTT.
+    /// The path's RTT: the least seen lately (a queue or a busy host inflates the smoothed
+    /// one; the in-flight term covers what a longer RTT needs).
     pub(super) rtt: Duration,
-    /// Congestion window in bytes (segments × MSS).
-    pub(super) cwnd_bytes: u64,
+    /// What TCP has in flight now, bytes (unacknowledged segments × MSS). Not the congestion
+    /// window: on loopback that grows without bound (nothing is ever lost) and would make a
+    /// 16 MiB budget of a path that needs far less.
+    pub(super) in_flight: u64,
 }
 
 /// The rule that turns what the connections carry into a budget, from the session's settings.
@@ -85,7 +88,7 @@ impl SendBudgetRule {
     pub(super) fn target(&self, paths: impl IntoIterator<Item = PathCarry>) -> Option<usize> {
         let mut carried: Option<u64> = None;
         for p in paths {
-            let in_flight = bytes_in(p.rate, p.rtt).max(p.cwnd_bytes);
+            let in_flight = bytes_in(p.rate, p.rtt).max(p.in_flight);
             let before_ack = bytes_in(p.rate, self.ack_delay).min(self.ack_batch);
             let sum = carried.unwrap_or(0).saturating_add(in_flight).saturating_add(before_ack);
             carried = Some(sum);
@@ -136,13 +139,13 @@ mod tests {
     }
 
     fn path(mbit: u64, rtt_ms: u64) -> PathCarry {
-        PathCarry { rate: mbit * 1_000_000 / 8, rtt: Duration::from_millis(rtt_ms), cwnd_bytes: 0 }
+        PathCarry { rate: mbit * 1_000_000 / 8, rtt: Duration::from_millis(rtt_ms), in_flight: 0 }
     }
 
     #[test]
     fn a_short_fast_path_gets_the_floor() {
         // Loopback: 16 Gbit/s at 50 µs is 100 KB in flight, plus a 256 KiB acknowledgement batch.
-        let loopback = PathCarry { rate: 2_000_000_000, rtt: Duration::from_micros(50), cwnd_bytes: 0 };
+        let loopback = PathCarry { rate: 2_000_000_000, rtt: Duration::from_micros(50), in_flight: 0 };
         assert_eq!(rule(16 << 20).target([loopback]), Some(SEND_BUDGET_FLOOR));
     }
 
@@ -162,9 +165,9 @@ mod tests {
     }
 
     #[test]
-    fn the_congestion_window_counts_when_it_is_larger() {
+    fn what_is_in_flight_counts_when_it_is_larger() {
         // Slow start: the window grew before the rate samples show it.
-        let p = PathCarry { cwnd_bytes: 4 << 20, ..path(10, 100) };
+        let p = PathCarry { in_flight: 4 << 20, ..path(10, 100) };
         assert!(rule(64 << 20).target([p]).is_some_and(|b| b >= 8 << 20));
     }
 

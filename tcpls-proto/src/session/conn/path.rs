@@ -28,17 +28,20 @@ impl ConnPath {
         }
     }
 
-    /// What the path carries, for the send budget, once the IO layer has reported its RTT.
+    /// What the path carries, for the send budget, once the IO layer has reported its RTT
+    /// (the least lately seen, else the smoothed one).
     pub(in crate::session) fn carry(&self) -> Option<PathCarry> {
-        let rtt_us = self.tcp.rtt_us?;
-        let cwnd_bytes = match (self.tcp.cwnd, self.tcp.mss) {
-            (Some(cwnd), Some(mss)) => u64::from(cwnd).saturating_mul(u64::from(mss)),
+        // The path's own delay: smoothed RTT also counts queues and, on a loaded host, the
+        // time the peer's process waits to run (milliseconds on loopback).
+        let rtt_us = self.tcp.min_rtt_us.or(self.tcp.rtt_us)?;
+        let in_flight = match (self.tcp.unacked, self.tcp.mss) {
+            (Some(segments), Some(mss)) => u64::from(segments).saturating_mul(u64::from(mss)),
             _ => 0,
         };
         Some(PathCarry {
             rate: self.peak_rate.get(),
             rtt: std::time::Duration::from_micros(u64::from(rtt_us)),
-            cwnd_bytes,
+            in_flight,
         })
     }
 }
