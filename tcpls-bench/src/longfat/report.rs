@@ -22,6 +22,9 @@ pub struct EmulatorSample {
     pub queue_drops: u64,
     /// Mean lateness of delivered packets against their schedule, µs (the emulator keeping up).
     pub mean_late_us: f64,
+    /// CPU the emulator (both directions) used, as a share of one CPU, over the whole run
+    /// (process start to exit).
+    pub cpu_share: f64,
 }
 
 /// One transfer.
@@ -43,6 +46,9 @@ pub struct Sample {
     pub late_after_jump_gbit_s: Option<f64>,
     /// Seconds from the jump until a 1 s window reaches 90 % of `late_after_jump_gbit_s`.
     pub recovery_s: Option<f64>,
+    /// Seconds from the jump until a 1 s window reaches 90 % of `before_jump_gbit_s` (back to
+    /// the goodput it had before: the path's rate did not change); None if it never did.
+    pub full_recovery_s: Option<f64>,
     pub sender_peak_rss_mib: f64,
     pub receiver_peak_rss_mib: f64,
     pub sender_cpu_s: f64,
@@ -66,16 +72,18 @@ impl Sample {
         let warm = first + (warmup_s * 1e9) as u64;
         let jump = m.jump_ns.filter(|&j| j > first && j < end);
         let late_after = jump.and_then(|j| gbit_s_between(tl, j + (end - j) / 2, end));
+        let before = jump.and_then(|j| gbit_s_between(tl, first + (j - first) / 2, j));
         Sample {
             round,
             seconds,
             gbit_s: bytes as f64 * 8.0 / seconds / 1e9,
             steady_gbit_s: gbit_s_between(tl, warm, end),
             jump_at_s: jump.map(|j| secs(j - first)),
-            before_jump_gbit_s: jump.and_then(|j| gbit_s_between(tl, first + (j - first) / 2, j)),
+            before_jump_gbit_s: before,
             after_jump_gbit_s: jump.and_then(|j| gbit_s_between(tl, j, end)),
             late_after_jump_gbit_s: late_after,
             recovery_s: jump.zip(late_after).and_then(|(j, g)| seconds_until(tl, j, SECOND_NS, RECOVERED * g)),
+            full_recovery_s: jump.zip(before).and_then(|(j, g)| seconds_until(tl, j, SECOND_NS, RECOVERED * g)),
             sender_peak_rss_mib: m.sent.peak_rss_kib as f64 / 1024.0,
             receiver_peak_rss_mib: m.received.peak_rss_kib as f64 / 1024.0,
             sender_cpu_s: secs(m.sent.cpu_user_ns + m.sent.cpu_sys_ns),
@@ -84,6 +92,7 @@ impl Sample {
                 delivered_packets: m.emulator.tx_packets,
                 queue_drops: m.emulator.drop_queue,
                 mean_late_us: m.emulator.late_ns as f64 / m.emulator.tx_packets.max(1) as f64 / 1e3,
+                cpu_share: m.emulator_cpu_share,
             },
             other_load: m.other_load,
             verified: true,
@@ -102,19 +111,21 @@ impl Sample {
         );
         if let Some(at) = self.jump_at_s {
             line += &format!(
-                ", jump at {at:.2} s: before {} after {} (late {}) Gbit/s, recovery {} s",
+                ", jump at {at:.2} s: before {} after {} (late {}) Gbit/s, recovery {} s (to before: {} s)",
                 opt(self.before_jump_gbit_s),
                 opt(self.after_jump_gbit_s),
                 opt(self.late_after_jump_gbit_s),
-                opt(self.recovery_s)
+                opt(self.recovery_s),
+                opt(self.full_recovery_s)
             );
         }
         line + &format!(
-            ", peak RSS MiB sender {:.0} receiver {:.0}, emulator: {} drops, late {:.0} µs, other load {}",
+            ", peak RSS MiB sender {:.0} receiver {:.0}, emulator: {} drops, late {:.0} µs, CPU {:.0}%, other load {}",
             self.sender_peak_rss_mib,
             self.receiver_peak_rss_mib,
             self.emulator.queue_drops,
             self.emulator.mean_late_us,
+            self.emulator.cpu_share * 100.0,
             percent(self.other_load)
         )
     }
@@ -151,10 +162,12 @@ pub struct ProtoSummary {
     pub median_late_after_jump_gbit_s: Option<f64>,
     pub late_after_jump_ratio_to_tcp: Option<f64>,
     pub median_recovery_s: Option<f64>,
+    pub median_full_recovery_s: Option<f64>,
     pub median_sender_peak_rss_mib: f64,
     pub median_receiver_peak_rss_mib: f64,
     pub median_queue_drops: f64,
     pub median_emulator_late_us: f64,
+    pub median_emulator_cpu_share: f64,
     pub max_other_load: Option<f64>,
     pub samples: Vec<Sample>,
 }
@@ -180,10 +193,12 @@ impl ProtoSummary {
             median_late_after_jump_gbit_s: opt(|s| s.late_after_jump_gbit_s),
             late_after_jump_ratio_to_tcp: None,
             median_recovery_s: opt(|s| s.recovery_s),
+            median_full_recovery_s: opt(|s| s.full_recovery_s),
             median_sender_peak_rss_mib: of(|s| s.sender_peak_rss_mib),
             median_receiver_peak_rss_mib: of(|s| s.receiver_peak_rss_mib),
             median_queue_drops: of(|s| s.emulator.queue_drops as f64),
             median_emulator_late_us: of(|s| s.emulator.mean_late_us),
+            median_emulator_cpu_share: of(|s| s.emulator.cpu_share),
             max_other_load: samples.iter().filter_map(|s| s.other_load).reduce(f64::max),
             samples,
         }

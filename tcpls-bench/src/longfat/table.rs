@@ -64,16 +64,28 @@ impl ScenarioReport {
 
     fn print_steady(&self) {
         println!(
-            "{:<9} {:>7} {:>7} {:>7} {:>6}   {:>7} {:>6}   {:>10} {:>8}   {:>7} {:>7}   {:>5}",
-            "", "Gbit/s", "min", "max", "ratio", "steady", "ratio", "peak RSS", "MiB", "queue", "late", "other"
+            "{:<9} {:>7} {:>7} {:>7} {:>6}   {:>7} {:>6}   {:>10} {:>8}   {:>7} {:>7} {:>7}   {:>5}",
+            "", "Gbit/s", "min", "max", "ratio", "steady", "ratio", "peak RSS", "MiB", "queue", "emu", "emu", "other"
         );
         println!(
-            "{:<9} {:>7} {:>7} {:>7} {:>6}   {:>7} {:>6}   {:>10} {:>8}   {:>7} {:>7}   {:>5}",
-            "protocol", "median", "", "", "to tcp", "Gbit/s", "to tcp", "sender", "receiver", "drops", "µs", "load"
+            "{:<9} {:>7} {:>7} {:>7} {:>6}   {:>7} {:>6}   {:>10} {:>8}   {:>7} {:>7} {:>7}   {:>5}",
+            "protocol",
+            "median",
+            "",
+            "",
+            "to tcp",
+            "Gbit/s",
+            "to tcp",
+            "sender",
+            "receiver",
+            "drops",
+            "late µs",
+            "CPU",
+            "load"
         );
         for r in &self.results {
             println!(
-                "{:<9} {:>7.3} {:>7.3} {:>7.3} {:>6}   {:>7} {:>6}   {:>10.1} {:>8.1}   {:>7.0} {:>7.0}   {:>5}",
+                "{:<9} {:>7.3} {:>7.3} {:>7.3} {:>6}   {:>7} {:>6}   {:>10.1} {:>8.1}   {:>7.0} {:>7.0} {:>6.0}%   {:>5}",
                 r.protocol,
                 r.median_gbit_s,
                 r.min_gbit_s,
@@ -85,6 +97,7 @@ impl ScenarioReport {
                 r.median_receiver_peak_rss_mib,
                 r.median_queue_drops,
                 r.median_emulator_late_us,
+                r.median_emulator_cpu_share * 100.0,
                 percent(r.max_other_load),
             );
         }
@@ -92,38 +105,43 @@ impl ScenarioReport {
             "Gbit/s: bytes / (last byte read - first write); steady: from {} s after the first write to the last byte.",
             self.warmup_s
         );
-        println!("queue drops: packets the path's queue dropped (data direction); late: the emulator's mean lateness.");
+        println!("queue drops: packets the path's queue dropped (data direction); emu late: the emulator's mean");
+        println!("lateness; emu CPU: the emulator's CPU (both directions) as a share of one CPU.");
     }
 
     fn print_jump(&self) {
         println!(
-            "{:<9} {:>7} {:>7} {:>7} {:>6}   {:>7} {:>6}   {:>8}   {:>10} {:>8}   {:>5}",
-            "", "before", "after", "", "ratio", "late", "ratio", "recovery", "peak RSS", "MiB", "other"
+            "{:<9} {:>7} {:>7} {:>6}   {:>7} {:>6}   {:>8} {:>9}   {:>10} {:>8}   {:>5}",
+            "", "before", "after", "ratio", "late", "ratio", "recovery", "to before", "peak RSS", "MiB", "other"
         );
         println!(
-            "{:<9} {:>7} {:>7} {:>7} {:>6}   {:>7} {:>6}   {:>8}   {:>10} {:>8}   {:>5}",
-            "protocol", "Gbit/s", "Gbit/s", "", "to tcp", "Gbit/s", "to tcp", "s", "sender", "receiver", "load"
+            "{:<9} {:>7} {:>7} {:>6}   {:>7} {:>6}   {:>8} {:>9}   {:>10} {:>8}   {:>5}",
+            "protocol", "Gbit/s", "Gbit/s", "to tcp", "Gbit/s", "to tcp", "s", "s", "sender", "receiver", "load"
         );
         for r in &self.results {
             print_jump_row(r);
         }
         println!("before: second half of the time before the jump; after: from the jump to the last byte;");
         println!("late: the second half of that (the new steady state); recovery: from the jump until a 1 s");
-        println!("window reaches 90% of late ('-': not in most rounds).");
+        println!("window reaches 90% of late; to before: until it reaches 90% of before ('-': not in most rounds).");
     }
+}
+
+fn seconds(x: Option<f64>) -> String {
+    x.map_or_else(|| "-".into(), |v| format!("{v:.1}"))
 }
 
 fn print_jump_row(r: &ProtoSummary) {
     println!(
-        "{:<9} {:>7} {:>7} {:>7} {:>6}   {:>7} {:>6}   {:>8}   {:>10.1} {:>8.1}   {:>5}",
+        "{:<9} {:>7} {:>7} {:>6}   {:>7} {:>6}   {:>8} {:>9}   {:>10.1} {:>8.1}   {:>5}",
         r.protocol,
         gbit(r.median_before_jump_gbit_s),
         gbit(r.median_after_jump_gbit_s),
-        "",
         ratio(r.after_jump_ratio_to_tcp),
         gbit(r.median_late_after_jump_gbit_s),
         ratio(r.late_after_jump_ratio_to_tcp),
-        r.median_recovery_s.map_or_else(|| "-".into(), |v| format!("{v:.1}")),
+        seconds(r.median_recovery_s),
+        seconds(r.median_full_recovery_s),
         r.median_sender_peak_rss_mib,
         r.median_receiver_peak_rss_mib,
         percent(r.max_other_load),

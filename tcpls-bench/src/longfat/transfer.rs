@@ -11,7 +11,7 @@ use tcpls_netem::{LinkStats, Side};
 use super::bed::Bed;
 use crate::compare::{read_json, spawn_side, Children, Watchdog};
 use crate::proto::{Proto, Ready, SideReport};
-use crate::sys::{monotonic_ns, LoadMeter};
+use crate::sys::{monotonic_ns, Cpu, LoadMeter};
 use crate::Res;
 
 /// How often the receiver samples its byte count.
@@ -47,6 +47,10 @@ pub struct Measured {
     pub jump_ns: Option<u64>,
     /// The emulator's data-direction counters over the transfer.
     pub emulator: LinkStats,
+    /// CPU time of this process over the run, as a share of one CPU over the same wall time:
+    /// the emulator's threads (both directions), as the process does nothing else meanwhile
+    /// but wait for its children.
+    pub emulator_cpu_share: f64,
     pub other_load: Option<f64>,
 }
 
@@ -95,6 +99,7 @@ pub fn run(bed: &Bed, spec: &Spec) -> Res<Measured> {
     }
     let load = LoadMeter::start();
     let emulator0 = bed.data_direction();
+    let (cpu0, wall0) = (Cpu::now(), Instant::now());
     let watchdog = Watchdog::start(spec.timeout);
     let mut children = Children(Vec::new());
     let (cancel_jump, cancelled) = mpsc::channel::<()>();
@@ -128,6 +133,8 @@ pub fn run(bed: &Bed, spec: &Spec) -> Res<Measured> {
     let (sent, received) = result?;
     children.wait_all()?;
     let emulator = counters_since(bed.data_direction(), emulator0);
+    let cpu = Cpu::now().since(cpu0);
+    let emulator_cpu_share = (cpu.user_ns + cpu.sys_ns) as f64 / 1e9 / wall0.elapsed().as_secs_f64().max(1e-9);
     if received.bytes != spec.bytes || sent.bytes != spec.bytes {
         return Err(format!(
             "byte count mismatch: sent {}, received {}, expected {}",
@@ -144,5 +151,5 @@ pub fn run(bed: &Bed, spec: &Spec) -> Res<Measured> {
         return Err("clock went backwards between first write and last read".into());
     }
     let jump_ns = jump_ns.filter(|&t| t < received.t_ns);
-    Ok(Measured { sent, received, jump_ns, emulator, other_load: load.others() })
+    Ok(Measured { sent, received, jump_ns, emulator, emulator_cpu_share, other_load: load.others() })
 }
