@@ -67,7 +67,9 @@ pub struct Options {
     /// Jump scenario: one-way delay after the jump, ms.
     #[arg(long, default_value_t = 100.0)]
     jump_to_ms: f64,
-    /// Jump scenario: seconds after the client starts when the delay changes.
+    /// Jump scenario: when the delay changes, in seconds after the first MiB of data crossed
+    /// the path (so that process start-up and handshakes, slow on a loaded machine, do not
+    /// count).
     #[arg(long, default_value_t = 5.0)]
     jump_at: f64,
     /// Jump scenario: bytes per transfer.

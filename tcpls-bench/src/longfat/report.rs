@@ -239,8 +239,9 @@ pub struct ScenarioReport {
     pub delay_ms: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub jump_to_ms: Option<f64>,
+    /// When the delay changed: seconds after the first MiB of data crossed the path.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub jump_after_client_start_s: Option<f64>,
+    pub jump_after_first_mib_s: Option<f64>,
     pub queue_packets: usize,
     pub congestion_control: String,
     /// The sysctls set in the client and the server namespace.
@@ -280,7 +281,7 @@ impl ScenarioReport {
             rate_mbps: path.rate_mbps,
             delay_ms: path.delay_ms,
             jump_to_ms: jump.then_some(opts.jump_to_ms),
-            jump_after_client_start_s: jump.then_some(opts.jump_at),
+            jump_after_first_mib_s: jump.then_some(opts.jump_at),
             queue_packets: path.queue_packets,
             congestion_control: path.congestion_control.clone(),
             sysctls: end_sysctls(&path).into_iter().map(|(k, v)| (k.to_string(), v)).collect(),

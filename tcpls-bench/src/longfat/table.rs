@@ -36,12 +36,12 @@ impl ScenarioReport {
                 self.rate_mbps, self.delay_ms, self.queue_packets, self.congestion_control
             ),
             Scenario::Jump => println!(
-                "jump: {} Mbit/s, {} ms one way (RTT {rtt} ms) then {} ms (RTT {} ms) {} s after the client starts, queue {} packets, {}",
+                "jump: {} Mbit/s, {} ms one way (RTT {rtt} ms) then {} ms (RTT {} ms) {} s after the first MiB crossed the path, queue {} packets, {}",
                 self.rate_mbps,
                 self.delay_ms,
                 self.jump_to_ms.unwrap_or_default(),
                 2.0 * self.jump_to_ms.unwrap_or_default(),
-                self.jump_after_client_start_s.unwrap_or_default(),
+                self.jump_after_first_mib_s.unwrap_or_default(),
                 self.queue_packets,
                 self.congestion_control
             ),

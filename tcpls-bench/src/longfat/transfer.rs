@@ -23,7 +23,7 @@ pub struct Jump {
     /// One-way delay before and after, ms.
     pub from_ms: f64,
     pub to_ms: f64,
-    /// Seconds after the client process starts.
+    /// Seconds after the first MiB of data crossed the path.
     pub at_s: f64,
 }
 
@@ -69,10 +69,24 @@ fn counters_since(after: LinkStats, before: LinkStats) -> LinkStats {
     }
 }
 
-/// Waits until `at` unless cancelled first; then changes the delay and returns when.
-fn jump_thread(bed: &Bed, jump: Jump, start: Instant, cancel: mpsc::Receiver<()>) -> Option<u64> {
-    let wait = (start + Duration::from_secs_f64(jump.at_s)).saturating_duration_since(Instant::now());
-    match cancel.recv_timeout(wait) {
+/// Data that must have crossed the path before the jump's clock starts: the transfer is under
+/// way (handshakes and process start-up, slow in a debug build or on a loaded machine, are
+/// behind it).
+const JUMP_CLOCK_BYTES: u64 = 1 << 20;
+
+/// How often the jump thread looks at the emulator's counters while it waits for the data.
+const JUMP_POLL: Duration = Duration::from_millis(5);
+
+/// Waits until [`JUMP_CLOCK_BYTES`] have crossed the path in the data direction, then
+/// `jump.at_s` more, unless cancelled first; then changes the delay and returns when.
+fn jump_thread(bed: &Bed, jump: Jump, cancel: mpsc::Receiver<()>) -> Option<u64> {
+    let delivered0 = bed.data_direction().tx_bytes;
+    while bed.data_direction().tx_bytes < delivered0 + JUMP_CLOCK_BYTES {
+        if !matches!(cancel.recv_timeout(JUMP_POLL), Err(mpsc::RecvTimeoutError::Timeout)) {
+            return None;
+        }
+    }
+    match cancel.recv_timeout(Duration::from_secs_f64(jump.at_s)) {
         Err(mpsc::RecvTimeoutError::Timeout) => {
             bed.set_delay_ms(jump.to_ms);
             Some(monotonic_ns())
@@ -116,11 +130,10 @@ pub fn run(bed: &Bed, spec: &Spec) -> Res<Measured> {
             let mut args = side_args(spec, "client");
             args.extend(["--host".into(), bed.server().to_string(), "--port".into(), ready.port.to_string()]);
             args.extend(["--cc".into(), spec.cc.to_string()]);
-            let start = Instant::now();
             let (client, mut client_out) = spawn_side(Some(&bed.wrap(Side::Client)), &args, spec.env)?;
             watchdog.watch(&client);
             children.0.push(client);
-            jumper = spec.jump.map(|j| scope.spawn(move || jump_thread(bed, j, start, cancelled)));
+            jumper = spec.jump.map(|j| scope.spawn(move || jump_thread(bed, j, cancelled)));
             let sent: SideReport = read_json(&mut client_out, "client")?;
             let received: SideReport = read_json(&mut server_out, "server")?;
             Ok((sent, received))
