@@ -58,17 +58,17 @@ impl ScenarioReport {
         }
         println!();
         for r in &self.results {
-            println!("  {:<9} {}", r.protocol, r.description);
+            println!("  {:<14} {}", r.protocol, r.description);
         }
     }
 
     fn print_steady(&self) {
         println!(
-            "{:<9} {:>7} {:>7} {:>7} {:>6}   {:>7} {:>6}   {:>10} {:>8}   {:>7} {:>7} {:>7}   {:>5}",
+            "{:<14} {:>7} {:>7} {:>7} {:>6}   {:>7} {:>6}   {:>10} {:>8}   {:>7} {:>7} {:>7}   {:>5}",
             "", "Gbit/s", "min", "max", "ratio", "steady", "ratio", "peak RSS", "MiB", "queue", "emu", "emu", "other"
         );
         println!(
-            "{:<9} {:>7} {:>7} {:>7} {:>6}   {:>7} {:>6}   {:>10} {:>8}   {:>7} {:>7} {:>7}   {:>5}",
+            "{:<14} {:>7} {:>7} {:>7} {:>6}   {:>7} {:>6}   {:>10} {:>8}   {:>7} {:>7} {:>7}   {:>5}",
             "protocol",
             "median",
             "",
@@ -85,7 +85,7 @@ impl ScenarioReport {
         );
         for r in &self.results {
             println!(
-                "{:<9} {:>7.3} {:>7.3} {:>7.3} {:>6}   {:>7} {:>6}   {:>10.1} {:>8.1}   {:>7.0} {:>7.0} {:>6.0}%   {:>5}",
+                "{:<14} {:>7.3} {:>7.3} {:>7.3} {:>6}   {:>7} {:>6}   {:>10.1} {:>8.1}   {:>7.0} {:>7.0} {:>6.0}%   {:>5}",
                 r.protocol,
                 r.median_gbit_s,
                 r.min_gbit_s,
@@ -111,11 +111,11 @@ impl ScenarioReport {
 
     fn print_jump(&self) {
         println!(
-            "{:<9} {:>7} {:>7} {:>6}   {:>7} {:>6}   {:>8} {:>9}   {:>10} {:>8}   {:>5}",
+            "{:<14} {:>7} {:>7} {:>6}   {:>7} {:>6}   {:>8} {:>9}   {:>10} {:>8}   {:>5}",
             "", "before", "after", "ratio", "late", "ratio", "recovery", "to before", "peak RSS", "MiB", "other"
         );
         println!(
-            "{:<9} {:>7} {:>7} {:>6}   {:>7} {:>6}   {:>8} {:>9}   {:>10} {:>8}   {:>5}",
+            "{:<14} {:>7} {:>7} {:>6}   {:>7} {:>6}   {:>8} {:>9}   {:>10} {:>8}   {:>5}",
             "protocol", "Gbit/s", "Gbit/s", "to tcp", "Gbit/s", "to tcp", "s", "s", "sender", "receiver", "load"
         );
         for r in &self.results {
@@ -133,7 +133,7 @@ fn seconds(x: Option<f64>) -> String {
 
 fn print_jump_row(r: &ProtoSummary) {
     println!(
-        "{:<9} {:>7} {:>7} {:>6}   {:>7} {:>6}   {:>8} {:>9}   {:>10.1} {:>8.1}   {:>5}",
+        "{:<14} {:>7} {:>7} {:>6}   {:>7} {:>6}   {:>8} {:>9}   {:>10.1} {:>8.1}   {:>5}",
         r.protocol,
         gbit(r.median_before_jump_gbit_s),
         gbit(r.median_after_jump_gbit_s),
