@@ -7,6 +7,7 @@ mod compare;
 mod farm;
 mod heap;
 mod join;
+mod longfat;
 mod pki;
 mod proto;
 mod quic;
@@ -57,6 +58,12 @@ enum Command {
         after_help = "Example:\n  cargo build --release -p tcpls-cli -p tcpls-bench\n  target/release/tcpls-bench farm --nodes 1,3"
     )]
     Farm(farm::Options),
+    /// Goodput of TCP and TCPLS (1 and 64 streams) on an emulated long fat path (tcpls-netem,
+    /// 1 Gbit/s, 50 ms one way) and across an RTT jump from 10 to 200 ms; needs root.
+    #[command(
+        after_help = "Examples:\n  sudo target/release/tcpls-bench longfat\n  sudo target/release/tcpls-bench longfat --quick --json"
+    )]
+    Longfat(longfat::Options),
     /// Server of a scale run (spawned by `scale`).
     #[command(hide = true)]
     ScaleServer {
@@ -113,6 +120,15 @@ enum Command {
         /// Run on this CPU only.
         #[arg(long)]
         pin: Option<usize>,
+        /// Address to listen on (port 0: any, announced on stdout).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: std::net::SocketAddr,
+        /// Check every received byte against the payload.
+        #[arg(long)]
+        verify: bool,
+        /// Sample the bytes received so far every this many milliseconds (report's `timeline`).
+        #[arg(long)]
+        timeline_ms: Option<u64>,
     },
     /// Sending end of one transfer (spawned by `compare`).
     #[command(hide = true)]
@@ -121,6 +137,12 @@ enum Command {
         proto: Proto,
         #[arg(long)]
         port: u16,
+        /// The server's address.
+        #[arg(long, default_value = "127.0.0.1")]
+        host: std::net::IpAddr,
+        /// TCP congestion control of the sender's sockets (`TCP_CONGESTION`).
+        #[arg(long)]
+        cc: Option<String>,
         /// TCPLS: close the session right after writing, without waiting for the server's reply.
         #[arg(long)]
         close_early: bool,
@@ -172,6 +194,7 @@ fn main() -> ExitCode {
         Command::RecvCpu(opts) => recv_cpu::run(opts),
         Command::Scale(opts) => scale::run(opts),
         Command::Farm(opts) => farm::run(opts),
+        Command::Longfat(opts) => longfat::run(opts),
         Command::ScaleServer { worker_threads } => {
             heap::enable();
             run_on_runtime(worker_threads, scale::server())
@@ -186,12 +209,17 @@ fn main() -> ExitCode {
         Command::JoinClient { mode, joins, first, second, worker_threads } => {
             run_on_runtime(worker_threads, join::client(mode, joins, first, second)).and_then(|r| print_report(&r))
         }
-        Command::Server { proto, bytes, worker_threads, pin } => pin_to(pin)
-            .and_then(|()| run_on_runtime(worker_threads, child::server(proto, bytes)))
-            .and_then(|r| print_report(&r)),
-        Command::Client { proto, port, bytes, worker_threads, close_early, pin } => pin_to(pin)
-            .and_then(|()| run_on_runtime(worker_threads, child::client(proto, port, bytes, close_early)))
-            .and_then(|r| print_report(&r)),
+        Command::Server { proto, bytes, worker_threads, pin, listen, verify, timeline_ms } => {
+            let checks = side::ReceiverChecks { verify, timeline: timeline_ms.map(std::time::Duration::from_millis) };
+            pin_to(pin)
+                .and_then(|()| run_on_runtime(worker_threads, child::server(proto, bytes, listen, checks)))
+                .and_then(|r| print_report(&r))
+        }
+        Command::Client { proto, port, host, cc, bytes, worker_threads, close_early, pin } => {
+            let addr = std::net::SocketAddr::new(host, port);
+            let sender = async move { child::client(proto, addr, bytes, close_early, cc.as_deref()).await };
+            pin_to(pin).and_then(|()| run_on_runtime(worker_threads, sender)).and_then(|r| print_report(&r))
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

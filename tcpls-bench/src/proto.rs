@@ -217,6 +217,14 @@ pub struct SideReport {
     /// its last byte was read)`, for per-stream goodput and fairness.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub streams: Vec<(u64, u64)>,
+    /// Receiver with a timeline (`longfat`): `(CLOCK_MONOTONIC ns, bytes received so far)`
+    /// sampled periodically, the last one at the last expected byte.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub timeline: Vec<(u64, u64)>,
+    /// Sender asked for a congestion control (`longfat --cc`): what its sockets report after
+    /// setting it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub congestion_control: Option<String>,
 }
 
 /// This process's peak resident set size (`VmHWM` in /proc/self/status), KiB; 0 if unknown.

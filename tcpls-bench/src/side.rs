@@ -52,6 +52,8 @@ impl Counter {
             tcpls: None,
             peak_rss_kib: peak_rss_kib(),
             streams: Vec::new(),
+            timeline: Vec::new(),
+            congestion_control: None,
         }
     }
 }
@@ -80,4 +82,85 @@ pub async fn write_payload<W: AsyncWrite + Unpin>(w: &mut W, bytes: u64) -> Res<
         sent += piece.len() as u64;
     }
     Ok(())
+}
+
+/// What a receiver does besides counting: `longfat` checks every byte and samples the
+/// received total over time (`compare` does neither: it measures CPU cost, and checking costs
+/// CPU).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReceiverChecks {
+    /// Compare every received byte with the payload (each stream carries it from offset 0).
+    pub verify: bool,
+    /// Sample the bytes received so far this often (CLOCK_MONOTONIC), for goodput over time.
+    pub timeline: Option<std::time::Duration>,
+}
+
+/// The content check of one received stream: every byte against the payload from offset 0.
+pub struct StreamCheck(Option<tcpls_pattern::Verifier>);
+
+impl StreamCheck {
+    pub fn new(checks: ReceiverChecks) -> Self {
+        Self(checks.verify.then(|| tcpls_pattern::Verifier::new(PAYLOAD_SEED)))
+    }
+
+    pub fn feed(&mut self, data: &[u8]) {
+        if let Some(v) = &mut self.0 {
+            v.feed(data);
+        }
+    }
+
+    /// At the end of the stream: an error if a byte differed from the payload.
+    pub fn finish(&self) -> Res<()> {
+        match &self.0 {
+            Some(v) if !v.verified(v.len()) => {
+                Err(format!("received bytes differ from the payload (within the first {} bytes)", v.len()).into())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Most timeline samples kept (a day at 1 s, 2.7 hours at 100 ms): bounds the memory.
+const MAX_TIMELINE_SAMPLES: usize = 100_000;
+
+/// Samples a [`Counter`] every period on a thread of its own (the runtime's workers may be
+/// busy), until every expected byte arrived or [`TimelineSampler::finish`] is called.
+pub struct TimelineSampler {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Vec<(u64, u64)>>>,
+}
+
+impl TimelineSampler {
+    pub fn start(counter: Arc<Counter>, period: Option<std::time::Duration>) -> Res<Self> {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let Some(period) = period else {
+            return Ok(Self { stop, thread: None });
+        };
+        let stopped = stop.clone();
+        let thread = std::thread::Builder::new().name("timeline".into()).spawn(move || {
+            let mut samples = vec![(monotonic_ns(), counter.bytes())];
+            while !stopped.load(Ordering::Relaxed) && samples.len() < MAX_TIMELINE_SAMPLES {
+                std::thread::sleep(period);
+                let bytes = counter.bytes();
+                samples.push((monotonic_ns(), bytes));
+                if bytes >= counter.expected {
+                    break;
+                }
+            }
+            samples
+        })?;
+        Ok(Self { stop, thread: Some(thread) })
+    }
+
+    /// `(CLOCK_MONOTONIC ns, bytes received so far)` pairs; the last expected byte's moment is
+    /// added as the final sample.
+    pub fn finish(mut self, counter: &Counter) -> Vec<(u64, u64)> {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut samples = self.thread.take().and_then(|t| t.join().ok()).unwrap_or_default();
+        if let Some(&(t, _)) = counter.done.get() {
+            samples.retain(|&(at, _)| at < t);
+            samples.push((t, counter.expected));
+        }
+        samples
+    }
 }

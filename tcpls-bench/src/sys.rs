@@ -102,21 +102,29 @@ pub fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
 }
 
 /// How much of the machine other programs used while a measurement ran: what makes a run noisy.
+/// "Other" excludes this process (`longfat` runs the link emulator in it) and its children.
 pub struct LoadMeter {
     busy0: Option<u64>,
-    children0: u64,
+    ours0: u64,
     wall0: u64,
+}
+
+/// CPU time of this process and its reaped children so far, ns.
+fn our_cpu_ns() -> u64 {
+    let me = Cpu::now();
+    children_cpu_ns() + me.user_ns + me.sys_ns
 }
 
 impl LoadMeter {
     pub fn start() -> Self {
-        Self { busy0: machine_busy_ns(), children0: children_cpu_ns(), wall0: monotonic_ns() }
+        Self { busy0: machine_busy_ns(), ours0: our_cpu_ns(), wall0: monotonic_ns() }
     }
 
-    /// Share of all CPUs busy with something other than our child processes since `start`.
+    /// Share of all CPUs busy with something other than this process and its child processes
+    /// since `start`.
     pub fn others(&self) -> Option<f64> {
         let wall = monotonic_ns().saturating_sub(self.wall0) as f64;
-        let ours = children_cpu_ns().saturating_sub(self.children0) as f64;
+        let ours = our_cpu_ns().saturating_sub(self.ours0) as f64;
         match (self.busy0, machine_busy_ns()) {
             (Some(a), Some(b)) if wall > 0.0 => {
                 Some(((b.saturating_sub(a) as f64 - ours) / (wall * nproc() as f64)).max(0.0))
@@ -188,4 +196,34 @@ pub fn rss_bytes() -> u64 {
     // SAFETY: sysconf has no memory-safety preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     pages * if page > 0 { page as u64 } else { 4096 }
+}
+
+/// Sets the TCP congestion control of a socket (`TCP_CONGESTION`; root may pick one that
+/// `net.ipv4.tcp_allowed_congestion_control` does not list) and returns what the socket then
+/// reports.
+pub fn set_congestion_control(fd: std::os::fd::RawFd, name: &str) -> std::io::Result<String> {
+    // SAFETY: `fd` is an open TCP socket of the caller; `name` is valid for `name.len()` bytes,
+    // which are only read.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            name.as_ptr().cast(),
+            name.len() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut buf = [0u8; 32];
+    let mut len = buf.len() as libc::socklen_t;
+    // SAFETY: `buf` is writable for `len` bytes and `len` is a valid, writable socklen_t.
+    let rc =
+        unsafe { libc::getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_CONGESTION, buf.as_mut_ptr().cast(), &mut len) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let got = &buf[..(len as usize).min(buf.len())];
+    Ok(String::from_utf8_lossy(got).trim_end_matches('\0').to_string())
 }
