@@ -251,6 +251,16 @@ struct ServeArgs {
     /// with the default.
     #[arg(long, value_parser = parse_send_budget, default_value = "16M", value_name = "SIZE")]
     send_budget: usize,
+    /// How sessions are spread over threads: per-core (one listener and one single-threaded
+    /// runtime per core, each session and its joined connections kept on one core; joins that
+    /// reach another core are handed over) or work-stealing (one runtime whose threads share
+    /// every session). docs/PERFORMANCE.md, "Handshakes", compares them.
+    #[arg(long, value_enum, default_value_t = serve::ServerRuntime::PerCore, value_name = "MODEL")]
+    runtime: serve::ServerRuntime,
+    /// Threads serving sessions: cores with --runtime per-core, worker threads with
+    /// work-stealing (0: one per CPU the process may use).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    threads: usize,
 }
 
 /// Exit status after Ctrl-C (128 + SIGINT, as shells report it), for every subcommand.
@@ -283,7 +293,14 @@ fn main() -> ExitCode {
         // thread starts, so nothing reads the environment concurrently.
         std::env::set_var("SSLKEYLOGFILE", file);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Command::Serve(a) = &cli.command {
+        // `serve --runtime work-stealing --threads N`: the sessions run on this runtime.
+        if a.runtime == serve::ServerRuntime::WorkStealing && a.threads > 0 {
+            builder.worker_threads(a.threads);
+        }
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(r) => r,
         Err(e) => {
             eprintln!("tcpls: cannot start the runtime: {e}");
