@@ -75,7 +75,7 @@ enum Command {
     },
     /// Run a TCPLS server (plain TLS clients are served too, through fallback).
     #[command(
-        after_help = "Examples:\n  tcpls serve --listen 127.0.0.1:4443 --cert tcpls-cert/cert.pem --key tcpls-cert/key.pem\n  tcpls serve --mode echo --listen [::1]:4443 --listen 127.0.0.1:4443"
+        after_help = "Examples:\n  tcpls serve --listen 127.0.0.1:4443 --cert tcpls-cert/cert.pem --key tcpls-cert/key.pem\n  tcpls serve --mode echo --listen [::1]:4443 --listen 127.0.0.1:4443\n  tcpls serve --listen 127.0.0.1:4443 --threads 2                          (per core: 2 listeners and runtimes)\n  tcpls serve --listen 127.0.0.1:4443 --runtime work-stealing --threads 2  (one runtime, 2 worker threads)"
     )]
     Serve(ServeArgs),
     /// Connect and relay stdin to stream 0 and stream 0 to stdout (plain TLS servers work too).

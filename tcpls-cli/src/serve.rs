@@ -227,7 +227,7 @@ pub async fn run_per_core(
                 }
             }
         })
-        .map_err(|e| format!("cannot listen on {listen:?}: {e}"))?;
+        .map_err(|e| e.to_string())?;
     for addr in server.local_addrs() {
         crate::logging::info("serve", &format!("listening on {addr} (mode {}, {} cores)", opts.mode, server.cores()));
     }
