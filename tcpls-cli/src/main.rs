@@ -75,7 +75,7 @@ enum Command {
     },
     /// Run a TCPLS server (plain TLS clients are served too, through fallback).
     #[command(
-        after_help = "Examples:\n  tcpls serve --listen 127.0.0.1:4443 --cert tcpls-cert/cert.pem --key tcpls-cert/key.pem\n  tcpls serve --mode echo --listen [::1]:4443 --listen 127.0.0.1:4443\n  tcpls serve --listen 127.0.0.1:4443 --threads 2                          (per core: 2 listeners and runtimes)\n  tcpls serve --listen 127.0.0.1:4443 --runtime work-stealing --threads 2  (one runtime, 2 worker threads)"
+        after_help = "Examples:\n  tcpls serve --listen 127.0.0.1:4443 --cert tcpls-cert/cert.pem --key tcpls-cert/key.pem\n  tcpls serve --mode echo --listen [::1]:4443 --listen 127.0.0.1:4443\n  tcpls serve --listen 127.0.0.1:4443 --threads 2                          (per core: 2 listeners and runtimes)\n  tcpls serve --listen 127.0.0.1:4443 --runtime work-stealing --threads 2   (one runtime, 2 worker threads)"
     )]
     Serve(ServeArgs),
     /// Connect and relay stdin to stream 0 and stream 0 to stdout (plain TLS servers work too).
@@ -294,11 +294,15 @@ fn main() -> ExitCode {
         std::env::set_var("SSLKEYLOGFILE", file);
     }
     let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if let Command::Serve(a) = &cli.command {
-        // `serve --runtime work-stealing --threads N`: the sessions run on this runtime.
-        if a.runtime == serve::ServerRuntime::WorkStealing && a.threads > 0 {
-            builder.worker_threads(a.threads);
-        }
+    // `--runtime work-stealing --threads N` (serve, tunnel server): the sessions run on this
+    // runtime.
+    let worker_threads = match &cli.command {
+        Command::Serve(a) => (a.runtime == serve::ServerRuntime::WorkStealing && a.threads > 0).then_some(a.threads),
+        Command::Tunnel(t) => tunnel::work_stealing_threads(t),
+        _ => None,
+    };
+    if let Some(n) = worker_threads {
+        builder.worker_threads(n);
     }
     let runtime = match builder.enable_all().build() {
         Ok(r) => r,

@@ -114,8 +114,9 @@ pub(crate) async fn command(a: ServeArgs) -> Result<Ended, String> {
     Ok(if interrupted { Ended::Interrupted } else { Ended::Done })
 }
 
-/// How a server spreads its sessions over threads (`--runtime`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+/// How a server spreads its sessions over threads (`--runtime`, the tunnel's key `runtime`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum ServerRuntime {
     /// One listener (SO_REUSEPORT) and one single-threaded runtime per core; each session, its
     /// joined connections and its streams stay on the core that accepted it.

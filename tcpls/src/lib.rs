@@ -96,7 +96,7 @@ pub use listener::{TcplsListener, MAX_PENDING_HANDSHAKES};
 pub use listener_stats::ListenerStats;
 pub use path::PathOptions;
 pub use path_manager::{Endpoint, PathManager, PathManagerConfig, PathPolicy, PathReport, DEFAULT_OUTAGE_TOLERANCE};
-pub use per_core::{PerCoreServer, ServerBuilder};
+pub use per_core::{PerCoreBound, PerCoreServer, ServerBuilder};
 pub use registry::JoinRegistry;
 pub use session::{ConnectionInfo, Session};
 pub use socket::fast_open_listener;

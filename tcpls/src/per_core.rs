@@ -107,25 +107,68 @@ impl ServerBuilder {
         H: Fn(Session, SocketAddr) -> F + Send + Sync + 'static,
         F: Future<Output = ()> + Send + 'static,
     {
+        self.bind(addrs)?.serve(handler)
+    }
+
+    /// Binds every address on every core without accepting yet (the kernel queues connections
+    /// in the listen backlog): the addresses are known ([`PerCoreBound::local_addrs`]) before
+    /// the handler is. [`PerCoreBound::serve`] starts the cores.
+    pub fn bind(self, addrs: &[SocketAddr]) -> io::Result<PerCoreBound> {
         if addrs.is_empty() {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "no address to listen on"));
         }
         let sockets = bind_all(addrs, self.cores)?;
         let local_addrs =
             sockets.first().map(|c| c.iter().filter_map(|l| l.local_addr().ok()).collect()).unwrap_or_default();
+        Ok(PerCoreBound { builder: self, sockets, local_addrs })
+    }
+}
+
+/// A per-core server bound to its addresses, not serving yet ([`ServerBuilder::bind`]).
+pub struct PerCoreBound {
+    builder: ServerBuilder,
+    /// Per core, one listening socket per address.
+    sockets: Vec<Vec<std::net::TcpListener>>,
+    local_addrs: Vec<SocketAddr>,
+}
+
+impl PerCoreBound {
+    /// The addresses bound, in the order given (a port 0 replaced by the one chosen).
+    pub fn local_addrs(&self) -> &[SocketAddr] {
+        &self.local_addrs
+    }
+
+    /// The registry the cores will route joins with.
+    pub fn registry(&self) -> &JoinRegistry {
+        &self.builder.registry
+    }
+
+    /// Replaces the sessions' settings (e.g. to advertise the ports just bound).
+    pub fn settings(mut self, settings: SessionConfig) -> Self {
+        self.builder.settings = settings;
+        self
+    }
+
+    /// Starts every core (see [`ServerBuilder::serve`]).
+    pub fn serve<H, F>(self, handler: H) -> io::Result<PerCoreServer>
+    where
+        H: Fn(Session, SocketAddr) -> F + Send + Sync + 'static,
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let PerCoreBound { builder, sockets, local_addrs } = self;
         let handler = Arc::new(handler);
         let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
         let mut server =
-            PerCoreServer { local_addrs, registry: self.registry.clone(), cores: Vec::new(), stop: stop_tx };
+            PerCoreServer { local_addrs, registry: builder.registry.clone(), cores: Vec::new(), stop: stop_tx };
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         for (index, core_sockets) in sockets.into_iter().enumerate() {
             let core = Core {
                 index,
                 sockets: core_sockets,
-                config: self.config.clone(),
-                settings: self.settings.clone(),
-                registry: self.registry.clone(),
-                trace: self.trace.clone(),
+                config: builder.config.clone(),
+                settings: builder.settings.clone(),
+                registry: builder.registry.clone(),
+                trace: builder.trace.clone(),
                 stop: stop_rx.clone(),
             };
             let (handler, ready) = (handler.clone(), ready_tx.clone());
