@@ -39,7 +39,7 @@ enum Listening {
     /// Listeners on the runtime that runs the concentrator (work stealing).
     Shared(Vec<TcplsListener>),
     /// Bound on every core, served by each core's runtime ([`TunnelConfig::server_cores`]).
-    PerCore(tcpls::PerCoreBound),
+    PerCore(Box<tcpls::PerCoreBound>),
 }
 
 /// Sees each new session before it is served; what it returns is dropped when the session is
@@ -272,7 +272,7 @@ impl Concentrator {
             Some(cores) => {
                 let bound = tcpls::ServerBuilder::new(tls).cores(cores).registry(registry).bind(addrs)?;
                 advertise_bound(&mut settings, bound.local_addrs());
-                Listening::PerCore(bound.settings(settings))
+                Listening::PerCore(Box::new(bound.settings(settings)))
             }
             None => {
                 let mut sockets = Vec::new();
