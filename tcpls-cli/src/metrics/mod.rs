@@ -244,6 +244,12 @@ impl Collector for Snapshot {
                 ("queue_full", l.accept_queue_full),
             ],
         )?;
+        counter(
+            e,
+            "tcpls_joins_handed_over",
+            "Joins accepted by one core's listener for a session of another core, handed over to it (per-core serving).",
+            l.joins_handed_over,
+        )?;
         labelled_counters(
             e,
             "tcpls_refusals",
