@@ -75,7 +75,7 @@ enum Command {
     },
     /// Run a TCPLS server (plain TLS clients are served too, through fallback).
     #[command(
-        after_help = "Examples:\n  tcpls serve --listen 127.0.0.1:4443 --cert tcpls-cert/cert.pem --key tcpls-cert/key.pem\n  tcpls serve --mode echo --listen [::1]:4443 --listen 127.0.0.1:4443\n  tcpls serve --listen 127.0.0.1:4443 --threads 2                          (per core: 2 listeners and runtimes)\n  tcpls serve --listen 127.0.0.1:4443 --runtime work-stealing --threads 2   (one runtime, 2 worker threads)"
+        after_help = "Examples:\n  tcpls serve --listen 127.0.0.1:4443 --cert tcpls-cert/cert.pem --key tcpls-cert/key.pem\n  tcpls serve --mode echo --listen [::1]:4443 --listen 127.0.0.1:4443\n  tcpls serve --listen 127.0.0.1:4443 --runtime per-core --threads 2       (per core: 2 listeners and runtimes)\n  tcpls serve --listen 127.0.0.1:4443 --runtime work-stealing --threads 2   (one runtime, 2 worker threads)"
     )]
     Serve(ServeArgs),
     /// Connect and relay stdin to stream 0 and stream 0 to stdout (plain TLS servers work too).
@@ -251,11 +251,12 @@ struct ServeArgs {
     /// with the default.
     #[arg(long, value_parser = parse_send_budget, default_value = "16M", value_name = "SIZE")]
     send_budget: usize,
-    /// How sessions are spread over threads: per-core (one listener and one single-threaded
-    /// runtime per core, each session and its joined connections kept on one core; joins that
-    /// reach another core are handed over) or work-stealing (one runtime whose threads share
-    /// every session). docs/PERFORMANCE.md, "Handshakes", compares them.
-    #[arg(long, value_enum, default_value_t = serve::ServerRuntime::PerCore, value_name = "MODEL")]
+    /// How sessions are spread over threads: work-stealing (one runtime whose threads share
+    /// every session) or per-core (one listener and one single-threaded runtime per core, each
+    /// session and its joined connections kept on one core; joins that reach another core are
+    /// handed over). Per core costs fewer syscalls and context switches per handshake; one
+    /// session then uses one core. docs/PERFORMANCE.md, "Handshakes", compares them.
+    #[arg(long, value_enum, default_value_t = serve::ServerRuntime::WorkStealing, value_name = "MODEL")]
     runtime: serve::ServerRuntime,
     /// Threads serving sessions: cores with --runtime per-core, worker threads with
     /// work-stealing (0: one per CPU the process may use).

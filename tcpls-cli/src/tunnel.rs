@@ -147,7 +147,7 @@ struct ServerArgs {
     farm_node: Option<u8>,
     /// How sessions are spread over threads, as for `tcpls serve`: per-core (a listener and a
     /// single-threaded runtime per core, each session kept on its core) or work-stealing (one
-    /// runtime whose threads share every session) [default: per-core].
+    /// runtime whose threads share every session) [default: work-stealing].
     #[arg(long, value_enum, value_name = "MODEL")]
     runtime: Option<crate::serve::ServerRuntime>,
     /// Threads serving sessions: cores with per-core, worker threads with work-stealing (0: one
@@ -410,7 +410,7 @@ impl ServerSettings {
                 _ => return Err("farm-route-key and farm-node (1 to 255) go together".into()),
             },
             verbose: f.verbose.unwrap_or(false),
-            runtime: pick(a.runtime, f.runtime).unwrap_or(crate::serve::ServerRuntime::PerCore),
+            runtime: pick(a.runtime, f.runtime).unwrap_or(crate::serve::ServerRuntime::WorkStealing),
             threads: pick(a.threads, f.threads).unwrap_or(0),
         })
     }
