@@ -108,7 +108,10 @@ pub async fn server(proto: Proto, bytes: u64) -> Res<SideReport> {
         | Proto::TcplsTrace
         | Proto::TcplsRead
         | Proto::Tcpls64
-        | Proto::Tcpls1000 => {
+        | Proto::Tcpls1000
+        | Proto::TcplsFixed
+        | Proto::Tcpls64Fixed
+        | Proto::Tcpls1000Fixed => {
             let config = Arc::new(pki.server_config()?);
             let mut listener = TcplsListener::bind_with(localhost(), config, proto.tcpls_settings()).await?;
             let trace = crate::proto::trace_sink(proto, "server")?;
@@ -213,7 +216,10 @@ pub async fn client(proto: Proto, port: u16, bytes: u64, close_early: bool) -> R
         | Proto::TcplsTrace
         | Proto::TcplsRead
         | Proto::Tcpls64
-        | Proto::Tcpls1000 => {
+        | Proto::Tcpls1000
+        | Proto::TcplsFixed
+        | Proto::Tcpls64Fixed
+        | Proto::Tcpls1000Fixed => {
             let mut connector =
                 TcplsConnector::new(Arc::new(pki.client_config()?)).with_settings(proto.tcpls_settings());
             let trace = crate::proto::trace_sink(proto, "client")?;

@@ -58,6 +58,18 @@ pub enum Proto {
     #[value(name = "tcpls-1000")]
     #[serde(rename = "tcpls-1000")]
     Tcpls1000,
+    /// As `tcpls` with the budgets of before autotuning: a fixed 16 MiB send budget
+    /// (`send_autotune` off), 4 MiB per stream, fixed 16 MiB receive windows
+    /// (`receive_autotune` off). Not run by default.
+    TcplsFixed,
+    /// As `tcpls-64` with those fixed budgets. Not run by default.
+    #[value(name = "tcpls-64-fixed")]
+    #[serde(rename = "tcpls-64-fixed")]
+    Tcpls64Fixed,
+    /// As `tcpls-1000` with those fixed budgets. Not run by default.
+    #[value(name = "tcpls-1000-fixed")]
+    #[serde(rename = "tcpls-1000-fixed")]
+    Tcpls1000Fixed,
 }
 
 impl Proto {
@@ -79,6 +91,9 @@ impl Proto {
             Proto::TcplsRead => "tcpls-read",
             Proto::Tcpls64 => "tcpls-64",
             Proto::Tcpls1000 => "tcpls-1000",
+            Proto::TcplsFixed => "tcpls-fixed",
+            Proto::Tcpls64Fixed => "tcpls-64-fixed",
+            Proto::Tcpls1000Fixed => "tcpls-1000-fixed",
         }
     }
 
@@ -93,13 +108,16 @@ impl Proto {
                 | Proto::TcplsRead
                 | Proto::Tcpls64
                 | Proto::Tcpls1000
+                | Proto::TcplsFixed
+                | Proto::Tcpls64Fixed
+                | Proto::Tcpls1000Fixed
         )
     }
 
     pub fn streams(self) -> u32 {
         match self {
-            Proto::Tcpls64 => MANY_STREAMS,
-            Proto::Tcpls1000 => VERY_MANY_STREAMS,
+            Proto::Tcpls64 | Proto::Tcpls64Fixed => MANY_STREAMS,
+            Proto::Tcpls1000 | Proto::Tcpls1000Fixed => VERY_MANY_STREAMS,
             _ => 1,
         }
     }
@@ -125,6 +143,10 @@ impl Proto {
             },
             Proto::TcplsNozc => tcpls::SessionConfig { zero_copy: false, ..default },
             Proto::Tcpls1000 => tcpls::SessionConfig { receive_budget: VERY_MANY_RECEIVE_BUDGET, ..default },
+            Proto::TcplsFixed | Proto::Tcpls64Fixed => fixed_budgets(default),
+            Proto::Tcpls1000Fixed => {
+                fixed_budgets(tcpls::SessionConfig { receive_budget: VERY_MANY_RECEIVE_BUDGET, ..default })
+            }
             _ => default,
         }
     }
@@ -144,7 +166,22 @@ impl Proto {
             Proto::TcplsRead => "TCPLS, 1 stream, 256 KiB write_all, receiver AsyncRead into 256 KiB",
             Proto::Tcpls64 => "TCPLS, 64 streams share the bytes, receivers read_chunk_with",
             Proto::Tcpls1000 => "TCPLS, 1000 streams share the bytes, receivers read_chunk_with, receive_budget 256 MiB",
+            Proto::TcplsFixed => "as tcpls, fixed budgets (16 MiB send budget, 4 MiB per stream, 16 MiB receive windows)",
+            Proto::Tcpls64Fixed => "as tcpls-64, fixed budgets (16 MiB send budget, 4 MiB per stream, 16 MiB receive windows)",
+            Proto::Tcpls1000Fixed => "as tcpls-1000, fixed budgets (16 MiB send budget, 4 MiB per stream, 16 MiB windows)",
         }
+    }
+}
+
+/// The budgets of before autotuning (the `*-fixed` variants): what autotuning is compared with.
+fn fixed_budgets(settings: tcpls::SessionConfig) -> tcpls::SessionConfig {
+    tcpls::SessionConfig {
+        send_autotune: false,
+        receive_autotune: false,
+        send_budget: 16 << 20,
+        stream_send_buffer: 4 << 20,
+        stream_receive_window: 16 << 20,
+        ..settings
     }
 }
 

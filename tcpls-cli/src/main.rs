@@ -245,10 +245,10 @@ struct ServeArgs {
     /// client may have open at once: the default admits about 990 (e.g. 256M for 1000+).
     #[arg(long, value_parser = parse_size, default_value = "64M", value_name = "SIZE")]
     receive_budget: u64,
-    /// Memory one session may hold in stream data queued for sending (written by the server,
-    /// not yet acknowledged), shared fairly by its streams; each stream may always queue 32 KiB.
-    /// What a download costs the server: 64 streams or 1000 stay within about 64 MiB of RSS
-    /// with the default.
+    /// Most memory one session may hold in stream data queued for sending (written by the
+    /// server, not yet acknowledged), shared fairly by its streams; each stream may always queue
+    /// 32 KiB. The budget in use follows each session's path (twice its bandwidth-delay product,
+    /// at least 1 MiB) up to this.
     #[arg(long, value_parser = parse_send_budget, default_value = "16M", value_name = "SIZE")]
     send_budget: usize,
     /// How sessions are spread over threads: work-stealing (one runtime whose threads share
@@ -262,6 +262,11 @@ struct ServeArgs {
     /// work-stealing (0: one per CPU the process may use).
     #[arg(long, default_value_t = 0, value_name = "N")]
     threads: usize,
+    /// Keep every session's send budget at --send-budget and its receive windows at their
+    /// maximum (16 MiB) instead of following the path and the reader: the behaviour before
+    /// autotuning, for comparisons.
+    #[arg(long)]
+    no_autotune: bool,
 }
 
 /// Exit status after Ctrl-C (128 + SIGINT, as shells report it), for every subcommand.

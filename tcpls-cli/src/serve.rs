@@ -71,6 +71,8 @@ pub(crate) async fn command(a: ServeArgs) -> Result<Ended, String> {
         rejoin_timeout,
         receive_budget: a.receive_budget,
         send_budget: a.send_budget,
+        send_autotune: !a.no_autotune,
+        receive_autotune: !a.no_autotune,
         ..SessionConfig::default()
     };
     let settings = crate::probe::serve_settings(settings, &a.allow_cc);

@@ -3,7 +3,7 @@
 //! A transfer ends in one of two ways. By its byte count: the sender sends FIN after the last
 //! byte and the receiver reads to the end. By time (the `--time` deadline, or Ctrl-C on the
 //! client): the sender resets the stream with [`TIME_UP`]. The reset drops what is still queued
-//! in the session (up to the stream's send buffer, 4 MiB by default), so a run ends at its
+//! in the session (up to the session's send budget), so a run ends at its
 //! deadline even when that queue drains slowly (a `--rate-limit` of a few Mbit/s would take
 //! many seconds); the receiver counts and has verified every byte it read before the reset.
 

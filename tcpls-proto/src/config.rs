@@ -30,28 +30,49 @@ pub type JoinServerName = Arc<dyn Fn(&[u8; 32]) -> Option<rustls::pki_types::Ser
 /// can be in flight (unacknowledged) while the next is written.
 pub const SEND_FLOOR: usize = 2 * MAX_PLAINTEXT;
 
+/// Where a stream's receive window starts when it follows the reader
+/// (`SessionConfig::receive_autotune`): four times the initial credit.
+pub const RECEIVE_WINDOW_START: u64 = 4 * crate::stream::INITIAL_MAX_STREAM_DATA;
+
 /// Tunables of a TCPLS session. `Default` gives the documented defaults.
 #[derive(Clone)]
 pub struct SessionConfig {
     /// Largest record plaintext we send (PROTOCOL.md §2): 16 KiB by default; ~1400 bytes
     /// smooths reordering when one stream is spread over several paths.
     pub record_size: usize,
-    /// How far a stream's receive window extends beyond what the application has read.
+    /// How far a stream's receive window extends beyond what the application has read: with
+    /// `receive_autotune`, the most it grows to. Default 16 MiB.
     pub stream_receive_window: u64,
+    /// Each stream's receive window starts at [`RECEIVE_WINDOW_START`] and doubles, up to
+    /// `stream_receive_window`, whenever the application reads half of it within two RTTs of
+    /// the last Max Stream Data: the window follows what the reader takes, so a slow reader's
+    /// peer cannot fill more than it needs. Off: every window is `stream_receive_window`.
+    /// Default on.
+    pub receive_autotune: bool,
     /// Most receive credit the session hands out over all its streams beyond a floor of 64 KiB
     /// per stream: what bounds the memory a peer can make us buffer (without it, 4096 streams
     /// with 16 MiB windows would be 64 GiB). Streams over the budget get credit as others are
     /// read; each stream always keeps 64 KiB, so one unread stream never stalls the others.
     pub receive_budget: u64,
     /// Bytes the application may queue on one stream before writes block (its data stays
-    /// queued until the peer acknowledges it, with failover).
+    /// queued until the peer acknowledges it, with failover); the session's send budget also
+    /// bounds it. Default 16 MiB (a long fat path's stream needs its bandwidth-delay product).
     pub stream_send_buffer: usize,
     /// Most bytes queued over all the session's streams (written, not yet acknowledged),
     /// shared fairly: a stream may hold the budget divided by the streams holding data, and
     /// always [`SEND_FLOOR`] (so no stream starves), within its `stream_send_buffer`. A stream
     /// over its share takes no more (`write` returns 0; `StreamWritable` follows). Memory for
     /// queued stream data is at most `send_budget + streams × SEND_FLOOR`. Default 16 MiB.
+    ///
+    /// With `send_autotune` (the default) this is the most the budget may grow to: the budget
+    /// in use follows what the connections carry (twice their bandwidth-delay product, at
+    /// least [`SEND_BUDGET_FLOOR`](crate::SEND_BUDGET_FLOOR)); ARCHITECTURE.md, "The send
+    /// budget follows the path".
     pub send_budget: usize,
+    /// The send budget in use follows the connections' bandwidth-delay product (from what the
+    /// IO layer reports with `Session::set_path`), up to `send_budget`. Off: the budget is
+    /// `send_budget`, always. Default on.
+    pub send_autotune: bool,
     /// Stream bytes the scheduler seals for one stream before it moves on to the next one with
     /// data (deficit round robin; ARCHITECTURE.md, "Frames and packetization"): several full
     /// records per turn keep zero-copy placement and large socket writes with many streams.
@@ -140,9 +161,11 @@ impl Default for SessionConfig {
         Self {
             record_size: MAX_PLAINTEXT,
             stream_receive_window: 16 << 20,
+            receive_autotune: true,
             receive_budget: 64 << 20,
-            stream_send_buffer: 4 << 20,
+            stream_send_buffer: 16 << 20,
             send_budget: 16 << 20,
+            send_autotune: true,
             stream_quantum: 64 << 10,
             max_concurrent_streams: 4096,
             tokens: 4,
@@ -175,9 +198,11 @@ impl std::fmt::Debug for SessionConfig {
         f.debug_struct("SessionConfig")
             .field("record_size", &self.record_size)
             .field("stream_receive_window", &self.stream_receive_window)
+            .field("receive_autotune", &self.receive_autotune)
             .field("receive_budget", &self.receive_budget)
             .field("stream_send_buffer", &self.stream_send_buffer)
             .field("send_budget", &self.send_budget)
+            .field("send_autotune", &self.send_autotune)
             .field("stream_quantum", &self.stream_quantum)
             .field("max_concurrent_streams", &self.max_concurrent_streams)
             .field("tokens", &self.tokens)

@@ -51,7 +51,7 @@ pub use session::{
     tcpls_client_config, tcpls_server_config, Accepted, ConnStats, JoiningConnection, MemoryUse, Session, SessionStats,
     Side, StreamProgress, MIN_READ_CHUNK, READ_CHUNK, REJOIN_ID_BASE, STEER_ANY,
 };
-pub use session::{MULTIPATH_HIGH_WATER, MULTIPATH_QUEUE_TIME};
+pub use session::{MULTIPATH_HIGH_WATER, MULTIPATH_QUEUE_TIME, SEND_BUDGET_FLOOR};
 pub use tls::{
     crypto_provider, FarmTicketStats, FarmTicketer, HandshakeInfo, TicketKeys, TicketStats, TicketStore, ALPN_TCPLS,
     MAX_EARLY_DATA, MAX_TICKET_KEYS, TICKET_KEY_LEN,

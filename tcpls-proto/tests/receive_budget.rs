@@ -16,7 +16,14 @@ const WINDOW: u64 = 1 << 20;
 /// server's stream buffer memory once nothing moves any more.
 fn buffered_with_budget(budget: u64) -> usize {
     let pki = Pki::new();
-    let server = SessionConfig { stream_receive_window: WINDOW, receive_budget: budget, ..test_config() };
+    // Fixed windows: the budget, not the windows' growth (which follows the reader), is what
+    // this measures.
+    let server = SessionConfig {
+        stream_receive_window: WINDOW,
+        receive_autotune: false,
+        receive_budget: budget,
+        ..test_config()
+    };
     let mut p = Pair::with_settings(pki.client_config(&[]), pki.server_config(&[]), test_config(), server);
     p.drive();
     let ids: Vec<u32> = (0..STREAMS).map(|_| p.client.open_stream().unwrap()).collect();

@@ -29,8 +29,9 @@ pub(crate) struct Driver {
     shared: Shared,
     sockets: Vec<Socket>,
     trim: TrimClock,
-    /// Last time the scheduler was told each path's RTT and congestion window.
-    last_path_info: Instant,
+    /// Last time the scheduler and the send budget were told each path's TCP_INFO (None: not
+    /// yet; the first poll does, so a session's budget follows its path from the start).
+    last_path_info: Option<Instant>,
     /// Wakes the driver when the core asks to be polled again (rate-limit tokens).
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
     /// A task is adding a connection to this orphaned client session.
@@ -83,7 +84,7 @@ impl Driver {
             shared,
             sockets: vec![Socket { id: conn, stream: Some(stream), write_shut: false }],
             trim: TrimClock { last_trim: Instant::now(), trim_checked: Instant::now(), trim_wanted: false },
-            last_path_info: Instant::now(),
+            last_path_info: None,
             rejoining: false,
             timer: None,
         }
@@ -110,8 +111,8 @@ impl Future for Driver {
                 }
             }
         }
-        if this.last_path_info.elapsed() >= PATH_INFO_INTERVAL {
-            this.last_path_info = Instant::now();
+        if this.last_path_info.is_none_or(|at| at.elapsed() >= PATH_INFO_INTERVAL) {
+            this.last_path_info = Some(Instant::now());
             update_path_info(&mut inner);
         }
         let mut busy = true;

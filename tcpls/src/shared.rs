@@ -135,8 +135,8 @@ impl SessionState {
     /// (`SessionConfig::notsent_lowat`), for the initial connection and joined ones alike.
     ///
     ///
-    /// Without a configured value, the connections of a session with several get a
-    /// TCP_NOTSENT_LOWAT that follows their path ([`SessionState::tune_notsent_lowat`]).
+    /// Without a configured value, each connection gets a TCP_NOTSENT_LOWAT that follows its
+    /// path ([`SessionState::tune_notsent_lowat`]).
     pub(crate) fn add_fd(&mut self, id: ConnId, fd: RawFd) {
         self.fds.insert(id, fd);
         if let Some(bytes) = self.proto.settings().notsent_lowat {
@@ -145,15 +145,17 @@ impl SessionState {
         }
     }
 
-    /// Without a configured `notsent_lowat`, while the session has several connections: each
-    /// socket's kernel holds unsent about [`tcpls_proto::MULTIPATH_QUEUE_TIME`] of what its path
-    /// delivers, at least [`MULTIPATH_NOTSENT_LOWAT`] (re-set when that moves by a quarter).
-    /// Bytes handed to a kernel are committed to that path: a deep unsent queue on a slow path
-    /// is what a path that goes silent takes with it (re-sent only after its deadline) and what
-    /// an ACK waits behind; a fast path keeps a queue deep enough for few large writes. With one
-    /// connection there is nowhere else to send, and the kernel's default is kept.
+    /// Without a configured `notsent_lowat`: each socket's kernel holds unsent about
+    /// [`tcpls_proto::MULTIPATH_QUEUE_TIME`] of what its path delivers, at least
+    /// [`MULTIPATH_NOTSENT_LOWAT`] (re-set when that moves by a quarter). Stream data then waits
+    /// in the session's queues, where the scheduler still chooses what goes next (a new stream's
+    /// first bytes, another path), not in a kernel queue in front of everything. With several
+    /// connections it also bounds what a path that goes silent takes with it (bytes handed to a
+    /// kernel are committed to that path, re-sent only after its deadline) and what an ACK
+    /// waits behind. A fast path's 20 ms are more than the send budget lets anyone queue, so
+    /// only slower paths are held to it.
     pub(crate) fn tune_notsent_lowat(&mut self, conn: ConnId, delivery_rate: Option<u64>) {
-        if self.proto.settings().notsent_lowat.is_some() || self.fds.len() < 2 {
+        if self.proto.settings().notsent_lowat.is_some() {
             return;
         }
         let Some(fd) = self.fds.get(&conn).copied() else { return };
@@ -211,12 +213,13 @@ impl SessionState {
     /// TCP_INFO of a connection with the bytes its kernel holds unsent, for the scheduler.
     pub(crate) fn path_info(&self, conn: ConnId) -> Option<tcpls_proto::PathInfo> {
         let fd = self.fds.get(&conn)?;
-        let (info, unsent) = tcp_info::read_with_unsent(*fd).ok()?;
+        let view = tcp_info::read_for_sender(*fd).ok()?;
         Some(tcpls_proto::PathInfo {
-            rtt_us: Some(info.rtt_us),
-            cwnd: Some(info.cwnd),
-            delivery_rate: Some(info.delivery_rate).filter(|r| *r > 0),
-            kernel_unsent: Some(unsent),
+            rtt_us: Some(view.info.rtt_us),
+            cwnd: Some(view.info.cwnd),
+            delivery_rate: Some(view.info.delivery_rate).filter(|r| *r > 0),
+            kernel_unsent: Some(view.unsent),
+            mss: Some(view.mss).filter(|m| *m > 0),
         })
     }
 
@@ -462,7 +465,7 @@ impl SessionState {
 
 /// TCP_INFO of connection `conn`'s socket, if it is open (a free function: the tracer borrows
 /// `SessionState` mutably beside the descriptors).
-/// Least TCP_NOTSENT_LOWAT of a connection of a session with several
+/// Least TCP_NOTSENT_LOWAT of a connection whose session has none configured
 /// (`SessionState::tune_notsent_lowat`).
 pub const MULTIPATH_NOTSENT_LOWAT: u32 = 128 << 10;
 /// Most, for fast paths (a loopback or LAN path's 20 ms worth is far more than any queue needs).

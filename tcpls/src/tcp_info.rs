@@ -62,13 +62,21 @@ impl From<PeerTcpInfo> for TcpInfo {
 
 /// Reads `TCP_INFO` of a connected TCP socket.
 pub(crate) fn read(fd: RawFd) -> io::Result<TcpInfo> {
-    read_with_unsent(fd).map(|(info, _)| info)
+    read_for_sender(fd).map(|view| view.info)
 }
 
-/// Reads `TCP_INFO` of a connected TCP socket, and the bytes the kernel holds unsent
-/// (`tcpi_notsent_bytes`: what the scheduler counts as queue ahead of a new record).
+/// `TCP_INFO` with what only the sending side uses: the bytes the kernel holds unsent
+/// (`tcpi_notsent_bytes`: what the scheduler counts as queue ahead of a new record) and the
+/// segment size (`tcpi_snd_mss`: with the congestion window, what TCP may have in flight).
+pub(crate) struct SenderView {
+    pub(crate) info: TcpInfo,
+    pub(crate) unsent: u32,
+    pub(crate) mss: u32,
+}
+
+/// Reads `TCP_INFO` of a connected TCP socket for the session's sender ([`SenderView`]).
 #[cfg(target_os = "linux")]
-pub(crate) fn read_with_unsent(fd: RawFd) -> io::Result<(TcpInfo, u32)> {
+pub(crate) fn read_for_sender(fd: RawFd) -> io::Result<SenderView> {
     // SAFETY: `tcp_info` is plain old data (integers only), so all-zero bytes are a valid value.
     let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
@@ -89,11 +97,11 @@ pub(crate) fn read_with_unsent(fd: RawFd) -> io::Result<(TcpInfo, u32)> {
         delivery_rate: info.tcpi_delivery_rate,
         bytes_acked: info.tcpi_bytes_acked,
     };
-    Ok((tcp, info.tcpi_notsent_bytes))
+    Ok(SenderView { info: tcp, unsent: info.tcpi_notsent_bytes, mss: info.tcpi_snd_mss })
 }
 
 #[cfg(not(target_os = "linux"))]
-pub(crate) fn read_with_unsent(_fd: RawFd) -> io::Result<(TcpInfo, u32)> {
+pub(crate) fn read_for_sender(_fd: RawFd) -> io::Result<SenderView> {
     Err(io::Error::new(io::ErrorKind::Unsupported, "TCP_INFO is read on Linux only"))
 }
 

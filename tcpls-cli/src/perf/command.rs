@@ -91,11 +91,17 @@ pub struct PerfArgs {
     /// close the first.
     #[arg(long, value_parser = parse_duration, value_name = "SECONDS")]
     migrate_at: Option<Duration>,
-    /// Memory the session may hold in stream data queued for sending, over all its streams
-    /// (default 16M; each stream may always queue 32 KiB). Matters with --streams and --upload
-    /// or --bidir: the server's own is `tcpls serve --send-budget`.
+    /// Most memory the session may hold in stream data queued for sending, over all its
+    /// streams (default 16M; each stream may always queue 32 KiB); the budget in use follows
+    /// the path (twice its bandwidth-delay product, at least 1 MiB). Matters with --upload or
+    /// --bidir: the server's own is `tcpls serve --send-budget`.
     #[arg(long, value_parser = crate::args::parse_send_budget, value_name = "SIZE")]
     send_budget: Option<usize>,
+    /// Keep the send budget at --send-budget and the receive windows at their maximum instead
+    /// of following the path and the reader (the behaviour before autotuning, to compare; the
+    /// server's own is `tcpls serve --no-autotune`).
+    #[arg(long)]
+    no_autotune: bool,
     /// Largest record plaintext (default 16384; ~1400 smooths multipath reordering).
     #[arg(long, value_parser = parse_size)]
     record_size: Option<u64>,
@@ -273,8 +279,13 @@ fn local_side(a: &PerfArgs, addrs: &[SocketAddr]) -> Result<(Option<SocketAddr>,
 
 /// The session's settings from the options.
 fn session_settings(a: &PerfArgs) -> SessionConfig {
-    let mut settings =
-        SessionConfig { failover: !a.no_failover, zero_copy: !a.no_zero_copy, ..SessionConfig::default() };
+    let mut settings = SessionConfig {
+        failover: !a.no_failover,
+        zero_copy: !a.no_zero_copy,
+        send_autotune: !a.no_autotune,
+        receive_autotune: !a.no_autotune,
+        ..SessionConfig::default()
+    };
     if let Some(b) = a.send_budget {
         settings.send_budget = b;
     }

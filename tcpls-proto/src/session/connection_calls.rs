@@ -2,13 +2,15 @@
 //! information from the IO layer, its role (backup or regular), its error.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use crate::error::{Error, TransportError};
-use crate::event::ConnId;
+use crate::event::{ConnId, Event};
 use crate::frame::Frame;
 
 use super::conn::{ConnStats, Connection};
 use super::sched::PathView;
+use super::send_budget::SendBudgetRule;
 use super::Session;
 
 impl Session {
@@ -66,10 +68,41 @@ impl Session {
 
     /// Tells the scheduler all it may use of a connection's TCP_INFO (RTT, congestion window,
     /// delivery rate, bytes the kernel holds unsent).
+    /// The send budget follows what these reports say the connections carry
+    /// (`SessionConfig::send_autotune`).
     pub fn set_path(&mut self, conn: ConnId, info: crate::session::sched::PathInfo) {
         if let Some(c) = self.conns.get_mut(conn) {
-            c.path.tcp = info;
+            c.path.report(info);
         }
+        self.retune_to_paths();
+    }
+
+    /// Sets the streams' send budget from what the connections that carry them report
+    /// (`send_budget.rs`), and tells the writers it held back if it grew; keeps their longest
+    /// RTT for the growth of receive windows (`credit.rs`).
+    fn retune_to_paths(&mut self) {
+        let carriers = self.conns.iter().filter(|c| c.carries_streams());
+        self.core.credit_rtt =
+            carriers.filter_map(|c| c.path.tcp.rtt_us).max().map(|us| Duration::from_micros(u64::from(us)));
+        let rule = SendBudgetRule::new(&self.core.config);
+        if !rule.autotuned() {
+            return;
+        }
+        let carried = self.conns.iter().filter(|c| c.carries_streams()).filter_map(|c| c.path.carry());
+        let Some(budget) = rule.target(carried) else { return };
+        let account = self.core.streams.send_account();
+        let grew = budget > account.budget();
+        account.set_budget(budget);
+        if grew {
+            let events = &mut self.core.events;
+            self.core.streams.wake_writers_after_growth(|id| events.push(Event::StreamWritable(id)));
+        }
+    }
+
+    /// The streams' send budget in use now: `SessionConfig::send_budget`, or less while it
+    /// follows the paths (`SessionConfig::send_autotune`).
+    pub fn send_budget(&self) -> usize {
+        self.core.streams.send_account().budget()
     }
 
     /// The connection ended (closed or failed).

@@ -12,6 +12,10 @@ use super::Core;
 /// Smallest Max Stream Data increase granted out of the receive budget (one full record).
 const MIN_GRANT: u64 = crate::record::MAX_PLAINTEXT as u64;
 
+/// The RTT a receive window's growth assumes before the IO layer has reported one: a reader
+/// that takes half a window within twice this is fast enough to need more.
+const UNKNOWN_RTT: std::time::Duration = std::time::Duration::from_millis(100);
+
 impl Core {
     /// Sends Max Stream Data when the application freed enough of the window, within the
     /// session's receive budget; then retries the streams the budget held back, since reading
@@ -60,7 +64,13 @@ impl Core {
     /// application read, which its charge already pays for). A stream that gets nothing is
     /// remembered and retried.
     fn grant_credit(&mut self, id: StreamId, charged: &mut Option<u64>) {
-        let Some(wanted) = self.streams.get(id).and_then(|s| s.recv.wanted_limit()) else { return };
+        let now = self.clock.now();
+        let fast = self.credit_rtt.unwrap_or(UNKNOWN_RTT).saturating_mul(2);
+        let Some(s) = self.streams.get_mut(id) else { return };
+        let Some(mut wanted) = s.recv.wanted_limit() else { return };
+        if s.recv.grow_window(now, fast) {
+            wanted = s.recv.wanted_limit().unwrap_or(wanted);
+        }
         let total = match *charged {
             Some(total) => total,
             None => self.streams.receive_charged(),
@@ -80,7 +90,7 @@ impl Core {
             *charged = Some(total);
             return;
         }
-        s.recv.advertise(granted);
+        s.recv.advertise(granted, now);
         *charged = Some(total.saturating_sub(before).saturating_add(s.receive_charge()));
         self.control.push(&Frame::MaxStreamData { stream_id: id, maximum_offset: granted }, None);
     }

@@ -35,6 +35,7 @@ mod placement;
 mod rate_caps;
 mod receive;
 pub mod sched;
+mod send_budget;
 mod side;
 mod snapshots;
 mod stream_api;
@@ -53,6 +54,7 @@ use control::ControlQueue;
 pub use early_state::MAX_EARLY_STREAM_BYTES;
 pub use high_water::{MULTIPATH_HIGH_WATER, MULTIPATH_QUEUE_TIME};
 pub use joining::{Accepted, JoiningConnection, REJOIN_ID_BASE, STEER_ANY};
+pub use send_budget::SEND_BUDGET_FLOOR;
 pub use side::Side;
 pub use snapshots::{MemoryUse, StreamProgress};
 
@@ -90,6 +92,10 @@ struct Core {
     stats: SessionStats,
     /// The peer has acknowledged a record: loss detection may count on its ACKs (`loss.rs`).
     peer_acknowledges: bool,
+    /// The longest RTT of the connections that carry streams, as the IO layer reports it
+    /// (`Session::set_path`): a reader that takes half its receive window within two of these
+    /// gets a larger one (`credit.rs`).
+    credit_rtt: Option<std::time::Duration>,
     /// Frame consequences that need the connection table, run after each batch of records
     /// (`receive.rs`).
     actions: Vec<conn_action::ConnAction>,
@@ -216,6 +222,7 @@ impl Session {
                 early: Default::default(),
                 stats: SessionStats::default(),
                 peer_acknowledges: false,
+                credit_rtt: None,
                 actions: Vec::new(),
                 scratch: Vec::new(),
             },

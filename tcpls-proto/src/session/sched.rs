@@ -21,6 +21,9 @@ pub struct PathInfo {
     pub delivery_rate: Option<u64>,
     /// Bytes written to the socket that the kernel has not sent yet (`tcpi_notsent_bytes`).
     pub kernel_unsent: Option<u32>,
+    /// Largest segment the connection sends (`tcpi_snd_mss`), bytes: with `cwnd`, what TCP
+    /// may have in flight.
+    pub mss: Option<u32>,
 }
 
 /// What a scheduler knows about each candidate connection.

@@ -38,7 +38,7 @@ impl Core {
             }
         }
         let events = &mut self.events;
-        self.streams.wake_budget_blocked(self.config.send_budget, |id| events.push(Event::StreamWritable(id)));
+        self.streams.wake_budget_blocked(|id| events.push(Event::StreamWritable(id)));
     }
 
     /// Forgets a stream once both halves are over.

@@ -13,6 +13,7 @@
 //! (PROTOCOL.md §4.2, ARCHITECTURE.md "Memory model").
 
 use std::fmt;
+use std::time::{Duration, Instant};
 
 use super::ranges::Bitmap;
 use super::sparse::Sparse;
@@ -79,7 +80,13 @@ pub struct RecvBuf {
     final_size: Option<u64>,
     /// Limit advertised to the peer.
     limit: u64,
+    /// How far past the read offset an advertisement reaches now: it grows, up to
+    /// `max_window`, while the application reads a window's worth in little time
+    /// ([`RecvBuf::grow_window`]).
     window: u64,
+    max_window: u64,
+    /// When the last advertisement was recorded (None: never, or its time was not known).
+    adv_at: Option<Instant>,
     /// `read_offset` and `limit - read_offset` at the last advertisement.
     adv_from: u64,
     adv_window: u64,
@@ -91,8 +98,13 @@ pub struct RecvBuf {
 
 impl RecvBuf {
     /// `window`: how far past the read offset the advertised limit may go once the application
-    /// reads. The initial limit is [`INITIAL_MAX_STREAM_DATA`] whatever the window.
+    /// reads, always. The initial limit is [`INITIAL_MAX_STREAM_DATA`] whatever the window.
     pub fn new(window: u64) -> Self {
+        Self::growing(window, window)
+    }
+
+    /// A window that starts at `start` and may grow up to `max` ([`RecvBuf::grow_window`]).
+    pub fn growing(start: u64, max: u64) -> Self {
         Self {
             buf: Vec::new(),
             start: 0,
@@ -104,7 +116,9 @@ impl RecvBuf {
             sparse: Sparse::default(),
             final_size: None,
             limit: INITIAL_MAX_STREAM_DATA,
-            window,
+            window: start.min(max),
+            max_window: max,
+            adv_at: None,
             adv_from: 0,
             adv_window: INITIAL_MAX_STREAM_DATA,
             reset: false,
@@ -311,7 +325,7 @@ impl RecvBuf {
     /// Half a window keeps the peer from stalling while costing one frame per half window.
     pub fn poll_max_data_update(&mut self) -> Option<u64> {
         let new = self.wanted_limit()?;
-        self.advertise(new);
+        self.advertise(new, None);
         Some(new)
     }
 
@@ -330,15 +344,37 @@ impl RecvBuf {
         Some(new)
     }
 
-    /// Records a limit advertised to the peer. Values at or below the current limit are
-    /// ignored (a limit never goes down).
-    pub fn advertise(&mut self, limit: u64) {
+    /// Records a limit advertised to the peer at `now` (if known). Values at or below the
+    /// current limit are ignored (a limit never goes down).
+    pub fn advertise(&mut self, limit: u64, now: Option<Instant>) {
         if limit <= self.limit {
             return;
         }
         self.limit = limit;
         self.adv_from = self.read_offset;
         self.adv_window = limit - self.read_offset;
+        self.adv_at = now;
+    }
+
+    /// An advertisement is due ([`RecvBuf::wanted_limit`]) at `now`: if the application read
+    /// half of the last one within `fast` of it (twice the path's RTT), the window, not the
+    /// reader, is what holds the peer back, so it doubles (up to its most), as QUIC stacks and
+    /// Linux's receive-buffer autotuning do. A reader slower than the path keeps the window it
+    /// has, and the memory the peer may fill stays near what it reads. Returns whether it grew.
+    pub fn grow_window(&mut self, now: Option<Instant>, fast: Duration) -> bool {
+        let quick = match (now, self.adv_at) {
+            (Some(now), Some(at)) => now.saturating_duration_since(at) < fast,
+            // The first advertisement: no time to compare with yet.
+            (Some(_), None) => false,
+            // A session without a clock (driven without time): nothing says the reader is
+            // slow, so the window grows as a fixed one would have been.
+            (None, _) => true,
+        };
+        if !quick || self.window >= self.max_window {
+            return false;
+        }
+        self.window = self.window.saturating_mul(2).min(self.max_window);
+        true
     }
 
     /// Credit the peer holds and the application has not consumed: what this stream may still

@@ -28,13 +28,15 @@ const WAKE_AT: usize = crate::record::MAX_PLAINTEXT;
 /// Smallest allocation, so that small writes do not regrow the buffer each time.
 const MIN_ALLOC: usize = 4096;
 
-/// The session-wide send budget (`SessionConfig::send_budget`) shared by its streams' send
-/// buffers: what they hold in total, and how many hold anything. Each buffer keeps its own
-/// entry up to date (write, release, reset, drop), so the totals are exact without the session
-/// summing its streams. Atomics only because a session is `Send`; one thread uses them.
+/// The session-wide send budget shared by its streams' send buffers: what they hold in total,
+/// and how many hold anything. Each buffer keeps its own entry up to date (write, release,
+/// reset, drop), so the totals are exact without the session summing its streams. The budget
+/// itself moves: the session sets it from what its paths carry (`session/send_budget.rs`),
+/// within `SessionConfig::send_budget`. Atomics only because a session is `Send`; one thread
+/// uses them.
 #[derive(Debug)]
 pub struct SendAccount {
-    budget: usize,
+    budget: AtomicUsize,
     floor: usize,
     bytes: AtomicUsize,
     active: AtomicUsize,
@@ -44,7 +46,23 @@ impl SendAccount {
     /// `budget`: the most bytes all streams together may hold beyond their floors; `floor`:
     /// what every stream may always hold, however many share the budget.
     pub fn new(budget: usize, floor: usize) -> Arc<Self> {
-        Arc::new(Self { budget, floor, bytes: AtomicUsize::new(0), active: AtomicUsize::new(0) })
+        Arc::new(Self {
+            budget: AtomicUsize::new(budget),
+            floor,
+            bytes: AtomicUsize::new(0),
+            active: AtomicUsize::new(0),
+        })
+    }
+
+    /// The most bytes all streams together may hold now (beyond their floors).
+    pub fn budget(&self) -> usize {
+        self.budget.load(Ordering::Relaxed)
+    }
+
+    /// Moves the budget. Lowering it below what the streams hold takes nothing back: writes
+    /// wait until acknowledgements bring the total under it.
+    pub fn set_budget(&self, budget: usize) {
+        self.budget.store(budget, Ordering::Relaxed);
     }
 
     /// Bytes held by all the streams' send buffers.
@@ -80,14 +98,28 @@ impl SendAccount {
     /// the budget has room, and up to the floor in any case.
     fn room(&self, buffered: usize) -> usize {
         let (by_share, by_total) = self.limits(buffered);
-        by_share.min(by_total).max(self.floor.saturating_sub(buffered))
+        by_share.min(by_total).max(self.floor_now(self.streams_counting(buffered)).saturating_sub(buffered))
     }
 
     /// What a stream holding `buffered` may add by its fair share, and by the budget's total.
     fn limits(&self, buffered: usize) -> (usize, usize) {
-        let active = self.active() + usize::from(buffered == 0);
-        let share = (self.budget / active.max(1)).max(self.floor);
-        (share.saturating_sub(buffered), self.budget.saturating_sub(self.bytes()))
+        let active = self.streams_counting(buffered);
+        let budget = self.budget();
+        let share = (budget / active).max(self.floor_now(active));
+        (share.saturating_sub(buffered), budget.saturating_sub(self.bytes()))
+    }
+
+    /// Streams holding data, counting one holding `buffered` (at least 1).
+    fn streams_counting(&self, buffered: usize) -> usize {
+        (self.active() + usize::from(buffered == 0)).max(1)
+    }
+
+    /// What every one of `active` streams may always hold: the floor, lowered toward one
+    /// record's worth ([`WAKE_AT`]) once that many floors would exceed the budget. Many streams
+    /// on a small budget (a short path's) then hold one record each, not two: 1000 streams
+    /// hold 16 MiB beyond the budget, not 32.
+    fn floor_now(&self, active: usize) -> usize {
+        (self.budget() / active).clamp(self.floor.min(WAKE_AT), self.floor)
     }
 }
 

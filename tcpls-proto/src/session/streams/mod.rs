@@ -12,6 +12,7 @@ use crate::config::SessionConfig;
 use crate::event::StreamId;
 use crate::stream::{RangeSet, SendAccount, INITIAL_MAX_STREAM_DATA};
 
+use super::send_budget::SendBudgetRule;
 use super::side::Side;
 use id_hash::StreamIdHash;
 pub(super) use stream::Stream;
@@ -81,7 +82,7 @@ impl Streams {
             accept_queue: VecDeque::new(),
             ready: VecDeque::new(),
             turn: (0, 0),
-            send_account: SendAccount::new(config.send_budget, crate::config::SEND_FLOOR),
+            send_account: SendAccount::new(SendBudgetRule::new(config).initial(), crate::config::SEND_FLOOR),
             budget_blocked: VecDeque::new(),
             credit_starved: BTreeSet::new(),
             refused: RangeSet::new(),
@@ -357,14 +358,14 @@ impl Streams {
         }
     }
 
-    /// Streams held back by the send budget (`send_budget` bytes), oldest first: `writable` is
-    /// called for those that may write now; a few that still may not go to the back, so that
-    /// one stream over its share does not hold up the others. Bounded work per call.
-    pub(super) fn wake_budget_blocked(&mut self, send_budget: usize, mut writable: impl FnMut(StreamId)) {
+    /// Streams held back by the send budget, oldest first: `writable` is called for those that
+    /// may write now; a few that still may not go to the back, so that one stream over its
+    /// share does not hold up the others. Bounded work per call.
+    pub(super) fn wake_budget_blocked(&mut self, mut writable: impl FnMut(StreamId)) {
         const LOOK: usize = 8;
         // A stream waits here only once it holds at least its floor, so while the budget is
         // spent none of them may write (the common case under load: no lookups).
-        if self.budget_blocked.is_empty() || self.send_account.bytes() >= send_budget {
+        if self.budget_blocked.is_empty() || self.send_account.bytes() >= self.send_account.budget() {
             return;
         }
         let mut looked = 0;
@@ -383,6 +384,19 @@ impl Streams {
                 }
             } else {
                 self.budget_blocked.rotate_left(1);
+            }
+        }
+    }
+
+    /// The send budget grew: every writer that found its stream full and may now write a
+    /// record's worth is told (`writable`), those held back by their share as well as those
+    /// held back by the total. A walk over the streams, done only when the budget grows (at
+    /// most once per path report).
+    /// Those in the budget's queue stay there: it drops them when it finds them writable.
+    pub(super) fn wake_writers_after_growth(&mut self, mut writable: impl FnMut(StreamId)) {
+        for (id, s) in self.map.iter_mut() {
+            if s.take_writable_wake() {
+                writable(*id);
             }
         }
     }

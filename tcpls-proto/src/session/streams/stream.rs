@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use crate::config::SessionConfig;
+use crate::config::{SessionConfig, RECEIVE_WINDOW_START};
 use crate::event::ConnId;
 use crate::stream::{RecvBuf, SendAccount, SendBuf, INITIAL_MAX_STREAM_DATA};
 
@@ -201,7 +201,11 @@ impl Stream {
         }
         Self {
             send,
-            recv: RecvBuf::new(config.stream_receive_window),
+            recv: if config.receive_autotune {
+                RecvBuf::growing(RECEIVE_WINDOW_START, config.stream_receive_window)
+            } else {
+                RecvBuf::new(config.stream_receive_window)
+            },
             send_state: SendState::Sending,
             recv_state: RecvState::Receiving,
             marks: Marks::default(),
