@@ -197,7 +197,7 @@ fn main() -> ExitCode {
         Command::Longfat(opts) => longfat::run(opts),
         Command::ScaleServer { worker_threads } => {
             heap::enable();
-            run_on_runtime(worker_threads, scale::server())
+            run_on_runtime(worker_threads, scale::server(worker_threads))
         }
         Command::ScaleClient { proto, port, sessions, handshakes, worker_threads } => {
             heap::enable();

@@ -75,7 +75,7 @@ enum Command {
     },
     /// Run a TCPLS server (plain TLS clients are served too, through fallback).
     #[command(
-        after_help = "Examples:\n  tcpls serve --listen 127.0.0.1:4443 --cert tcpls-cert/cert.pem --key tcpls-cert/key.pem\n  tcpls serve --mode echo --listen [::1]:4443 --listen 127.0.0.1:4443"
+        after_help = "Examples:\n  tcpls serve --listen 127.0.0.1:4443 --cert tcpls-cert/cert.pem --key tcpls-cert/key.pem\n  tcpls serve --mode echo --listen [::1]:4443 --listen 127.0.0.1:4443\n  tcpls serve --listen 127.0.0.1:4443 --runtime per-core --threads 2       (per core: 2 listeners and runtimes)\n  tcpls serve --listen 127.0.0.1:4443 --runtime work-stealing --threads 2   (one runtime, 2 worker threads)"
     )]
     Serve(ServeArgs),
     /// Connect and relay stdin to stream 0 and stream 0 to stdout (plain TLS servers work too).
@@ -251,6 +251,17 @@ struct ServeArgs {
     /// at least 1 MiB) up to this.
     #[arg(long, value_parser = parse_send_budget, default_value = "16M", value_name = "SIZE")]
     send_budget: usize,
+    /// How sessions are spread over threads: work-stealing (one runtime whose threads share
+    /// every session) or per-core (one listener and one single-threaded runtime per core, each
+    /// session and its joined connections kept on one core; joins that reach another core are
+    /// handed over). Per core costs fewer syscalls and context switches per handshake; one
+    /// session then uses one core. docs/PERFORMANCE.md, "Handshakes", compares them.
+    #[arg(long, value_enum, default_value_t = serve::ServerRuntime::WorkStealing, value_name = "MODEL")]
+    runtime: serve::ServerRuntime,
+    /// Threads serving sessions: cores with --runtime per-core, worker threads with
+    /// work-stealing (0: one per CPU the process may use).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    threads: usize,
     /// Keep every session's send budget at --send-budget and its receive windows at their
     /// maximum (16 MiB) instead of following the path and the reader: the behaviour before
     /// autotuning, for comparisons.
@@ -288,7 +299,18 @@ fn main() -> ExitCode {
         // thread starts, so nothing reads the environment concurrently.
         std::env::set_var("SSLKEYLOGFILE", file);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    // `--runtime work-stealing --threads N` (serve, tunnel server): the sessions run on this
+    // runtime.
+    let worker_threads = match &cli.command {
+        Command::Serve(a) => (a.runtime == serve::ServerRuntime::WorkStealing && a.threads > 0).then_some(a.threads),
+        Command::Tunnel(t) => tunnel::work_stealing_threads(t),
+        _ => None,
+    };
+    if let Some(n) = worker_threads {
+        builder.worker_threads(n);
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(r) => r,
         Err(e) => {
             eprintln!("tcpls: cannot start the runtime: {e}");

@@ -76,10 +76,11 @@ pub(crate) async fn command(a: ServeArgs) -> Result<Ended, String> {
         ..SessionConfig::default()
     };
     let settings = crate::probe::serve_settings(settings, &a.allow_cc);
-    let listeners = bind(&listen, tls, settings).await?;
-    let metrics = match (&a.metrics, listeners.first()) {
-        (Some(addr), Some(l)) => Some(crate::metrics::start(addr, l.registry().clone(), "tcpls serve").await?),
-        _ => None,
+    // One registry for every listener (and core): a client may join through any of them.
+    let registry = tcpls::JoinRegistry::new();
+    let metrics = match &a.metrics {
+        Some(addr) => Some(crate::metrics::start(addr, registry.clone(), "tcpls serve").await?),
+        None => None,
     };
     if let Some(t) = tickets {
         if let Some(m) = &metrics {
@@ -89,24 +90,51 @@ pub(crate) async fn command(a: ServeArgs) -> Result<Ended, String> {
             crate::farm_keys::reload_on_sighup(t, path)?;
         }
     }
-    let interrupt = crate::interrupt::listen();
-    for l in &listeners {
-        crate::logging::info("serve", &format!("listening on {} (mode {})", l.local_addr(), a.mode));
+    let opts = ServeOptions {
+        mode: a.mode,
+        max_sessions: a.max_sessions,
+        json: a.json,
+        quiet: false,
+        sessions_limit: a.sessions,
+        metrics,
+        interrupt: Some(crate::interrupt::listen()),
+    };
+    let interrupted = match a.runtime {
+        ServerRuntime::PerCore => {
+            let builder =
+                tcpls::ServerBuilder::new(Arc::new(tls)).settings(settings).cores(a.threads).registry(registry);
+            run_per_core(&listen, builder, opts).await?
+        }
+        ServerRuntime::WorkStealing => {
+            let listeners = bind_with_registry(&listen, tls, settings, registry).await?;
+            for l in &listeners {
+                crate::logging::info("serve", &format!("listening on {} (mode {})", l.local_addr(), a.mode));
+            }
+            run(listeners, opts).await?
+        }
+    };
+    Ok(if interrupted { Ended::Interrupted } else { Ended::Done })
+}
+
+/// How a server spreads its sessions over threads (`--runtime`, the tunnel's key `runtime`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ServerRuntime {
+    /// One listener (SO_REUSEPORT) and one single-threaded runtime per core; each session, its
+    /// joined connections and its streams stay on the core that accepted it.
+    PerCore,
+    /// One multi-thread runtime whose worker threads share every session (tokio's work
+    /// stealing).
+    WorkStealing,
+}
+
+impl std::fmt::Display for ServerRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::PerCore => "per-core",
+            Self::WorkStealing => "work-stealing",
+        })
     }
-    run(
-        listeners,
-        ServeOptions {
-            mode: a.mode,
-            max_sessions: a.max_sessions,
-            json: a.json,
-            quiet: false,
-            sessions_limit: a.sessions,
-            metrics,
-            interrupt: Some(interrupt),
-        },
-    )
-    .await
-    .map(|interrupted| if interrupted { Ended::Interrupted } else { Ended::Done })
 }
 
 pub struct ServeOptions {
@@ -142,9 +170,18 @@ pub async fn bind(
     tls: rustls::ServerConfig,
     settings: SessionConfig,
 ) -> Result<Vec<TcplsListener>, String> {
-    let tls = Arc::new(tls);
     // One registry for all listeners: a client may join its session through any address.
-    let registry = tcpls::JoinRegistry::new();
+    bind_with_registry(listen, tls, settings, tcpls::JoinRegistry::new()).await
+}
+
+/// [`bind`] with the join registry the listeners share.
+async fn bind_with_registry(
+    listen: &[SocketAddr],
+    tls: rustls::ServerConfig,
+    settings: SessionConfig,
+    registry: tcpls::JoinRegistry,
+) -> Result<Vec<TcplsListener>, String> {
+    let tls = Arc::new(tls);
     let mut listeners = Vec::new();
     for addr in listen {
         let l = TcplsListener::bind_with_registry(*addr, tls.clone(), settings.clone(), registry.clone())
@@ -155,9 +192,108 @@ pub async fn bind(
     Ok(listeners)
 }
 
-/// Serves until interrupted (returns true) or `sessions_limit` sessions have ended.
+/// Serves until interrupted (returns true) or `sessions_limit` sessions have ended, on the
+/// listeners of this (work-stealing) runtime.
 pub async fn run(listeners: Vec<TcplsListener>, mut opts: ServeOptions) -> Result<bool, String> {
-    let mut interrupt = opts.interrupt.take();
+    let interrupt = opts.interrupt.take();
+    let (sessions, done_rx) = Sessions::new(&opts);
+    let mut accepts = tokio::task::JoinSet::new();
+    for listener in listeners {
+        let sessions = sessions.clone();
+        accepts.spawn(async move {
+            while let Some((session, peer)) = listener.accept().await {
+                if let Some(task) = sessions.start(session, peer) {
+                    tokio::spawn(task);
+                }
+            }
+        });
+    }
+    drop(sessions);
+    Ok(wait(done_rx, interrupt, opts.sessions_limit).await)
+}
+
+/// Like [`run`], served per core (`tcpls::ServerBuilder`: a listener and a current-thread
+/// runtime per core, each session kept on its core).
+pub async fn run_per_core(
+    listen: &[SocketAddr],
+    builder: tcpls::ServerBuilder,
+    mut opts: ServeOptions,
+) -> Result<bool, String> {
+    let interrupt = opts.interrupt.take();
+    let (sessions, done_rx) = Sessions::new(&opts);
+    let server = builder
+        .serve(listen, move |session, peer| {
+            let task = sessions.start(session, peer);
+            async move {
+                if let Some(task) = task {
+                    task.await;
+                }
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    for addr in server.local_addrs() {
+        crate::logging::info("serve", &format!("listening on {addr} (mode {}, {} cores)", opts.mode, server.cores()));
+    }
+    let interrupted = wait(done_rx, interrupt, opts.sessions_limit).await;
+    // Joins the cores' threads: off this runtime's worker.
+    let _ = tokio::task::spawn_blocking(move || server.shutdown()).await;
+    Ok(interrupted)
+}
+
+/// What every session of a server shares: the --max-sessions limit, the count of ended
+/// sessions, the metrics.
+#[derive(Clone)]
+struct Sessions {
+    limit: Arc<Semaphore>,
+    done_tx: tokio::sync::mpsc::UnboundedSender<()>,
+    metrics: Option<crate::metrics::ServerMetrics>,
+    mode: Mode,
+    json: bool,
+    quiet: bool,
+}
+
+impl Sessions {
+    fn new(opts: &ServeOptions) -> (Self, tokio::sync::mpsc::UnboundedReceiver<()>) {
+        let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+        let limit = Arc::new(Semaphore::new(opts.max_sessions.max(1)));
+        let sessions =
+            Self { limit, done_tx, metrics: opts.metrics.clone(), mode: opts.mode, json: opts.json, quiet: opts.quiet };
+        (sessions, done_rx)
+    }
+
+    /// The task serving a new session, or None when --max-sessions are served already (the
+    /// session is then refused).
+    fn start(
+        &self,
+        session: Session,
+        peer: SocketAddr,
+    ) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+        let Ok(permit) = self.limit.clone().try_acquire_owned() else {
+            eprintln!("tcpls serve: refusing session from {peer}: --max-sessions reached");
+            session.abort();
+            if let Some(m) = &self.metrics {
+                m.refused_max_sessions();
+            }
+            return None;
+        };
+        let done_tx = self.done_tx.clone();
+        let tracked = self.metrics.as_ref().map(|m| m.track(&session));
+        let (mode, json, quiet) = (self.mode, self.json, self.quiet);
+        Some(async move {
+            serve_session(session, peer, mode, json, quiet).await;
+            drop(tracked);
+            drop(permit);
+            let _ = done_tx.send(());
+        })
+    }
+}
+
+/// Waits until `limit` sessions have ended (or every listener is gone), or Ctrl-C (true).
+async fn wait(
+    mut done_rx: tokio::sync::mpsc::UnboundedReceiver<()>,
+    mut interrupt: Option<crate::interrupt::Interrupt>,
+    limit: Option<u64>,
+) -> bool {
     let ctrl_c = async move {
         match &mut interrupt {
             Some(i) => i.recv().await,
@@ -165,51 +301,20 @@ pub async fn run(listeners: Vec<TcplsListener>, mut opts: ServeOptions) -> Resul
         }
     };
     tokio::pin!(ctrl_c);
-    let limit = Arc::new(Semaphore::new(opts.max_sessions.max(1)));
-    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
-    let mut accepts = tokio::task::JoinSet::new();
-    for listener in listeners {
-        let (limit, done_tx, metrics) = (limit.clone(), done_tx.clone(), opts.metrics.clone());
-        let (mode, json, quiet) = (opts.mode, opts.json, opts.quiet);
-        accepts.spawn(async move {
-            while let Some((session, peer)) = listener.accept().await {
-                let Ok(permit) = limit.clone().try_acquire_owned() else {
-                    eprintln!("tcpls serve: refusing session from {peer}: --max-sessions reached");
-                    session.abort();
-                    if let Some(m) = &metrics {
-                        m.refused_max_sessions();
-                    }
-                    continue;
-                };
-                let done_tx = done_tx.clone();
-                let tracked = metrics.as_ref().map(|m| m.track(&session));
-                tokio::spawn(async move {
-                    serve_session(session, peer, mode, json, quiet).await;
-                    drop(tracked);
-                    drop(permit);
-                    let _ = done_tx.send(());
-                });
-            }
-        });
-    }
-    drop(done_tx);
     let mut ended = 0u64;
-    let mut interrupted = false;
     loop {
         tokio::select! {
             r = done_rx.recv() => {
-                if r.is_none() { break; }
+                if r.is_none() { return false; }
                 ended += 1;
-                if opts.sessions_limit.is_some_and(|n| ended >= n) { break; }
+                if limit.is_some_and(|n| ended >= n) { return false; }
             }
             () = &mut ctrl_c => {
                 crate::logging::info("serve", "interrupted (Ctrl-C): stopping");
-                interrupted = true;
-                break;
+                return true;
             }
         }
     }
-    Ok(interrupted)
 }
 
 async fn serve_session(session: Session, peer: SocketAddr, mode: Mode, json: bool, quiet: bool) {

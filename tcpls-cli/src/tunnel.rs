@@ -145,6 +145,15 @@ struct ServerArgs {
     /// This node's number in the farm (1 to 255), as the balancer's configuration numbers it.
     #[arg(long, value_name = "N", requires = "farm_route_key", value_parser = clap::value_parser!(u8).range(1..))]
     farm_node: Option<u8>,
+    /// How sessions are spread over threads, as for `tcpls serve`: per-core (a listener and a
+    /// single-threaded runtime per core, each session kept on its core) or work-stealing (one
+    /// runtime whose threads share every session) [default: work-stealing].
+    #[arg(long, value_enum, value_name = "MODEL")]
+    runtime: Option<crate::serve::ServerRuntime>,
+    /// Threads serving sessions: cores with per-core, worker threads with work-stealing (0: one
+    /// per CPU) [default: 0].
+    #[arg(long, value_name = "N")]
+    threads: Option<usize>,
 }
 
 #[derive(Args)]
@@ -290,6 +299,18 @@ pub fn file_globals(args: &TunnelArgs) -> (Option<PathBuf>, Option<PathBuf>) {
     }
 }
 
+/// `tunnel server --runtime work-stealing --threads N` (flags or file): the worker threads of
+/// the process's runtime, which then runs the sessions. None otherwise.
+pub fn work_stealing_threads(args: &TunnelArgs) -> Option<usize> {
+    let TunnelCommand::Server(a) = &args.cmd else { return None };
+    let file = a.config.as_deref().map(tunnel_config::load).and_then(Result::ok).and_then(|f| f.server);
+    let (runtime, threads) = match file {
+        Some(f) => (pick(a.runtime, f.runtime), pick(a.threads, f.threads)),
+        None => (a.runtime, a.threads),
+    };
+    (runtime == Some(crate::serve::ServerRuntime::WorkStealing)).then_some(threads?).filter(|n| *n > 0)
+}
+
 /// The server's settings: the command line over the configuration file over the defaults.
 /// Rebuilt from the same command line on SIGHUP, with the file read again.
 #[derive(Clone)]
@@ -312,6 +333,8 @@ struct ServerSettings {
     advertise: Vec<SocketAddr>,
     farm_route: Option<(PathBuf, u8)>,
     verbose: bool,
+    runtime: crate::serve::ServerRuntime,
+    threads: usize,
 }
 
 impl ServerSettings {
@@ -387,6 +410,8 @@ impl ServerSettings {
                 _ => return Err("farm-route-key and farm-node (1 to 255) go together".into()),
             },
             verbose: f.verbose.unwrap_or(false),
+            runtime: pick(a.runtime, f.runtime).unwrap_or(crate::serve::ServerRuntime::WorkStealing),
+            threads: pick(a.threads, f.threads).unwrap_or(0),
         })
     }
 
@@ -438,6 +463,8 @@ fn check_config(path: &std::path::Path) -> Result<(), String> {
             advertise: Vec::new(),
             farm_route_key: None,
             farm_node: None,
+            runtime: None,
+            threads: None,
         };
         let s = ServerSettings::from(&args)?;
         if let Some(path) = &s.ticket_keys {
@@ -525,6 +552,8 @@ fn count_server_keys(f: &ServerFile) -> usize {
         f.keylog.is_some(),
         f.trace.is_some(),
         f.verbose.is_some(),
+        f.runtime.is_some(),
+        f.threads.is_some(),
     ]
     .iter()
     .filter(|x| **x)
@@ -552,6 +581,7 @@ async fn server(args: ServerArgs, a: ServerSettings) -> Result<(), String> {
         max_lookups: a.max_lookups,
         reverse_allowed: a.allow_reverse.clone(),
         client_policy: a.client_policy.clone(),
+        server_cores: (a.runtime == crate::serve::ServerRuntime::PerCore).then_some(a.threads),
         ..TunnelConfig::default()
     };
     let mut cfg = cfg;
@@ -691,10 +721,11 @@ fn reload(
         || new.client_ca != start.client_ca
         || new.ticket_keys != start.ticket_keys
         || new.advertise != start.advertise
+        || (new.runtime, new.threads) != (start.runtime, start.threads)
         || (new.max_sessions, new.max_streams, new.max_lookups)
             != (start.max_sessions, start.max_streams, start.max_lookups)
     {
-        msg.push_str("; listen, client-ca, ticket-keys (the file's path), advertise and the limits changed in the file take effect at the next restart");
+        msg.push_str("; listen, client-ca, ticket-keys (the file's path), advertise, runtime, threads and the limits changed in the file take effect at the next restart");
     }
     Ok(msg)
 }

@@ -92,6 +92,9 @@ pub struct ServerFile {
     pub keylog: Option<PathBuf>,
     pub trace: Option<PathBuf>,
     pub verbose: Option<bool>,
+    /// "per-core" or "work-stealing" (`--runtime`).
+    pub runtime: Option<crate::serve::ServerRuntime>,
+    pub threads: Option<usize>,
 }
 
 /// The `[client]` table: the flags of `tcpls tunnel client`.
@@ -260,6 +263,7 @@ mod tests {
         assert_eq!(s.deny_dest.len(), 2);
         assert_eq!(c.forward_udp, ["127.0.0.1:5353=9.9.9.9:53"]);
         assert_eq!(s.unknown_clients.as_deref(), Some("refuse"));
+        assert_eq!((s.runtime, s.threads), (Some(crate::serve::ServerRuntime::WorkStealing), Some(0)));
         let alice = cfg.clients["alice"].rule("alice").unwrap();
         assert_eq!((alice.rate, alice.max_sessions), (Some(50_000_000), Some(2)));
         assert_eq!(cfg.clients["backup.example.org"].rule("b").unwrap().only.len(), 1);

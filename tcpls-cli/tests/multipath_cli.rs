@@ -65,6 +65,25 @@ fn migrate_at_moves_the_transfer_to_the_second_connection() {
     assert!(received.iter().all(|b| *b > 1 << 20), "both connections carried the download: {received:?}");
 }
 
+/// `serve --runtime per-core`: a listener per core on each address; the second connection
+/// reaches whichever core the kernel picks and is handed to its session's core.
+#[test]
+fn a_per_core_server_carries_a_stream_over_both_paths() {
+    let dir = TempDir::new("mp-per-core");
+    let (cert, key) = make_cert(dir.path(), "c");
+    let second =
+        SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)), free_port(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2))));
+    let extra = ["--listen", &second.to_string(), "--runtime", "per-core", "--threads", "2"];
+    let server = serve_with_cert(IpAddr::V4(Ipv4Addr::LOCALHOST), &cert, &key, &extra);
+    for direction in ["--upload", "--download"] {
+        let v = perf(&server, &cert, &["--path", &second.to_string(), "--aggregate", "--bytes", "64M", direction]);
+        assert_eq!(v["verified"], Value::Bool(true), "{v:#}");
+        let moved = per_connection(&v, if direction == "--upload" { "bytes_sent" } else { "bytes_received" });
+        assert_eq!(moved.len(), 2, "two connections: {v:#}");
+        assert!(moved.iter().all(|b| *b > 1 << 20), "both paths carried a share ({direction}): {moved:?}");
+    }
+}
+
 #[test]
 fn aggregate_without_a_path_is_a_clear_error() {
     let dir = TempDir::new("mp-err");

@@ -239,6 +239,33 @@ fn two_uplinks_under_the_path_manager() {
     assert_eq!(sha256(&dst), web.sha256("a.bin"), "byte-exact under the path manager");
 }
 
+/// `--runtime per-core`: the client's two paths (a join) reach whichever core's listener the
+/// kernel picks; two downloads at once over the session arrive byte-exact.
+#[test]
+fn a_per_core_concentrator_serves_two_paths() {
+    require_curl();
+    const SIZE: usize = 8 << 20;
+    let web = Web::start(&[("a.bin", SIZE), ("b.bin", SIZE)]);
+    let mut extra = ALLOW_LOOPBACK.to_vec();
+    extra.extend(["--runtime", "per-core", "--threads", "2"]);
+    let (_server, ports) = start_server_with(2, &extra);
+    let (mut client, socks_port) = start_client(&ports, socks);
+    let out = TempDir::new("tunnel-per-core");
+    let downloads: Vec<_> = ["a.bin", "b.bin"]
+        .into_iter()
+        .map(|file| {
+            let dst = out.path().join(file);
+            let url = format!("http://127.0.0.1:{}/{file}", web.port);
+            std::thread::spawn(move || (curl(socks_port, true, &url, &dst, &[]), dst))
+        })
+        .collect();
+    for (d, file) in downloads.into_iter().zip(["a.bin", "b.bin"]) {
+        let (done, dst) = d.join().unwrap();
+        assert!(done.status.success(), "curl {file}: {}\n{}", done.describe(), client.diagnostics());
+        assert_eq!(sha256(&dst), web.sha256(file), "{file} is byte-exact");
+    }
+}
+
 #[test]
 fn curl_over_two_paths_survives_killing_one() {
     require_curl();

@@ -16,7 +16,7 @@ use tokio::io::{AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 
 use crate::session::Session;
-use crate::shared::{SessionState, Shared};
+use crate::shared::{NewSocket, SessionState, Shared};
 use tcpls_proto::ConnId;
 
 struct Socket {
@@ -98,9 +98,18 @@ impl Future for Driver {
         let this = &mut *self;
         let mut inner = this.shared.lock();
         let added = inner.take_new_sockets();
-        for (id, stream) in added {
-            inner.add_fd(id, stream.as_raw_fd());
-            this.sockets.push(Socket { id, stream: Some(stream), write_shut: false });
+        for new in added {
+            let id = new.id;
+            match adopt(new) {
+                Ok(stream) => {
+                    inner.add_fd(id, stream.as_raw_fd());
+                    this.sockets.push(Socket { id, stream: Some(stream), write_shut: false });
+                }
+                Err(e) => {
+                    let why = format!("cannot move the joined connection to its session's runtime: {e}");
+                    inner.proto.handle_io_error(id, &why, Instant::now());
+                }
+            }
         }
         if this.last_path_info.is_none_or(|at| at.elapsed() >= PATH_INFO_INTERVAL) {
             this.last_path_info = Some(Instant::now());
@@ -140,6 +149,17 @@ impl Future for Driver {
         }
         Poll::Pending
     }
+}
+
+/// A joined connection's socket, registered with this driver's runtime. One accepted by a
+/// listener of another runtime (per-core serving: the kernel spreads connections over the
+/// cores' listeners, joins included) leaves that runtime's reactor for this one's, so the
+/// session's every connection is polled on the core that owns it.
+fn adopt(new: NewSocket) -> io::Result<TcpStream> {
+    if !new.foreign {
+        return Ok(new.stream);
+    }
+    TcpStream::from_std(new.stream.into_std()?)
 }
 
 /// One round: every socket read into the core, the core's records sealed, every socket

@@ -3,6 +3,10 @@
 //! * [`TcplsConnector`] / [`TcplsListener`] open and accept [`Session`]s, built from rustls
 //!   configs. Servers also serve plain TLS clients (a fallback session with one stream), and
 //!   clients fall back against plain TLS servers: [`Session::is_fallback`] says so.
+//! * [`ServerBuilder`] serves on several cores: one listener (`SO_REUSEPORT`) and one
+//!   current-thread runtime per core, each session (its handshake, driver, joined connections
+//!   and handler) kept on the core that accepted it; joins reaching another core's listener are
+//!   handed over ([`PerCoreServer`]). A [`TcplsListener`] serves on the application's runtime.
 //! * A [`Session`] opens and accepts streams: [`SendStream`] (`AsyncWrite`, `shutdown` = FIN)
 //!   and [`RecvStream`] (`AsyncRead`, 0 bytes = peer's FIN).
 //!
@@ -71,6 +75,7 @@ mod listener_stats;
 mod path;
 mod path_manager;
 mod peer_requests;
+mod per_core;
 mod probe_answers;
 mod registry;
 mod session;
@@ -91,6 +96,7 @@ pub use listener::{TcplsListener, MAX_PENDING_HANDSHAKES};
 pub use listener_stats::ListenerStats;
 pub use path::PathOptions;
 pub use path_manager::{Endpoint, PathManager, PathManagerConfig, PathPolicy, PathReport, DEFAULT_OUTAGE_TOLERANCE};
+pub use per_core::{PerCoreBound, PerCoreServer, ServerBuilder};
 pub use registry::JoinRegistry;
 pub use session::{ConnectionInfo, Session};
 pub use socket::fast_open_listener;

@@ -179,6 +179,30 @@ impl TcplsListener {
     }
 }
 
+/// What a per-core server reads of each core's listener for its totals.
+#[derive(Clone)]
+pub(crate) struct ListenerProbe {
+    errors: Arc<std::sync::atomic::AtomicU64>,
+    admission: Admission,
+}
+
+impl ListenerProbe {
+    pub(crate) fn failed_handshakes(&self) -> u64 {
+        self.errors.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub(crate) fn awaiting_hello(&self) -> usize {
+        self.admission.awaiting()
+    }
+}
+
+impl TcplsListener {
+    /// Its counters, readable from another thread once the listener runs on its core.
+    pub(crate) fn probe(&self) -> ListenerProbe {
+        ListenerProbe { errors: self.errors.clone(), admission: self.admission.clone() }
+    }
+}
+
 impl Drop for TcplsListener {
     fn drop(&mut self) {
         self.task.abort();
@@ -503,8 +527,11 @@ async fn join(
     let reason = if target.is_some() && !rejoin { Outcome::JoinRefusedBudget } else { Outcome::JoinRefusedToken };
     let refused = match target {
         Some(target) => match target.attach(joining, stream, local, remote) {
-            Ok(()) => {
+            Ok(handed_over) => {
                 ctx.registry.counters().count(Outcome::Join);
+                if handed_over {
+                    ctx.registry.counters().count(Outcome::JoinHandedOver);
+                }
                 return Ok(());
             }
             Err(refused) => refused,

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub(crate) struct ListenerCounters {
     sessions: AtomicU64,
     joins: AtomicU64,
+    joins_handed_over: AtomicU64,
     joins_refused_token: AtomicU64,
     joins_refused_budget: AtomicU64,
     handshakes_failed: AtomicU64,
@@ -23,6 +24,9 @@ pub struct ListenerStats {
     pub sessions: u64,
     /// Connections that joined a live session.
     pub joins: u64,
+    /// Of those, joins accepted by one core's listener for a session of another core, whose
+    /// connection was handed over to that core (per-core serving, [`ServerBuilder`](crate::ServerBuilder)).
+    pub joins_handed_over: u64,
     /// Joins refused because their token was unknown, already used or expired (access_denied).
     pub joins_refused_token: u64,
     /// Joins refused by their session: over its connection budget, or the session was ending.
@@ -39,6 +43,7 @@ pub struct ListenerStats {
 pub(crate) enum Outcome {
     Session,
     Join,
+    JoinHandedOver,
     JoinRefusedToken,
     JoinRefusedBudget,
     Failed,
@@ -51,6 +56,7 @@ impl ListenerCounters {
         let counter = match outcome {
             Outcome::Session => &self.sessions,
             Outcome::Join => &self.joins,
+            Outcome::JoinHandedOver => &self.joins_handed_over,
             Outcome::JoinRefusedToken => &self.joins_refused_token,
             Outcome::JoinRefusedBudget => &self.joins_refused_budget,
             Outcome::Failed => &self.handshakes_failed,
@@ -65,6 +71,7 @@ impl ListenerCounters {
         ListenerStats {
             sessions: get(&self.sessions),
             joins: get(&self.joins),
+            joins_handed_over: get(&self.joins_handed_over),
             joins_refused_token: get(&self.joins_refused_token),
             joins_refused_budget: get(&self.joins_refused_budget),
             handshakes_failed: get(&self.handshakes_failed),

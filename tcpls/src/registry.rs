@@ -23,7 +23,8 @@ type SessionRef = [u8; tcpls_proto::SESSION_REF_LEN];
 /// registry stores it weakly and never sees the session's state; the session's side
 /// (`shared.rs`) implements it under the session's lock.
 pub(crate) trait JoinTarget: Send + Sync {
-    /// Attaches `joining`, whose socket is `stream`, to the session; gives both back if the
+    /// Attaches `joining`, whose socket is `stream`, to the session: whether the socket was
+    /// handed over to another runtime (the session's core is not this one). Gives both back if the
     /// session refuses it (a used token, over its budget, closing), for the refusal's alert
     /// (boxed: the socket and the connection's state are large, and refusals are rare).
     fn attach(
@@ -32,7 +33,7 @@ pub(crate) trait JoinTarget: Send + Sync {
         stream: TcpStream,
         local: Option<SocketAddr>,
         remote: Option<SocketAddr>,
-    ) -> Result<(), Box<Refused>>;
+    ) -> Result<bool, Box<Refused>>;
 }
 
 /// A joining connection a session refused, with its socket.

@@ -283,7 +283,7 @@ impl Session {
         {
             let mut inner = self.shared.lock();
             inner.proto.set_addresses(id, stream.local_addr().ok(), stream.peer_addr().ok());
-            inner.add_socket(id, stream);
+            let _ = inner.add_socket(id, stream);
         }
         // Done when the server answered on the new connection (it accepted the token).
         let wait = poll_fn(|cx| {

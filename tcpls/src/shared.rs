@@ -24,6 +24,15 @@ use crate::registry::{JoinRegistry, JoinTarget, Refused, Registration};
 use crate::trace::{TraceSink, Tracer};
 use crate::{peer_requests, sockopt, tcp_info};
 
+/// The socket of a connection added after the first, on its way to the driver.
+pub(crate) struct NewSocket {
+    pub(crate) id: ConnId,
+    pub(crate) stream: TcpStream,
+    /// Registered with another runtime's reactor (a join accepted by another core's listener):
+    /// the driver moves it to its own, or its readiness would be reported on the other core.
+    pub(crate) foreign: bool,
+}
+
 /// Tasks waiting on the session, woken when what they wait for may have changed.
 #[derive(Default)]
 struct Wakers {
@@ -70,7 +79,10 @@ pub(crate) struct SessionState {
     /// The driver ended (sockets closed).
     pub(crate) driver_done: bool,
     /// Sockets of connections added after the first (joins), waiting for the driver.
-    new_sockets: Vec<(ConnId, TcpStream)>,
+    new_sockets: Vec<NewSocket>,
+    /// The runtime the session's driver runs on (a server session: where it was accepted). A
+    /// join accepted on another runtime (another core's listener) moves its socket here.
+    home: Option<tokio::runtime::Id>,
     /// Socket descriptors of live connections (the driver adds and removes them, under this
     /// lock), for TCP_INFO and socket options.
     fds: HashMap<ConnId, RawFd>,
@@ -107,6 +119,7 @@ impl SessionState {
             socket_options: EventQueue::default(),
             driver_done: false,
             new_sockets: Vec::new(),
+            home: tokio::runtime::Handle::try_current().ok().map(|h| h.id()),
             fds: HashMap::new(),
             notsent_lowat: HashMap::new(),
             registration,
@@ -158,14 +171,20 @@ impl SessionState {
         }
     }
 
-    /// Hands the socket of a connection added after the first (a join) to the driver.
-    pub(crate) fn add_socket(&mut self, id: ConnId, stream: TcpStream) {
-        self.new_sockets.push((id, stream));
+    /// Hands the socket of a connection added after the first (a join) to the driver; whether it
+    /// moves to the driver's runtime from another one.
+    pub(crate) fn add_socket(&mut self, id: ConnId, stream: TcpStream) -> bool {
+        // Registered with the runtime this runs on: the driver's, unless a listener of another
+        // runtime (another core) accepted the join.
+        let here = tokio::runtime::Handle::try_current().ok().map(|h| h.id());
+        let foreign = self.home.is_some() && here != self.home;
+        self.new_sockets.push(NewSocket { id, stream, foreign });
         self.wake_driver();
+        foreign
     }
 
     /// The driver takes the sockets handed to it since its last poll.
-    pub(crate) fn take_new_sockets(&mut self) -> Vec<(ConnId, TcpStream)> {
+    pub(crate) fn take_new_sockets(&mut self) -> Vec<NewSocket> {
         std::mem::take(&mut self.new_sockets)
     }
 
@@ -473,13 +492,12 @@ impl JoinTarget for Mutex<SessionState> {
         stream: TcpStream,
         local: Option<SocketAddr>,
         remote: Option<SocketAddr>,
-    ) -> Result<(), Box<Refused>> {
+    ) -> Result<bool, Box<Refused>> {
         let mut inner = lock(self);
         match inner.proto.attach_joining_connection(joining, Instant::now()) {
             Ok(id) => {
                 inner.proto.set_addresses(id, local, remote);
-                inner.add_socket(id, stream);
-                Ok(())
+                Ok(inner.add_socket(id, stream))
             }
             Err(refused) => Err(Box::new(Refused { joining: refused, stream })),
         }

@@ -98,7 +98,7 @@ impl Dialer {
         tcp.set_nodelay(true)?;
         match self.proto {
             ScaleProto::Tls => Ok(Open::Tls(Box::new(self.tls.connect(server_name_for(SERVER_NAME)?, tcp).await?))),
-            ScaleProto::Tcpls => {
+            ScaleProto::Tcpls | ScaleProto::TcplsPerCore => {
                 let session = self.tcpls.connect_with(tcp, server_name_for(SERVER_NAME)?).await?;
                 if session.is_fallback() {
                     return Err("server did not negotiate TCPLS".into());

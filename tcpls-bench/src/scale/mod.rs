@@ -52,7 +52,8 @@ pub struct Options {
     /// Print the results as JSON (progress still goes to stderr).
     #[arg(long)]
     json: bool,
-    /// Tokio worker threads in each of the two processes.
+    /// Tokio worker threads in each of the two processes (and the cores of the server's
+    /// `tcpls-per-core`).
     #[arg(long, default_value_t = 2)]
     worker_threads: usize,
 }
@@ -62,8 +63,12 @@ pub struct Options {
 pub enum ScaleProto {
     /// TLS 1.3 over TCP, tokio-rustls.
     Tls,
-    /// TCPLS, one stream per session.
+    /// TCPLS, one stream per session, the listener on the server's multi-thread (work-stealing)
+    /// runtime.
     Tcpls,
+    /// TCPLS served per core (`tcpls::ServerBuilder`: one listener and current-thread runtime
+    /// per worker thread).
+    TcplsPerCore,
 }
 
 /// Source addresses the client spreads its connections over (ephemeral ports are per address).
@@ -85,6 +90,7 @@ pub(crate) const IDLE: Duration = Duration::from_secs(2);
 pub struct ServerReady {
     pub(crate) tls_port: u16,
     pub(crate) tcpls_port: u16,
+    pub(crate) tcpls_per_core_port: u16,
 }
 
 /// What the server says when asked (a line "stats" on its stdin).
@@ -161,6 +167,11 @@ struct Report {
     /// TCPLS divided by TLS, from the medians (when both ran).
     #[serde(skip_serializing_if = "Option::is_none")]
     tcpls_to_tls: Option<Ratios>,
+    /// The per-core server divided by TLS, and by the work-stealing listener.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tcpls_per_core_to_tls: Option<Ratios>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tcpls_per_core_to_tcpls: Option<Ratios>,
     runs: Vec<ProtoResult>,
 }
 
@@ -240,16 +251,12 @@ pub fn run(mut opts: Options) -> Res<()> {
         .filter_map(|&p| summarize(&runs.iter().filter(|r| r.protocol == p).cloned().collect::<Vec<_>>()))
         .collect();
     let find = |p: ScaleProto| results.iter().find(|r| r.protocol == p);
-    let tcpls_to_tls = find(ScaleProto::Tcpls).zip(find(ScaleProto::Tls)).map(|(t, l)| Ratios {
-        server_cpu_per_handshake: t.server_cpu_us_per_handshake / l.server_cpu_us_per_handshake,
-        client_cpu_per_handshake: t.client_cpu_us_per_handshake / l.client_cpu_us_per_handshake,
-        ttfb_median: t.ttfb_median_us / l.ttfb_median_us,
-        server_memory_per_idle_session: t.server_rss_bytes_per_idle_session / l.server_rss_bytes_per_idle_session,
-        client_memory_per_idle_session: t.client_rss_bytes_per_idle_session / l.client_rss_bytes_per_idle_session,
-        server_heap_per_idle_session: t.server_heap_bytes_per_idle_session / l.server_heap_bytes_per_idle_session,
-        client_heap_per_idle_session: t.client_heap_bytes_per_idle_session / l.client_heap_bytes_per_idle_session,
-    });
+    let tcpls_to_tls = find(ScaleProto::Tcpls).zip(find(ScaleProto::Tls)).map(|(t, l)| ratios(t, l));
+    let tcpls_per_core_to_tls = find(ScaleProto::TcplsPerCore).zip(find(ScaleProto::Tls)).map(|(t, l)| ratios(t, l));
+    let tcpls_per_core_to_tcpls =
+        find(ScaleProto::TcplsPerCore).zip(find(ScaleProto::Tcpls)).map(|(t, l)| ratios(t, l));
     let report = Report {
+
         date_utc: utc_now(),
         machine: machine(),
         method: "a fresh server process (TcplsListener and tokio-rustls listener, echo) and client process per \
@@ -263,6 +270,8 @@ pub fn run(mut opts: Options) -> Res<()> {
         sessions_fd_limit: fd_limit,
         sessions_limited_by_fd: limited_by_fd,
         tcpls_to_tls,
+        tcpls_per_core_to_tls,
+        tcpls_per_core_to_tcpls,
         runs,
     };
     if opts.json {
@@ -271,6 +280,19 @@ pub fn run(mut opts: Options) -> Res<()> {
         print_table(&report);
     }
     Ok(())
+}
+
+/// `t` divided by `l`, field by field.
+fn ratios(t: &ProtoResult, l: &ProtoResult) -> Ratios {
+    Ratios {
+        server_cpu_per_handshake: t.server_cpu_us_per_handshake / l.server_cpu_us_per_handshake,
+        client_cpu_per_handshake: t.client_cpu_us_per_handshake / l.client_cpu_us_per_handshake,
+        ttfb_median: t.ttfb_median_us / l.ttfb_median_us,
+        server_memory_per_idle_session: t.server_rss_bytes_per_idle_session / l.server_rss_bytes_per_idle_session,
+        client_memory_per_idle_session: t.client_rss_bytes_per_idle_session / l.client_rss_bytes_per_idle_session,
+        server_heap_per_idle_session: t.server_heap_bytes_per_idle_session / l.server_heap_bytes_per_idle_session,
+        client_heap_per_idle_session: t.client_heap_bytes_per_idle_session / l.client_heap_bytes_per_idle_session,
+    }
 }
 
 /// Medians of the runs of one protocol (counts: the smallest, so a failure shows).
@@ -310,11 +332,12 @@ fn run_proto(pki: &Pki, proto: ScaleProto, opts: &Options) -> Res<ProtoResult> {
     let port = match proto {
         ScaleProto::Tls => ready.tls_port,
         ScaleProto::Tcpls => ready.tcpls_port,
+        ScaleProto::TcplsPerCore => ready.tcpls_per_core_port,
     };
     let args = [
         "scale-client".to_string(),
         "--proto".into(),
-        format!("{proto:?}").to_lowercase(),
+        proto_name(proto).into(),
         "--port".into(),
         port.to_string(),
         "--sessions".into(),
@@ -393,6 +416,15 @@ fn run_proto(pki: &Pki, proto: ScaleProto, opts: &Options) -> Res<ProtoResult> {
     })
 }
 
+/// The protocol's name on the command line.
+fn proto_name(p: ScaleProto) -> &'static str {
+    match p {
+        ScaleProto::Tls => "tls",
+        ScaleProto::Tcpls => "tcpls",
+        ScaleProto::TcplsPerCore => "tcpls-per-core",
+    }
+}
+
 fn print_table(r: &Report) {
     println!("tcpls-bench scale — {}", r.date_utc);
     println!("machine: {} CPUs, {}, Linux {}", r.machine.nproc, r.machine.cpu_model, r.machine.kernel);
@@ -426,7 +458,7 @@ fn print_table(r: &Report) {
     for p in &r.results {
         println!(
             "{:<6} {:>10} {:>12.1} {:>10.0} {:>10.1} {:>9.1} {:>9.1}   {:>9} {:>7} {:>7} {:>8.2} {:>11.0} {:>11.0} {:>11.0} {:>11.0} {:>12.1}",
-            format!("{:?}", p.protocol).to_lowercase(),
+            proto_name(p.protocol),
             p.handshakes,
             p.server_cpu_us_per_handshake,
             p.handshakes_per_second_per_core,
@@ -444,9 +476,14 @@ fn print_table(r: &Report) {
             p.server_allocs_per_handshake,
         );
     }
-    if let Some(x) = &r.tcpls_to_tls {
+    for (name, x) in [
+        ("tcpls/tls", &r.tcpls_to_tls),
+        ("tcpls-per-core/tls", &r.tcpls_per_core_to_tls),
+        ("tcpls-per-core/tcpls", &r.tcpls_per_core_to_tcpls),
+    ] {
+        let Some(x) = x else { continue };
         println!(
-            "tcpls/tls: server CPU per handshake {:.2}, client CPU per handshake {:.2}, ttfb {:.2}, \
+            "{name}: server CPU per handshake {:.2}, client CPU per handshake {:.2}, ttfb {:.2}, \
              memory per idle session (RSS): server {:.1}, client {:.1}, heap: server {:.1}, client {:.1}",
             x.server_cpu_per_handshake,
             x.client_cpu_per_handshake,

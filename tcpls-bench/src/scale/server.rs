@@ -1,4 +1,5 @@
-//! The server of a `scale` run: a TcplsListener and a tokio-rustls listener that echo what
+//! The server of a `scale` run: a TcplsListener on the process's (work-stealing) runtime, a
+//! per-core TCPLS server (`tcpls::ServerBuilder`) and a tokio-rustls listener that echo what
 //! they receive, and answer "stats" lines on stdin with their CPU time, RSS and session counts.
 
 use std::io::{BufRead, Write};
@@ -32,18 +33,42 @@ struct Counters {
     accepted: AtomicU64,
 }
 
-pub async fn server() -> Res<()> {
+/// Echoes every stream of a TCPLS session, counting it open until it ends.
+async fn serve_tcpls(session: tcpls::Session, c: Arc<Counters>) {
+    c.accepted.fetch_add(1, Ordering::Relaxed);
+    c.open.fetch_add(1, Ordering::Relaxed);
+    while let Some((mut send, mut recv)) = session.accept_stream().await {
+        tokio::spawn(async move {
+            if echo(&mut recv, &mut send).await.is_ok() {
+                let _ = send.shutdown().await;
+            }
+        });
+    }
+    session.closed().await;
+    c.open.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// `cores`: the per-core TCPLS server's (`tcpls::ServerBuilder`) cores; the work-stealing
+/// listeners share the process's runtime.
+pub async fn server(cores: usize) -> Res<()> {
     raise_fd_limit();
     let pki = Pki::from_env()?;
     let any = SocketAddr::from(([127, 0, 0, 1], 0));
     let tls_listener = TcpListener::bind(any).await?;
     let tcpls_listener = TcplsListener::bind(any, Arc::new(pki.server_config()?)).await?;
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(pki.server_config()?));
-    let ready =
-        ServerReady { tls_port: tls_listener.local_addr()?.port(), tcpls_port: tcpls_listener.local_addr().port() };
+    let counters = Arc::new(Counters { open: AtomicU64::new(0), accepted: AtomicU64::new(0) });
+    let c = counters.clone();
+    let per_core = tcpls::ServerBuilder::new(Arc::new(pki.server_config()?))
+        .cores(cores)
+        .serve(&[any], move |session, _| serve_tcpls(session, c.clone()))?;
+    let ready = ServerReady {
+        tls_port: tls_listener.local_addr()?.port(),
+        tcpls_port: tcpls_listener.local_addr().port(),
+        tcpls_per_core_port: per_core.local_addrs().first().map_or(0, |a| a.port()),
+    };
     println!("{}", serde_json::to_string(&ready)?);
     std::io::stdout().flush()?;
-    let counters = Arc::new(Counters { open: AtomicU64::new(0), accepted: AtomicU64::new(0) });
 
     let c = counters.clone();
     tokio::spawn(async move {
@@ -67,20 +92,7 @@ pub async fn server() -> Res<()> {
     let c = counters.clone();
     tokio::spawn(async move {
         while let Some((session, _)) = tcpls_listener.accept().await {
-            let c = c.clone();
-            c.accepted.fetch_add(1, Ordering::Relaxed);
-            c.open.fetch_add(1, Ordering::Relaxed);
-            tokio::spawn(async move {
-                while let Some((mut send, mut recv)) = session.accept_stream().await {
-                    tokio::spawn(async move {
-                        if echo(&mut recv, &mut send).await.is_ok() {
-                            let _ = send.shutdown().await;
-                        }
-                    });
-                }
-                session.closed().await;
-                c.open.fetch_sub(1, Ordering::Relaxed);
-            });
+            tokio::spawn(serve_tcpls(session, c.clone()));
         }
     });
     // Answer "stats" on stdin until EOF.

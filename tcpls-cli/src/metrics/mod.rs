@@ -230,20 +230,7 @@ impl Collector for Snapshot {
         )?;
         let Some(joins) = &state.joins else { return Ok(()) };
         let l = joins.listener_stats();
-        labelled_counters(
-            e,
-            "tcpls_handshakes",
-            "TCP connections accepted by the listeners, by what their handshake ended in.",
-            "outcome",
-            &[
-                ("session", l.sessions),
-                ("join", l.joins),
-                ("join_refused", l.joins_refused_token + l.joins_refused_budget),
-                ("failed", l.handshakes_failed),
-                ("timeout", l.handshakes_timed_out),
-                ("queue_full", l.accept_queue_full),
-            ],
-        )?;
+        encode_handshakes(e, &l)?;
         labelled_counters(
             e,
             "tcpls_refusals",
@@ -265,6 +252,31 @@ impl Collector for Snapshot {
         }
         Ok(())
     }
+}
+
+/// The listeners' handshakes by outcome, and the joins handed over between cores.
+fn encode_handshakes(e: &mut DescriptorEncoder, l: &tcpls::ListenerStats) -> Result<(), std::fmt::Error> {
+    labelled_counters(
+        e,
+        "tcpls_handshakes",
+        "TCP connections accepted by the listeners, by what their handshake ended in.",
+        "outcome",
+        &[
+            ("session", l.sessions),
+            ("join", l.joins),
+            ("join_refused", l.joins_refused_token + l.joins_refused_budget),
+            ("failed", l.handshakes_failed),
+            ("timeout", l.handshakes_timed_out),
+            ("queue_full", l.accept_queue_full),
+        ],
+    )?;
+    counter(
+        e,
+        "tcpls_joins_handed_over",
+        "Joins accepted by one core's listener for a session of another core, handed over to it (per-core serving).",
+        l.joins_handed_over,
+    )?;
+    Ok(())
 }
 
 /// Farm tickets (`--ticket-keys`): which key set is loaded and what became of tickets.

@@ -123,6 +123,10 @@ pub struct TunnelConfig {
     /// concentrator advertised (New Address) rather than the one dialed: for a farm behind a
     /// load balancer, whose address may lead to another node; default: false.
     pub join_advertised: bool,
+    /// Concentrator: serve per core ([`tcpls::ServerBuilder`]: a listener and a single-threaded
+    /// runtime on each of this many cores, 0: one per CPU; every session kept on its core), or
+    /// None (default): listeners on the runtime that calls [`Concentrator::run`].
+    pub server_cores: Option<usize>,
 }
 
 /// Default of [`TunnelConfig::max_sessions`].
@@ -179,6 +183,7 @@ impl Default for TunnelConfig {
             redundant: false,
             other_concentrators: Vec::new(),
             join_advertised: false,
+            server_cores: None,
         }
     }
 }

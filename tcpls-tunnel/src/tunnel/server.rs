@@ -29,9 +29,17 @@ use crate::clients::{ClientId, ClientPolicy, OTHER};
 /// Listens on one or more addresses (one TCPLS listener each, sharing a join registry, so a
 /// client can add paths to any of them).
 pub struct Concentrator {
-    listeners: Vec<TcplsListener>,
+    listening: Listening,
     ctx: Arc<Ctx>,
     on_session_start: Option<Arc<SessionHook>>,
+}
+
+/// Where the sessions come from.
+enum Listening {
+    /// Listeners on the runtime that runs the concentrator (work stealing).
+    Shared(Vec<TcplsListener>),
+    /// Bound on every core, served by each core's runtime ([`TunnelConfig::server_cores`]).
+    PerCore(Box<tcpls::PerCoreBound>),
 }
 
 /// Sees each new session before it is served; what it returns is dropped when the session is
@@ -257,32 +265,42 @@ impl Concentrator {
         if addrs.is_empty() {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "no address to listen on"));
         }
-        let mut sockets = Vec::new();
-        for a in addrs {
-            let l = crate::frontend::listen(*a)
-                .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {a}: {e}")))?;
-            sockets.push(l);
-        }
         let mut settings = cfg.session.clone();
         settings.max_concurrent_streams = cfg.max_streams_per_session.max(1);
-        let bound: Vec<SocketAddr> = sockets.iter().filter_map(|l| l.local_addr().ok()).collect();
-        let specific: Vec<SocketAddr> = bound.iter().copied().filter(|a| !a.ip().is_unspecified()).collect();
-        if specific.len() >= 2 {
-            settings.advertise.extend(specific);
-        }
         let registry = JoinRegistry::new();
-        let listeners = sockets
-            .into_iter()
-            .map(|l| TcplsListener::from_listener(l, tls.clone(), settings.clone(), registry.clone()))
-            .collect();
+        let listening = match cfg.server_cores {
+            Some(cores) => {
+                let bound = tcpls::ServerBuilder::new(tls).cores(cores).registry(registry).bind(addrs)?;
+                advertise_bound(&mut settings, bound.local_addrs());
+                Listening::PerCore(Box::new(bound.settings(settings)))
+            }
+            None => {
+                let mut sockets = Vec::new();
+                for a in addrs {
+                    let l = crate::frontend::listen(*a)
+                        .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {a}: {e}")))?;
+                    sockets.push(l);
+                }
+                let bound: Vec<SocketAddr> = sockets.iter().filter_map(|l| l.local_addr().ok()).collect();
+                advertise_bound(&mut settings, &bound);
+                let listeners = sockets
+                    .into_iter()
+                    .map(|l| TcplsListener::from_listener(l, tls.clone(), settings.clone(), registry.clone()))
+                    .collect();
+                Listening::Shared(listeners)
+            }
+        };
         let dialer = Dialer::new(cfg.dest_policy.clone(), cfg.max_lookups, cfg.connect_timeout);
         let clients = Clients::new(cfg.client_policy.clone());
         let ctx = Ctx { cfg, stats: Arc::new(Stats::default()), dialer, sessions: AtomicUsize::new(0), clients };
-        Ok(Concentrator { listeners, ctx: Arc::new(ctx), on_session_start: None })
+        Ok(Concentrator { listening, ctx: Arc::new(ctx), on_session_start: None })
     }
 
     pub fn local_addrs(&self) -> Vec<SocketAddr> {
-        self.listeners.iter().map(|l| l.local_addr()).collect()
+        match &self.listening {
+            Listening::Shared(listeners) => listeners.iter().map(|l| l.local_addr()).collect(),
+            Listening::PerCore(bound) => bound.local_addrs().to_vec(),
+        }
     }
 
     /// Counters over all sessions.
@@ -292,7 +310,10 @@ impl Concentrator {
 
     /// The join registry all listeners share (its `listener_stats()`: sessions, joins, refusals).
     pub fn registry(&self) -> Option<JoinRegistry> {
-        self.listeners.first().map(|l| l.registry().clone())
+        match &self.listening {
+            Listening::Shared(listeners) => listeners.first().map(|l| l.registry().clone()),
+            Listening::PerCore(bound) => Some(bound.registry().clone()),
+        }
     }
 
     /// Calls `hook` with every new session (see [`SessionHook`]).
@@ -344,30 +365,31 @@ impl Concentrator {
     where
         F: Fn(SessionSummary) + Send + Sync + 'static,
     {
-        let on_end = Arc::new(on_session_end);
+        let sessions =
+            SessionStarter { ctx: self.ctx, on_start: self.on_session_start, on_end: Arc::new(on_session_end) };
+        let listeners = match self.listening {
+            Listening::Shared(listeners) => listeners,
+            Listening::PerCore(bound) => {
+                let _server = bound.serve(move |session, peer| {
+                    let task = sessions.start(session, peer);
+                    async move {
+                        if let Some(task) = task {
+                            task.await;
+                        }
+                    }
+                })?;
+                // The cores serve until this future is dropped (which stops them).
+                return std::future::pending().await;
+            }
+        };
         let mut loops = tokio::task::JoinSet::new();
-        for l in self.listeners {
-            let (ctx, on_end) = (self.ctx.clone(), on_end.clone());
-            let on_start = self.on_session_start.clone();
+        for l in listeners {
+            let sessions = sessions.clone();
             loops.spawn(async move {
                 while let Some((session, peer)) = l.accept().await {
-                    let Some(slot) = take_session_slot(&ctx) else {
-                        warn!(
-                            "tunnel: session from {peer} refused: {} sessions are being served (--max-sessions)",
-                            ctx.cfg.max_sessions
-                        );
-                        ctx.stats.session_refused();
-                        session.abort();
-                        continue;
-                    };
-                    let on_end = on_end.clone();
-                    let started = on_start.as_ref().map(|hook| hook(&session));
-                    tokio::spawn(async move {
-                        let summary = serve_session(session, peer, &slot.0).await;
-                        drop(started);
-                        drop(slot);
-                        on_end(summary);
-                    });
+                    if let Some(task) = sessions.start(session, peer) {
+                        tokio::spawn(task);
+                    }
                 }
                 l.local_addr()
             });
@@ -378,6 +400,55 @@ impl Concentrator {
             }
         }
         Err(io::Error::other("every listener failed"))
+    }
+}
+
+/// With two or more specific addresses bound, clients learn all of them (New Address).
+fn advertise_bound(settings: &mut tcpls::SessionConfig, bound: &[SocketAddr]) {
+    let specific: Vec<SocketAddr> = bound.iter().copied().filter(|a| !a.ip().is_unspecified()).collect();
+    if specific.len() >= 2 {
+        settings.advertise.extend(specific);
+    }
+}
+
+/// Starts the task of each new session: its place among `max_sessions`, the hooks.
+struct SessionStarter<F> {
+    ctx: Arc<Ctx>,
+    on_start: Option<Arc<SessionHook>>,
+    on_end: Arc<F>,
+}
+
+impl<F> Clone for SessionStarter<F> {
+    fn clone(&self) -> Self {
+        Self { ctx: self.ctx.clone(), on_start: self.on_start.clone(), on_end: self.on_end.clone() }
+    }
+}
+
+impl<F: Fn(SessionSummary) + Send + Sync + 'static> SessionStarter<F> {
+    /// The task serving `session`, or None when `max_sessions` are served (it is refused).
+    fn start(
+        &self,
+        session: Session,
+        peer: SocketAddr,
+    ) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+        let ctx = &self.ctx;
+        let Some(slot) = take_session_slot(ctx) else {
+            warn!(
+                "tunnel: session from {peer} refused: {} sessions are being served (--max-sessions)",
+                ctx.cfg.max_sessions
+            );
+            ctx.stats.session_refused();
+            session.abort();
+            return None;
+        };
+        let on_end = self.on_end.clone();
+        let started = self.on_start.as_ref().map(|hook| hook(&session));
+        Some(async move {
+            let summary = serve_session(session, peer, &slot.0).await;
+            drop(started);
+            drop(slot);
+            on_end(summary);
+        })
     }
 }
 
