@@ -2,7 +2,7 @@
 """Requests per second through `tcpls tunnel`, against the same requests sent directly.
 
 usage: tools/tunnel-ab.py [--rounds N] [--requests N] [--concurrency N] [--size BYTES]
-                          [--modes new,keepalive] [--nginx-workers N] [LABEL=TCPLS_BINARY ...]
+                          [--modes new,keepalive] [--nginx-workers N] [LABEL=[ENV=VALUE,...:]TCPLS ...]
 
 nginx serves one file of SIZE bytes (20 KB by default) on loopback, from a prefix and
 configuration of its own in a temporary directory (port chosen free). For each LABEL (default:
@@ -12,13 +12,15 @@ and a `tcpls tunnel client --forward 127.0.0.1:0=NGINX` run on loopback. Each ro
 directly against nginx and through every tunnel, one at a time in turn, so that every variant
 sees the same load. Before the rounds, one GET through each tunnel is checked byte for byte.
 
-Printed per mode and variant: the median of requests/s over the rounds, its ratio to the
+A reference row, `tcp-relay`, goes through nginx's stream module (one more TCP connection per
+request and one more copy of the bytes, no TLS, no multiplexing; its CPU in the client column):
+a bound on what any relay reaches on this machine. Printed per mode and variant: the median of requests/s over the rounds, its ratio to the
 direct median, the failed requests and non-2xx answers summed over all rounds (must be 0), the
 CPU seconds the tunnel client and concentrator took per 10 000 requests (from /proc, during
 the ab runs only), and the load average at the start and end. Two builds side by side:
     tools/tunnel-ab.py before=/tmp/tcpls-before after=target/release/tcpls
 """
-import argparse, os, re, signal, socket, statistics, subprocess, sys, tempfile, time, urllib.request
+import argparse, os, re, resource, signal, socket, statistics, subprocess, sys, tempfile, time, urllib.request
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -34,6 +36,21 @@ def cpu_seconds(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def tree_cpu_seconds(pid):
+    """CPU seconds of `pid` and of its descendants alive now (nginx's workers)."""
+    total = cpu_seconds(pid)
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            total += sum(tree_cpu_seconds(int(c)) for c in f.read().split())
+    return total
+
+
+def children_cpu_seconds():
+    """CPU seconds of this script's waited-for children (ab)."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def wait_for_line(proc, pattern, what, timeout=20.0, must=True):
@@ -106,21 +123,66 @@ http {{
         return f"http://127.0.0.1:{self.port if port is None else port}/f.bin"
 
 
+class PlainRelay:
+    """The reference: nginx's stream module relaying each connection to the web server over a
+    TCP connection of its own (one extra connection and one extra copy of the bytes, no TLS,
+    no multiplexing): what a mature relay without the tunnel's work costs."""
+
+    def __init__(self, tmp, dest_port):
+        self.label = "tcp-relay"
+        prefix = os.path.join(tmp, "relay")
+        os.makedirs(os.path.join(prefix, "logs"))
+        for _ in range(20):
+            self.port = free_port()
+            conf = os.path.join(prefix, "nginx.conf")
+            with open(conf, "w") as f:
+                f.write(f"""load_module /usr/lib/nginx/modules/ngx_stream_module.so;
+worker_processes 1;
+pid {prefix}/nginx.pid;
+error_log {prefix}/logs/error.log;
+events {{ worker_connections 4096; }}
+stream {{
+    server {{
+        listen 127.0.0.1:{self.port} backlog=4096;
+        proxy_pass 127.0.0.1:{dest_port};
+    }}
+}}
+""")
+            self.proc = subprocess.Popen(["nginx", "-p", prefix, "-c", conf, "-g", "daemon off;"],
+                                         stderr=subprocess.DEVNULL)
+            for _ in range(100):
+                if self.proc.poll() is not None:
+                    break
+                try:
+                    socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                    return
+                except OSError:
+                    time.sleep(0.05)
+        sys.exit("nginx (stream relay) did not start")
+
+    def cpu(self):
+        return tree_cpu_seconds(self.proc.pid), 0.0
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait()
+
+
 class Tunnel:
-    def __init__(self, label, binary, dest_port, tmp):
+    def __init__(self, label, binary, env, dest_port, tmp):
         self.label = label
         self.server = subprocess.Popen(
             [binary, "tunnel", "server", "--listen", "127.0.0.1:0", "--allow-dest", "127.0.0.0/8"],
-            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
         m = wait_for_line(self.server, r"listening on (\S+:\d+)", f"{label}: tunnel server")
-        concentrator = m.group(1)
+        self.concentrator = concentrator = m.group(1)
         for _ in range(20):
             # The line names the address asked for: the port is chosen here (again if taken).
             self.port = free_port()
             self.client = subprocess.Popen(
                 [binary, "tunnel", "client", "--concentrator", concentrator, "--insecure",
                  "--forward", f"127.0.0.1:{self.port}=127.0.0.1:{dest_port}"],
-                stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+                stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
             if wait_for_line(self.client, r"accepting on", f"{label}: tunnel client", must=False):
                 break
             self.client.wait()
@@ -167,6 +229,8 @@ def main():
     ap.add_argument("--size", type=int, default=20 * 1024)
     ap.add_argument("--modes", default="new,keepalive")
     ap.add_argument("--nginx-workers", type=int, default=1)
+    ap.add_argument("--no-reference", dest="reference", action="store_false",
+                    help="without the tcp-relay row (nginx's stream module relaying to the web server)")
     ap.add_argument("variants", nargs="*", default=["tunnel=target/release/tcpls"])
     a = ap.parse_args()
     modes = a.modes.split(",")
@@ -174,9 +238,16 @@ def main():
         nginx = Nginx(tmp, a.size, a.nginx_workers)
         tunnels = []
         try:
+            if a.reference:
+                tunnels.append(PlainRelay(tmp, nginx.port))
             for v in a.variants:
-                label, binary = v.split("=", 1)
-                tunnels.append(Tunnel(label, binary, nginx.port, tmp))
+                label, rest = v.split("=", 1)
+                envs, binary = rest.rsplit(":", 1) if ":" in rest else ("", rest)
+                env = dict(os.environ)
+                for kv in filter(None, envs.split(",")):
+                    k, val = kv.split("=", 1)
+                    env[k] = val
+                tunnels.append(Tunnel(label, binary, env, nginx.port, tmp))
             for t in [None] + tunnels:
                 got = urllib.request.urlopen(nginx.url(t.port) if t else nginx.url(), timeout=10).read()
                 if got != nginx.body:
@@ -187,10 +258,13 @@ def main():
                 for mode in modes:
                     for t in [None] + tunnels:
                         label = t.label if t else "direct"
-                        before = t.cpu() if t else (0.0, 0.0)
+                        def cpu():
+                            return (*(t.cpu() if t else (0.0, 0.0)), tree_cpu_seconds(nginx.proc.pid),
+                                    children_cpu_seconds())
+                        before = cpu()
                         rps, failed, done = run_ab(nginx.url(t.port) if t else nginx.url(), a.requests, a.concurrency,
                                                    mode == "keepalive")
-                        after = t.cpu() if t else (0.0, 0.0)
+                        after = cpu()
                         per10k = [(x - y) * 10000 / max(done, 1) for x, y in zip(after, before)]
                         results.setdefault((mode, label), []).append((rps, failed, *per10k))
                         print(f"round {r + 1} {mode:9} {label:10} {rps:9.0f} req/s  failed {failed}", file=sys.stderr,
@@ -203,17 +277,21 @@ def main():
             nginx.proc.wait()
     print(f"ab -n {a.requests} -c {a.concurrency}, {a.size} B file, {a.rounds} rounds, nginx {a.nginx_workers} "
           f"worker(s); load average {load_start[0]:.2f} at start, {load_end[0]:.2f} at end")
-    print(f"{'mode':10} {'variant':10} {'req/s':>9} {'ratio':>6} {'failed':>6} {'client':>7} {'server':>7}"
-          "   (CPU s per 10k requests)")
+    print("CPU seconds per 10k requests: of the tunnel client, the concentrator, nginx and ab; 'bound': the "
+          "ratio if the 2 cores were the limit (direct nginx+ab CPU / this variant's total)")
+    print(f"{'mode':10} {'variant':10} {'req/s':>9} {'ratio':>6} {'failed':>6} {'client':>7} {'server':>7} "
+          f"{'nginx':>7} {'ab':>7} {'bound':>6}")
     for mode in modes:
         direct = statistics.median(x[0] for x in results[(mode, "direct")])
+        direct_cpu = statistics.median(x[4] + x[5] for x in results[(mode, "direct")])
         for label in ["direct"] + [t.label for t in tunnels]:
             d = results[(mode, label)]
             med = statistics.median(x[0] for x in d)
             fails = sum(x[1] for x in d)
-            cpu = "" if label == "direct" else \
-                f" {statistics.median(x[2] for x in d):7.3f} {statistics.median(x[3] for x in d):7.3f}"
-            print(f"{mode:10} {label:10} {med:9.0f} {med / direct:6.2f} {fails:6d}{cpu}")
+            cpu = [statistics.median(x[i] for x in d) for i in (2, 3, 4, 5)]
+            total = statistics.median(sum(x[2:6]) for x in d)
+            print(f"{mode:10} {label:10} {med:9.0f} {med / direct:6.2f} {fails:6d} " +
+                  " ".join(f"{c:7.3f}" for c in cpu) + f" {direct_cpu / total:6.2f}")
     if any(x[1] for d in results.values() for x in d):
         sys.exit("some requests failed")
 
