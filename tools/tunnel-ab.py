@@ -10,12 +10,13 @@ configuration of its own in a temporary directory (port chosen free). For each L
 and a `tcpls tunnel client --forward 127.0.0.1:0=NGINX` run on loopback. Each round runs
 `ab -n REQUESTS -c CONCURRENCY` (new connection per request) and `ab -k ...` (keep-alive),
 directly against nginx and through every tunnel, one at a time in turn, so that every variant
-sees the same load. Before the rounds, one GET through each tunnel is checked byte for byte.
+sees the same load. ENV=VALUE is set for both tunnel processes, client.ENV=VALUE or
+server.ENV=VALUE for one (e.g. server.TOKIO_WORKER_THREADS=1). Before the rounds, one GET through each tunnel is checked byte for byte.
 
 A reference row, `tcp-relay`, goes through nginx's stream module (one more TCP connection per
 request and one more copy of the bytes, no TLS, no multiplexing; its CPU in the client column):
-a bound on what any relay reaches on this machine. Printed per mode and variant: the median of requests/s over the rounds, its ratio to the
-direct median, the failed requests and non-2xx answers summed over all rounds (must be 0), the
+a bound on what any relay reaches on this machine. Printed per mode and variant: the median of requests/s over the rounds, the median over the
+rounds of its ratio to the direct run of the same round, the failed requests and non-2xx answers summed over all rounds (must be 0), the
 CPU seconds the tunnel client and concentrator took per 10 000 requests (from /proc, during
 the ab runs only), and the load average at the start and end. Two builds side by side:
     tools/tunnel-ab.py before=/tmp/tcpls-before after=target/release/tcpls
@@ -173,7 +174,7 @@ class Tunnel:
         self.label = label
         self.server = subprocess.Popen(
             [binary, "tunnel", "server", "--listen", "127.0.0.1:0", "--allow-dest", "127.0.0.0/8"],
-            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env["server"])
         m = wait_for_line(self.server, r"listening on (\S+:\d+)", f"{label}: tunnel server")
         self.concentrator = concentrator = m.group(1)
         for _ in range(20):
@@ -182,7 +183,7 @@ class Tunnel:
             self.client = subprocess.Popen(
                 [binary, "tunnel", "client", "--concentrator", concentrator, "--insecure",
                  "--forward", f"127.0.0.1:{self.port}=127.0.0.1:{dest_port}"],
-                stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env)
+                stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env["client"])
             if wait_for_line(self.client, r"accepting on", f"{label}: tunnel client", must=False):
                 break
             self.client.wait()
@@ -243,10 +244,12 @@ def main():
             for v in a.variants:
                 label, rest = v.split("=", 1)
                 envs, binary = rest.rsplit(":", 1) if ":" in rest else ("", rest)
-                env = dict(os.environ)
+                env = {"client": dict(os.environ), "server": dict(os.environ)}
                 for kv in filter(None, envs.split(",")):
                     k, val = kv.split("=", 1)
-                    env[k] = val
+                    role, _, name = k.rpartition(".")
+                    for r in [role] if role else ["client", "server"]:
+                        env[r][name] = val
                 tunnels.append(Tunnel(label, binary, env, nginx.port, tmp))
             for t in [None] + tunnels:
                 got = urllib.request.urlopen(nginx.url(t.port) if t else nginx.url(), timeout=10).read()
@@ -282,15 +285,17 @@ def main():
     print(f"{'mode':10} {'variant':10} {'req/s':>9} {'ratio':>6} {'failed':>6} {'client':>7} {'server':>7} "
           f"{'nginx':>7} {'ab':>7} {'bound':>6}")
     for mode in modes:
-        direct = statistics.median(x[0] for x in results[(mode, "direct")])
         direct_cpu = statistics.median(x[4] + x[5] for x in results[(mode, "direct")])
         for label in ["direct"] + [t.label for t in tunnels]:
             d = results[(mode, label)]
             med = statistics.median(x[0] for x in d)
+            # Each round's ratio to the direct run of the same round (the load drifts between
+            # rounds), then their median.
+            ratio = statistics.median(x[0] / y[0] for x, y in zip(d, results[(mode, "direct")]))
             fails = sum(x[1] for x in d)
             cpu = [statistics.median(x[i] for x in d) for i in (2, 3, 4, 5)]
             total = statistics.median(sum(x[2:6]) for x in d)
-            print(f"{mode:10} {label:10} {med:9.0f} {med / direct:6.2f} {fails:6d} " +
+            print(f"{mode:10} {label:10} {med:9.0f} {ratio:6.2f} {fails:6d} " +
                   " ".join(f"{c:7.3f}" for c in cpu) + f" {direct_cpu / total:6.2f}")
     if any(x[1] for d in results.values() for x in d):
         sys.exit("some requests failed")

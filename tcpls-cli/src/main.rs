@@ -265,6 +265,15 @@ enum Ended {
     Terminated,
 }
 
+/// The runtime's worker threads when not tokio's default (one per CPU, or
+/// `TOKIO_WORKER_THREADS`, which always wins).
+fn worker_threads(command: &Command) -> Option<usize> {
+    match command {
+        Command::Tunnel(t) if std::env::var_os("TOKIO_WORKER_THREADS").is_none() => tunnel::worker_threads(t),
+        _ => None,
+    }
+}
+
 fn main() -> ExitCode {
     tlsconf::warm_up_crypto();
     if let Some(hint) = iperf3::hint(std::env::args()) {
@@ -283,7 +292,11 @@ fn main() -> ExitCode {
         // thread starts, so nothing reads the environment concurrently.
         std::env::set_var("SSLKEYLOGFILE", file);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = worker_threads(&cli.command) {
+        builder.worker_threads(n);
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(r) => r,
         Err(e) => {
             eprintln!("tcpls: cannot start the runtime: {e}");

@@ -2,7 +2,7 @@
 //! handshake: a FIN becomes a FIN, a TCP RST becomes Stream Reset 0x2 and a Stream Reset (or
 //! a broken session) becomes a TCP RST (SO_LINGER 0, then close).
 
-use std::io;
+use std::io::{self, Read};
 use std::future::Future;
 use std::pin::pin;
 use std::task::Poll;
@@ -98,7 +98,7 @@ fn is_tcp_reset(e: &io::Error) -> bool {
 
 /// Runs until both directions are done or one side resets.
 pub async fn relay(tcp: TcpStream, send: SendStream, recv: RecvStream) -> Report {
-    relay_with(tcp, send, recv, None, None, false).await
+    relay_with(tcp, send, recv, How { answer_timeout: None, limiter: None, spread: false, request: Vec::new() }).await
 }
 
 /// [`relay`] with both directions taking their bytes from `limiter` (a client's rate): a
@@ -109,7 +109,7 @@ pub async fn relay_limited(
     recv: RecvStream,
     limiter: Option<&RateLimiter>,
 ) -> Report {
-    relay_with(tcp, send, recv, None, limiter, false).await
+    relay_with(tcp, send, recv, How { answer_timeout: None, limiter, spread: false, request: Vec::new() }).await
 }
 
 /// Like [`relay`], on a stream whose request was just sent (pipelining: the application's bytes
@@ -117,19 +117,51 @@ pub async fn relay_limited(
 /// answer, within `answer_timeout`; until Connect OK nothing reaches the application, and an
 /// Error resets it.
 pub async fn relay_pipelined(tcp: TcpStream, send: SendStream, recv: RecvStream, answer_timeout: Duration) -> Report {
-    relay_with(tcp, send, recv, Some(answer_timeout), None, false).await
+    let how = How { answer_timeout: Some(answer_timeout), limiter: None, spread: false, request: Vec::new() };
+    relay_with(tcp, send, recv, how).await
 }
 
-/// [`relay_pipelined`] that, when `spread` (a bonded connection), asks the concentrator on
-/// Connect OK to spread the download over every path ([`super::bond::spread_download`]).
-pub async fn relay_pipelined_spread(
+/// [`relay_pipelined`] on a stream whose `request` (TLVs) is not sent yet: it goes out at once,
+/// in one write with whatever the application has already sent (an HTTP client speaks first:
+/// one record and one `send` for both, not two). When `spread` (a bonded connection), asks the
+/// concentrator on Connect OK to spread the download over every path
+/// ([`super::bond::spread_download`]).
+pub async fn relay_opening(
     tcp: TcpStream,
-    send: SendStream,
-    recv: RecvStream,
+    (send, recv): (SendStream, RecvStream),
+    request: Vec<u8>,
     answer_timeout: Duration,
     spread: bool,
 ) -> Report {
-    relay_with(tcp, send, recv, Some(answer_timeout), None, spread).await
+    let how = How { answer_timeout: Some(answer_timeout), limiter: None, spread, request };
+    relay_with(tcp, send, recv, how).await
+}
+
+/// What a relay does besides copying bytes.
+struct How<'a> {
+    /// Wait this long for the concentrator's answer before relaying to the application.
+    answer_timeout: Option<Duration>,
+    /// The client's rate, both directions.
+    limiter: Option<&'a RateLimiter>,
+    /// On Connect OK, ask for the download to be spread over every path.
+    spread: bool,
+    /// Request TLVs to send first (empty: none).
+    request: Vec<u8>,
+}
+
+/// Largest first read [`relay_opening`] sends with the request (an HTTP request's head fits;
+/// more follows in the ordinary loop).
+const FIRST_READ: usize = 4096;
+
+/// Reads what the application has already sent, without waiting, straight from the socket:
+/// tokio's readiness for a connection just accepted is not known yet, so its own read would
+/// wait for the next poll of the event loop. 0 when there is nothing (or at the end of the
+/// stream, which the ordinary read then reports again).
+fn read_now(tcp: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    match (&*socket2::SockRef::from(tcp)).read(buf) {
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+        r => r,
+    }
 }
 
 /// [`relay_pipelined`] under a client's rate (see [`relay_limited`]).
@@ -140,22 +172,30 @@ pub async fn relay_pipelined_limited(
     answer_timeout: Duration,
     limiter: Option<&RateLimiter>,
 ) -> Report {
-    relay_with(tcp, send, recv, Some(answer_timeout), limiter, false).await
+    let how = How { answer_timeout: Some(answer_timeout), limiter, spread: false, request: Vec::new() };
+    relay_with(tcp, send, recv, how).await
 }
 
-async fn relay_with(
-    mut tcp: TcpStream,
-    mut send: SendStream,
-    mut recv: RecvStream,
-    answer_timeout: Option<Duration>,
-    limiter: Option<&RateLimiter>,
-    spread: bool,
-) -> Report {
+async fn relay_with(mut tcp: TcpStream, mut send: SendStream, mut recv: RecvStream, how: How<'_>) -> Report {
+    let How { answer_timeout, limiter, spread, mut request } = how;
     let (mut sent, mut received) = (0u64, 0u64);
     let mut answered = answer_timeout.is_none();
     let abort = {
         let (mut rd, mut wr) = tcp.split();
         let up = async {
+            if !request.is_empty() {
+                let mut first = [0u8; FIRST_READ];
+                let n = match read_now(rd.as_ref(), &mut first) {
+                    Ok(n) => n,
+                    Err(e) if is_tcp_reset(&e) => return Up::TcpReset,
+                    Err(_) => 0,
+                };
+                request.extend_from_slice(&first[..n]);
+                if send.write_all(&request).await.is_err() {
+                    return Up::StreamBroken;
+                }
+                sent += n as u64;
+            }
             let mut buf = Vec::with_capacity(MIN_BUF);
             loop {
                 let n = match read_growing(&mut rd, &mut buf).await {
