@@ -24,10 +24,8 @@ pub(crate) fn stream_error(e: StreamError) -> io::Error {
 
 /// Writes up to this size are sealed and written from the writer's task when the session has
 /// nothing else waiting to be written (`SessionState::transmit_now`): requests and answers
-/// leave without waking the driver (a web page's objects, tens of KB, included: a relay that
-/// wakes the driver for each one pays a task switch per response). Larger (bulk) writes go to
-/// the driver, which batches them.
-const WRITE_THROUGH_MAX: usize = 64 << 10;
+/// leave without waking the driver. Larger (bulk) writes go to the driver, which batches them.
+const WRITE_THROUGH_MAX: usize = 4096;
 
 /// The sending half of a stream. `shutdown()` sends FIN; dropping it does too.
 pub struct SendStream {

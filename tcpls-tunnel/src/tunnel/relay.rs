@@ -2,8 +2,8 @@
 //! handshake: a FIN becomes a FIN, a TCP RST becomes Stream Reset 0x2 and a Stream Reset (or
 //! a broken session) becomes a TCP RST (SO_LINGER 0, then close).
 
-use std::io::{self, Read};
 use std::future::Future;
+use std::io::{self, Read};
 use std::pin::pin;
 use std::task::Poll;
 use std::time::Duration;
@@ -39,10 +39,11 @@ async fn read_growing<R: AsyncRead + Unpin>(r: &mut R, buf: &mut Vec<u8>) -> io:
         let mut more = pin!(r.read_buf(buf));
         let ready = std::future::poll_fn(|cx| Poll::Ready(more.as_mut().poll(cx))).await;
         match ready {
-            // An error drops what was gathered: the relay resets both sides, as it would have.
-            Poll::Ready(Err(e)) => return Err(e),
+            // A reset drops what was gathered: the relay resets both sides, as it would have.
+            Poll::Ready(Err(e)) if is_tcp_reset(&e) => return Err(e),
             Poll::Ready(Ok(n)) if n > 0 => {}
-            // Nothing more for now, or the end of the stream (the next read says so).
+            // Nothing more for now, the end of the stream or an interrupted read: what was
+            // gathered goes on, and the next read says what follows.
             _ => break,
         }
     }
