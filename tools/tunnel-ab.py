@@ -2,23 +2,30 @@
 """Requests per second through `tcpls tunnel`, against the same requests sent directly.
 
 usage: tools/tunnel-ab.py [--rounds N] [--requests N] [--concurrency N] [--size BYTES]
-                          [--modes new,keepalive] [--nginx-workers N] [LABEL=[ENV=VALUE,...:]TCPLS ...]
+                          [--modes new,keepalive] [--nginx-workers N] [--no-reference]
+                          [LABEL=[ENV=VALUE,...:]TCPLS_BINARY ...]
 
 nginx serves one file of SIZE bytes (20 KB by default) on loopback, from a prefix and
-configuration of its own in a temporary directory (port chosen free). For each LABEL (default:
-`tunnel=target/release/tcpls`) a `tcpls tunnel server` (concentrator, --allow-dest 127.0.0.0/8)
-and a `tcpls tunnel client --forward 127.0.0.1:0=NGINX` run on loopback. Each round runs
-`ab -n REQUESTS -c CONCURRENCY` (new connection per request) and `ab -k ...` (keep-alive),
-directly against nginx and through every tunnel, one at a time in turn, so that every variant
-sees the same load. ENV=VALUE is set for both tunnel processes, client.ENV=VALUE or
-server.ENV=VALUE for one (e.g. server.TOKIO_WORKER_THREADS=1). Before the rounds, one GET through each tunnel is checked byte for byte.
+configuration of its own in a temporary directory (ports chosen free). For each LABEL
+(default: `tunnel=target/release/tcpls`) a `tcpls tunnel server` (concentrator,
+--allow-dest 127.0.0.0/8) and a `tcpls tunnel client --forward PORT=NGINX` run on loopback.
+ENV=VALUE is set for both tunnel processes, client.ENV=VALUE or server.ENV=VALUE for one
+(e.g. client.TOKIO_WORKER_THREADS=2). Before the rounds, one GET through each tunnel is
+checked byte for byte.
 
-A reference row, `tcp-relay`, goes through nginx's stream module (one more TCP connection per
-request and one more copy of the bytes, no TLS, no multiplexing; its CPU in the client column):
-a bound on what any relay reaches on this machine. Printed per mode and variant: the median of requests/s over the rounds, the median over the
-rounds of its ratio to the direct run of the same round, the failed requests and non-2xx answers summed over all rounds (must be 0), the
-CPU seconds the tunnel client and concentrator took per 10 000 requests (from /proc, during
-the ab runs only), and the load average at the start and end. Two builds side by side:
+Each round runs `ab -n REQUESTS -c CONCURRENCY` (a new connection per request) and
+`ab -k ...` (keep-alive), directly against nginx and through every variant, one at a time in
+turn, so that every variant sees the same load. A reference row, `tcp-relay`, goes through
+nginx's stream module (one more TCP connection per request and one more copy of the bytes, no
+TLS, no multiplexing; its CPU in the client column): what a plain relay reaches here.
+
+Printed per mode and variant: the median of requests/s over the rounds; the median over the
+rounds of its ratio to the direct run of the same round (the load drifts between rounds); the
+failed requests and non-2xx answers summed over all rounds (must be 0: the script fails
+otherwise); the CPU seconds per 10 000 requests of the tunnel client, the concentrator, nginx
+and ab (from /proc and getrusage, during the ab runs only); 'bound', the ratio the variant
+would reach if the 2 cores were the only limit (direct nginx+ab CPU / the variant's total);
+the load average at the start and end. Two builds side by side:
     tools/tunnel-ab.py before=/tmp/tcpls-before after=target/release/tcpls
 """
 import argparse, os, re, resource, signal, socket, statistics, subprocess, sys, tempfile, time, urllib.request

@@ -165,6 +165,22 @@ fn read_now(tcp: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
     }
 }
 
+/// Sends `request` in one write with what the application has already sent ([`read_now`], at
+/// most `FIRST_READ` bytes); returns how many of the application's bytes went with it.
+async fn send_with_first_bytes(tcp: &TcpStream, send: &mut SendStream, mut request: Vec<u8>) -> Result<usize, Up> {
+    let mut first = [0u8; FIRST_READ];
+    let n = match read_now(tcp, &mut first) {
+        Ok(n) => n,
+        Err(e) if is_tcp_reset(&e) => return Err(Up::TcpReset),
+        Err(_) => 0,
+    };
+    request.extend_from_slice(&first[..n]);
+    if send.write_all(&request).await.is_err() {
+        return Err(Up::StreamBroken);
+    }
+    Ok(n)
+}
+
 /// [`relay_pipelined`] under a client's rate (see [`relay_limited`]).
 pub async fn relay_pipelined_limited(
     tcp: TcpStream,
@@ -185,17 +201,10 @@ async fn relay_with(mut tcp: TcpStream, mut send: SendStream, mut recv: RecvStre
         let (mut rd, mut wr) = tcp.split();
         let up = async {
             if !request.is_empty() {
-                let mut first = [0u8; FIRST_READ];
-                let n = match read_now(rd.as_ref(), &mut first) {
-                    Ok(n) => n,
-                    Err(e) if is_tcp_reset(&e) => return Up::TcpReset,
-                    Err(_) => 0,
-                };
-                request.extend_from_slice(&first[..n]);
-                if send.write_all(&request).await.is_err() {
-                    return Up::StreamBroken;
+                match send_with_first_bytes(rd.as_ref(), &mut send, std::mem::take(&mut request)).await {
+                    Ok(n) => sent += n as u64,
+                    Err(up) => return up,
                 }
-                sent += n as u64;
             }
             let mut buf = Vec::with_capacity(MIN_BUF);
             loop {
