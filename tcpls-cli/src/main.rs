@@ -281,6 +281,21 @@ enum Ended {
     Terminated,
 }
 
+/// The runtime's worker threads when not tokio's default (one per CPU, or
+/// `TOKIO_WORKER_THREADS`, which always wins).
+/// Worker threads of the process's runtime, when the command chooses: `--runtime work-stealing
+/// --threads N` (serve, tunnel server: the sessions run on this runtime), or one for `tunnel
+/// client` unless TOKIO_WORKER_THREADS says otherwise.
+fn worker_threads(command: &Command) -> Option<usize> {
+    match command {
+        Command::Serve(a) => (a.runtime == serve::ServerRuntime::WorkStealing && a.threads > 0).then_some(a.threads),
+        Command::Tunnel(t) => tunnel::work_stealing_threads(t).or_else(|| {
+            std::env::var_os("TOKIO_WORKER_THREADS").is_none().then(|| tunnel::worker_threads(t)).flatten()
+        }),
+        _ => None,
+    }
+}
+
 fn main() -> ExitCode {
     tlsconf::warm_up_crypto();
     if let Some(hint) = iperf3::hint(std::env::args()) {
@@ -300,14 +315,7 @@ fn main() -> ExitCode {
         std::env::set_var("SSLKEYLOGFILE", file);
     }
     let mut builder = tokio::runtime::Builder::new_multi_thread();
-    // `--runtime work-stealing --threads N` (serve, tunnel server): the sessions run on this
-    // runtime.
-    let worker_threads = match &cli.command {
-        Command::Serve(a) => (a.runtime == serve::ServerRuntime::WorkStealing && a.threads > 0).then_some(a.threads),
-        Command::Tunnel(t) => tunnel::work_stealing_threads(t),
-        _ => None,
-    };
-    if let Some(n) = worker_threads {
+    if let Some(n) = worker_threads(&cli.command) {
         builder.worker_threads(n);
     }
     let runtime = match builder.enable_all().build() {

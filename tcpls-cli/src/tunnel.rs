@@ -283,6 +283,15 @@ pub async fn run(args: TunnelArgs) -> Result<(), String> {
     }
 }
 
+/// `tunnel client` runs on one worker thread: every connection it carries goes through its one
+/// session, whose lock serializes their work, so a second worker brings no parallelism, only
+/// the two threads contending for that lock and waking each other for every request
+/// (docs/PERFORMANCE.md, "Requests through the tunnel"). The concentrator keeps one worker per
+/// CPU for its many sessions.
+pub fn worker_threads(args: &TunnelArgs) -> Option<usize> {
+    matches!(args.cmd, TunnelCommand::Client(_)).then_some(1)
+}
+
 /// The configuration file's `keylog` and `trace` keys (the global `--keylog` and `--trace`
 /// flags), for `main` to apply before the runtime starts, as it does the flags. Nothing when
 /// there is no file or it does not load: the command then says why.

@@ -571,17 +571,18 @@ impl TunnelClient {
         }
     }
 
-    /// Opens a stream and sends the request (TCP Connect or Connect by Name, then End).
-    async fn request(&self, target: &Target) -> Result<(SendStream, RecvStream), OpenError> {
-        self.request_as(target, Transport::Tcp).await
+    async fn request_as(&self, target: &Target, transport: Transport) -> Result<(SendStream, RecvStream), OpenError> {
+        let (send, recv) = self.open_stream(target, transport).await?;
+        self.send_request(send, recv, target, transport).await
     }
 
-    async fn request_as(&self, target: &Target, transport: Transport) -> Result<(SendStream, RecvStream), OpenError> {
+    /// Opens a stream for `target` once a session is up, without sending the request yet.
+    async fn open_stream(&self, target: &Target, transport: Transport) -> Result<(SendStream, RecvStream), OpenError> {
         check_host_name(target)?;
         let session = self.live_session().await?;
         let (send, recv) = session.open_stream().map_err(|e| OpenError::Failed(e.to_string()))?;
         self.place(&session, (&send, &recv), transport);
-        self.send_request(send, recv, target, transport).await
+        Ok((send, recv))
     }
 
     /// Opens the stream for a TCP connection to `target` now, without waiting, if the session
@@ -634,12 +635,11 @@ impl TunnelClient {
     ) -> Result<Report, OpenError> {
         let stats = &self.inner.stats;
         stats.stream();
-        let requested = match opened {
-            Some(Ok((send, recv))) => self.send_request(send, recv, target, Transport::Tcp).await,
-            Some(Err(e)) => Err(e),
-            None => self.request(target).await,
+        let opened = match opened {
+            Some(opened) => opened,
+            None => self.open_stream(target, Transport::Tcp).await,
         };
-        let (send, recv) = match requested {
+        let (send, recv) = match opened {
             Ok(x) => x,
             Err(e) => {
                 self.count_failure(&e);
@@ -649,8 +649,10 @@ impl TunnelClient {
         };
         let _ = tcp.set_nodelay(true);
         stats.relay_started();
+        // The relay sends the request, together with what the application has sent already.
+        let request = tlv::encode_all(&[Tlv::request(target, Transport::Tcp), Tlv::End]);
         let timeout = self.inner.cfg.handshake_timeout;
-        let report = relay::relay_pipelined_spread(tcp, send, recv, timeout, self.bond).await;
+        let report = relay::relay_opening(tcp, (send, recv), request, timeout, self.bond).await;
         if report.answered {
             stats.connected();
         }

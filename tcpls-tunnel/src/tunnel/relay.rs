@@ -2,12 +2,14 @@
 //! handshake: a FIN becomes a FIN, a TCP RST becomes Stream Reset 0x2 and a Stream Reset (or
 //! a broken session) becomes a TCP RST (SO_LINGER 0, then close).
 
-use std::io;
+use std::future::Future;
+use std::io::{self, Read};
 use std::pin::pin;
+use std::task::Poll;
 use std::time::Duration;
 
 use tcpls::{RecvStream, SendStream};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::rate::RateLimiter;
@@ -21,11 +23,31 @@ use super::tlv::{self, RESET_CODE};
 const MIN_BUF: usize = 16 << 10;
 const MAX_BUF: usize = 256 << 10;
 
-/// Grows `buf` when the last read filled it.
-fn grow_if_full(buf: &mut Vec<u8>, n: usize) {
-    if n == buf.len() && buf.len() < MAX_BUF {
-        buf.resize(buf.len() * 2, 0);
+/// Reads what `r` has into `buf` (replacing what it held) and returns how many bytes (0: end
+/// of stream). The bytes go into `buf`'s spare capacity, never zero-filled first (a new
+/// connection's first read would clear 16 KiB only to overwrite it). While a read fills the
+/// buffer, its capacity doubles, up to `MAX_BUF`, and what the socket already holds is read
+/// too, without waiting: a response a little larger than the buffer (20 KB from a web server)
+/// then goes on as one write, one record, instead of two.
+async fn read_growing<R: AsyncRead + Unpin>(r: &mut R, buf: &mut Vec<u8>) -> io::Result<usize> {
+    buf.clear();
+    if r.read_buf(buf).await? == 0 {
+        return Ok(0);
     }
+    while buf.len() == buf.capacity() && buf.capacity() < MAX_BUF {
+        buf.reserve_exact(buf.capacity());
+        let mut more = pin!(r.read_buf(buf));
+        let ready = std::future::poll_fn(|cx| Poll::Ready(more.as_mut().poll(cx))).await;
+        match ready {
+            // A reset drops what was gathered: the relay resets both sides, as it would have.
+            Poll::Ready(Err(e)) if is_tcp_reset(&e) => return Err(e),
+            Poll::Ready(Ok(n)) if n > 0 => {}
+            // Nothing more for now, the end of the stream or an interrupted read: what was
+            // gathered goes on, and the next read says what follows.
+            _ => break,
+        }
+    }
+    Ok(buf.len())
 }
 
 /// How a relay ended.
@@ -77,7 +99,7 @@ fn is_tcp_reset(e: &io::Error) -> bool {
 
 /// Runs until both directions are done or one side resets.
 pub async fn relay(tcp: TcpStream, send: SendStream, recv: RecvStream) -> Report {
-    relay_with(tcp, send, recv, None, None, false).await
+    relay_with(tcp, send, recv, How { answer_timeout: None, limiter: None, spread: false, request: Vec::new() }).await
 }
 
 /// [`relay`] with both directions taking their bytes from `limiter` (a client's rate): a
@@ -88,7 +110,7 @@ pub async fn relay_limited(
     recv: RecvStream,
     limiter: Option<&RateLimiter>,
 ) -> Report {
-    relay_with(tcp, send, recv, None, limiter, false).await
+    relay_with(tcp, send, recv, How { answer_timeout: None, limiter, spread: false, request: Vec::new() }).await
 }
 
 /// Like [`relay`], on a stream whose request was just sent (pipelining: the application's bytes
@@ -96,19 +118,67 @@ pub async fn relay_limited(
 /// answer, within `answer_timeout`; until Connect OK nothing reaches the application, and an
 /// Error resets it.
 pub async fn relay_pipelined(tcp: TcpStream, send: SendStream, recv: RecvStream, answer_timeout: Duration) -> Report {
-    relay_with(tcp, send, recv, Some(answer_timeout), None, false).await
+    let how = How { answer_timeout: Some(answer_timeout), limiter: None, spread: false, request: Vec::new() };
+    relay_with(tcp, send, recv, how).await
 }
 
-/// [`relay_pipelined`] that, when `spread` (a bonded connection), asks the concentrator on
-/// Connect OK to spread the download over every path ([`super::bond::spread_download`]).
-pub async fn relay_pipelined_spread(
+/// [`relay_pipelined`] on a stream whose `request` (TLVs) is not sent yet: it goes out at once,
+/// in one write with whatever the application has already sent (an HTTP client speaks first:
+/// one record and one `send` for both, not two). When `spread` (a bonded connection), asks the
+/// concentrator on Connect OK to spread the download over every path
+/// ([`super::bond::spread_download`]).
+pub async fn relay_opening(
     tcp: TcpStream,
-    send: SendStream,
-    recv: RecvStream,
+    (send, recv): (SendStream, RecvStream),
+    request: Vec<u8>,
     answer_timeout: Duration,
     spread: bool,
 ) -> Report {
-    relay_with(tcp, send, recv, Some(answer_timeout), None, spread).await
+    let how = How { answer_timeout: Some(answer_timeout), limiter: None, spread, request };
+    relay_with(tcp, send, recv, how).await
+}
+
+/// What a relay does besides copying bytes.
+struct How<'a> {
+    /// Wait this long for the concentrator's answer before relaying to the application.
+    answer_timeout: Option<Duration>,
+    /// The client's rate, both directions.
+    limiter: Option<&'a RateLimiter>,
+    /// On Connect OK, ask for the download to be spread over every path.
+    spread: bool,
+    /// Request TLVs to send first (empty: none).
+    request: Vec<u8>,
+}
+
+/// Largest first read [`relay_opening`] sends with the request (an HTTP request's head fits;
+/// more follows in the ordinary loop).
+const FIRST_READ: usize = 4096;
+
+/// Reads what the application has already sent, without waiting, straight from the socket:
+/// tokio's readiness for a connection just accepted is not known yet, so its own read would
+/// wait for the next poll of the event loop. 0 when there is nothing (or at the end of the
+/// stream, which the ordinary read then reports again).
+fn read_now(tcp: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    match (&*socket2::SockRef::from(tcp)).read(buf) {
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(0),
+        r => r,
+    }
+}
+
+/// Sends `request` in one write with what the application has already sent ([`read_now`], at
+/// most `FIRST_READ` bytes); returns how many of the application's bytes went with it.
+async fn send_with_first_bytes(tcp: &TcpStream, send: &mut SendStream, mut request: Vec<u8>) -> Result<usize, Up> {
+    let mut first = [0u8; FIRST_READ];
+    let n = match read_now(tcp, &mut first) {
+        Ok(n) => n,
+        Err(e) if is_tcp_reset(&e) => return Err(Up::TcpReset),
+        Err(_) => 0,
+    };
+    request.extend_from_slice(&first[..n]);
+    if send.write_all(&request).await.is_err() {
+        return Err(Up::StreamBroken);
+    }
+    Ok(n)
 }
 
 /// [`relay_pipelined`] under a client's rate (see [`relay_limited`]).
@@ -119,25 +189,26 @@ pub async fn relay_pipelined_limited(
     answer_timeout: Duration,
     limiter: Option<&RateLimiter>,
 ) -> Report {
-    relay_with(tcp, send, recv, Some(answer_timeout), limiter, false).await
+    let how = How { answer_timeout: Some(answer_timeout), limiter, spread: false, request: Vec::new() };
+    relay_with(tcp, send, recv, how).await
 }
 
-async fn relay_with(
-    mut tcp: TcpStream,
-    mut send: SendStream,
-    mut recv: RecvStream,
-    answer_timeout: Option<Duration>,
-    limiter: Option<&RateLimiter>,
-    spread: bool,
-) -> Report {
+async fn relay_with(mut tcp: TcpStream, mut send: SendStream, mut recv: RecvStream, how: How<'_>) -> Report {
+    let How { answer_timeout, limiter, spread, mut request } = how;
     let (mut sent, mut received) = (0u64, 0u64);
     let mut answered = answer_timeout.is_none();
     let abort = {
         let (mut rd, mut wr) = tcp.split();
         let up = async {
-            let mut buf = vec![0u8; MIN_BUF];
+            if !request.is_empty() {
+                match send_with_first_bytes(rd.as_ref(), &mut send, std::mem::take(&mut request)).await {
+                    Ok(n) => sent += n as u64,
+                    Err(up) => return up,
+                }
+            }
+            let mut buf = Vec::with_capacity(MIN_BUF);
             loop {
-                let n = match rd.read(&mut buf).await {
+                let n = match read_growing(&mut rd, &mut buf).await {
                     Ok(0) => {
                         // Half-close: the other direction goes on.
                         let _ = send.finish();
@@ -154,7 +225,6 @@ async fn relay_with(
                     return Up::StreamBroken;
                 }
                 sent += n as u64;
-                grow_if_full(&mut buf, n);
             }
         };
         let down = async {
@@ -173,9 +243,9 @@ async fn relay_with(
             if limiter.is_none() {
                 return down_in_place(&mut recv, &mut wr, &mut received).await;
             }
-            let mut buf = vec![0u8; MIN_BUF];
+            let mut buf = Vec::with_capacity(MIN_BUF);
             loop {
-                let n = match recv.read(&mut buf).await {
+                let n = match read_growing(&mut recv, &mut buf).await {
                     Ok(0) => {
                         // Our FIN to the application; a failure means its socket is gone.
                         return if wr.shutdown().await.is_ok() { Down::Fin } else { Down::TcpReset };
@@ -191,7 +261,6 @@ async fn relay_with(
                     return Down::TcpReset;
                 }
                 received += n as u64;
-                grow_if_full(&mut buf, n);
             }
         };
         let mut up = pin!(up);
