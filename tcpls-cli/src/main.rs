@@ -263,7 +263,7 @@ struct ServeArgs {
     #[arg(long, default_value_t = 0, value_name = "N")]
     threads: usize,
     /// Keep every session's send budget at --send-budget and its receive windows at their
-    /// maximum (16 MiB) instead of following the path and the reader: the behaviour before
+    /// maximum (32 MiB) instead of following the path and the reader: the behaviour before
     /// autotuning, for comparisons.
     #[arg(long)]
     no_autotune: bool,
