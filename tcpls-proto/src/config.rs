@@ -53,7 +53,7 @@ pub struct SessionConfig {
     pub receive_autotune: bool,
     /// Most receive credit the session hands out over all its streams beyond a floor of 64 KiB
     /// per stream: what bounds the memory a peer can make us buffer (without it, 4096 streams
-    /// with 16 MiB windows would be 64 GiB). Streams over the budget get credit as others are
+    /// with 32 MiB windows would be 128 GiB). Streams over the budget get credit as others are
     /// read; each stream always keeps 64 KiB, so one unread stream never stalls the others.
     pub receive_budget: u64,
     /// Bytes the application may queue on one stream before writes block (its data stays
