@@ -39,7 +39,7 @@ pub mod sync;
 mod tls;
 mod wire_enum;
 
-pub use config::{system_random, JoinServerName, RandomSource, SessionConfig, SEND_FLOOR};
+pub use config::{system_random, JoinServerName, RandomSource, SessionConfig, RECEIVE_WINDOW_START, SEND_FLOOR};
 pub use error::{AlertCode, Error, StreamError, TransportError};
 pub use event::{ConnId, Event, StreamId};
 pub use frame::{PeerTcpInfo, SESSION_REF_LEN};
