@@ -249,7 +249,7 @@ struct ServeArgs {
     /// server, not yet acknowledged), shared fairly by its streams; each stream may always queue
     /// 32 KiB. The budget in use follows each session's path (twice its bandwidth-delay product,
     /// at least 1 MiB) up to this.
-    #[arg(long, value_parser = parse_send_budget, default_value = "16M", value_name = "SIZE")]
+    #[arg(long, value_parser = parse_send_budget, default_value = "32M", value_name = "SIZE")]
     send_budget: usize,
     /// How sessions are spread over threads: work-stealing (one runtime whose threads share
     /// every session) or per-core (one listener and one single-threaded runtime per core, each

@@ -58,13 +58,16 @@ pub struct SessionConfig {
     pub receive_budget: u64,
     /// Bytes the application may queue on one stream before writes block (its data stays
     /// queued until the peer acknowledges it, with failover); the session's send budget also
-    /// bounds it. Default 16 MiB (a long fat path's stream needs its bandwidth-delay product).
+    /// bounds it. Default 32 MiB (a long fat path's stream needs its bandwidth-delay product).
     pub stream_send_buffer: usize,
     /// Most bytes queued over all the session's streams (written, not yet acknowledged),
     /// shared fairly: a stream may hold the budget divided by the streams holding data, and
     /// always [`SEND_FLOOR`] (so no stream starves), within its `stream_send_buffer`. A stream
     /// over its share takes no more (`write` returns 0; `StreamWritable` follows). Memory for
-    /// queued stream data is at most `send_budget + streams × SEND_FLOOR`. Default 16 MiB.
+    /// queued stream data is at most `send_budget + streams × SEND_FLOOR`. Default 32 MiB: a
+    /// 1 Gbit/s, 100 ms path has 12.5 MB in flight, and the streams also hold what waits in
+    /// the kernel and for the receiver's acknowledgement (16 MiB held such a path to 0.89×
+    /// plain TCP's goodput).
     ///
     /// With `send_autotune` (the default) this is the most the budget may grow to: the budget
     /// in use follows what the connections carry (twice their bandwidth-delay product, at
@@ -166,8 +169,8 @@ impl Default for SessionConfig {
             stream_receive_window: 32 << 20,
             receive_autotune: true,
             receive_budget: 64 << 20,
-            stream_send_buffer: 16 << 20,
-            send_budget: 16 << 20,
+            stream_send_buffer: 32 << 20,
+            send_budget: 32 << 20,
             send_autotune: true,
             stream_quantum: 64 << 10,
             max_concurrent_streams: 4096,

@@ -60,8 +60,10 @@ fn the_send_budget_follows_the_path_reports() {
     assert_eq!(budget_after(&[loaded]), SEND_BUDGET_FLOOR);
     // 100 Mbit/s at 100 ms: twice (1.25 MB in flight + the receiver's 16-record batch).
     assert_eq!(budget_after(&[report(100, 100)]), 2 * (1_250_000 + 16 * 16384));
-    // 1 Gbit/s at 100 ms wants 25 MB: the configured 16 MiB is the most.
-    assert_eq!(budget_after(&[report(1000, 100)]), 16 << 20);
+    // 1 Gbit/s at 100 ms: 25.5 MB, within the default 32 MiB...
+    assert_eq!(budget_after(&[report(1000, 100)]), 2 * (12_500_000 + 16 * 16384));
+    // ...and 10 Gbit/s wants 250 MB: the configured budget is the most.
+    assert_eq!(budget_after(&[report(10_000, 100)]), 32 << 20);
     // The peak of the last reports counts: one slow sample does not shrink it...
     assert_eq!(budget_after(&[report(100, 100), report(10, 100)]), 2 * (1_250_000 + 16 * 16384));
     // ...ten do (the peak's window is 0.5 to 1 s of the IO layer's 100 ms reports).

@@ -92,7 +92,7 @@ pub struct PerfArgs {
     #[arg(long, value_parser = parse_duration, value_name = "SECONDS")]
     migrate_at: Option<Duration>,
     /// Most memory the session may hold in stream data queued for sending, over all its
-    /// streams (default 16M; each stream may always queue 32 KiB); the budget in use follows
+    /// streams (default 32M; each stream may always queue 32 KiB); the budget in use follows
     /// the path (twice its bandwidth-delay product, at least 1 MiB). Matters with --upload or
     /// --bidir: the server's own is `tcpls serve --send-budget`.
     #[arg(long, value_parser = crate::args::parse_send_budget, value_name = "SIZE")]
