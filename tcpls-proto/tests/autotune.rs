@@ -198,3 +198,22 @@ fn a_fixed_window_is_the_configured_one() {
     let beyond = peer_limit(&p, id) - got.len() as u64;
     assert!(beyond > 1 << 20 && beyond <= 2 << 20, "the limit is {beyond} beyond what was read");
 }
+
+/// A scheduler that waits for fast paths (bonding) decides by the backlog the budget lets it
+/// see: over two connections it gets the configured budget, not the paths' product.
+#[test]
+fn a_scheduler_that_waits_for_fast_paths_gets_the_configured_budget() {
+    for waits in [false, true] {
+        let mut p = util::multi::MultiPair::new(autotuned());
+        let second = p.join().unwrap();
+        if waits {
+            p.server.set_scheduler(Box::new(tcpls_proto::EarliestArrival));
+        }
+        let loopback = PathInfo { min_rtt_us: Some(50), ..report(16_000, 0) };
+        p.server.set_path(0, loopback);
+        p.server.set_path(second, loopback);
+        // Otherwise twice both paths' (100 KB in flight + the 16-record batch).
+        let want = if waits { 32 << 20 } else { 2 * 2 * (100_000 + 16 * 16384) };
+        assert_eq!(p.server.send_budget(), want, "scheduler waits for paths: {waits}");
+    }
+}

@@ -89,7 +89,16 @@ impl Session {
             return;
         }
         let carried = self.conns.iter().filter(|c| c.carries_streams()).filter_map(|c| c.path.carry());
-        let Some(budget) = rule.target(carried) else { return };
+        let Some(mut budget) = rule.target(carried) else { return };
+        // A scheduler that weighs waiting for a fast path against sending on a slow one
+        // (`EarliestArrival`, bonding) decides by the stream's backlog: a budget held to the
+        // paths' product hides it, and the slow path is seldom worth it (a bonded 4 MiB
+        // download over 40 and 10 Mbit/s paths put 7.8-11.7 % on the slow one, against
+        // 12.5-15.6 % with the configured budget). Over several paths it gets the configured
+        // budget.
+        if self.carriers() >= 2 && self.core.paths.scheduler().waits_for_paths() {
+            budget = self.core.config.send_budget;
+        }
         let account = self.core.streams.send_account();
         let grew = budget > account.budget();
         account.set_budget(budget);
@@ -97,6 +106,11 @@ impl Session {
             let events = &mut self.core.events;
             self.core.streams.wake_writers_after_growth(|id| events.push(Event::StreamWritable(id)));
         }
+    }
+
+    /// Connections that carry streams now.
+    fn carriers(&self) -> usize {
+        self.conns.iter().filter(|c| c.carries_streams()).count()
     }
 
     /// The streams' send budget in use now: `SessionConfig::send_budget`, or less while it

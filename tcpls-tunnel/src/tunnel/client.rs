@@ -269,6 +269,7 @@ impl TunnelClient {
         let mut cfg = cfg;
         if cfg.bond {
             cfg.session.stream_receive_window = cfg.session.stream_receive_window.max(super::BOND_RECEIVE_WINDOW);
+            cfg.session.receive_autotune = false;
         }
         // The connector keeps the TLS configuration and with it rustls' ticket store: a new
         // session to the same concentrator process resumes (PSK) rather than a full handshake.
