@@ -208,10 +208,9 @@ async fn wait_eof<R: AsyncRead + Unpin>(r: &mut R) -> Res<()> {
 
 /// Sets the congestion control of a TCP stream, if one was asked for; returns what it reports.
 fn tcp_congestion(tcp: &TcpStream, cc: Option<&str>) -> Res<Option<String>> {
-    use std::os::fd::AsRawFd;
     match cc {
         None => Ok(None),
-        Some(name) => crate::sys::set_congestion_control(tcp.as_raw_fd(), name)
+        Some(name) => crate::sys::set_congestion_control(tcp, name)
             .map(Some)
             .map_err(|e| format!("cannot set congestion control {name:?}: {e}").into()),
     }

@@ -201,29 +201,9 @@ pub fn rss_bytes() -> u64 {
 /// Sets the TCP congestion control of a socket (`TCP_CONGESTION`; root may pick one that
 /// `net.ipv4.tcp_allowed_congestion_control` does not list) and returns what the socket then
 /// reports.
-pub fn set_congestion_control(fd: std::os::fd::RawFd, name: &str) -> std::io::Result<String> {
-    // SAFETY: `fd` is an open TCP socket of the caller; `name` is valid for `name.len()` bytes,
-    // which are only read.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_CONGESTION,
-            name.as_ptr().cast(),
-            name.len() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let mut buf = [0u8; 32];
-    let mut len = buf.len() as libc::socklen_t;
-    // SAFETY: `buf` is writable for `len` bytes and `len` is a valid, writable socklen_t.
-    let rc =
-        unsafe { libc::getsockopt(fd, libc::IPPROTO_TCP, libc::TCP_CONGESTION, buf.as_mut_ptr().cast(), &mut len) };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let got = &buf[..(len as usize).min(buf.len())];
-    Ok(String::from_utf8_lossy(got).trim_end_matches('\0').to_string())
+pub fn set_congestion_control(socket: &impl std::os::fd::AsFd, name: &str) -> std::io::Result<String> {
+    let socket = socket2::SockRef::from(socket);
+    socket.set_tcp_congestion(name.as_bytes())?;
+    let got = socket.tcp_congestion()?;
+    Ok(String::from_utf8_lossy(&got).trim_end_matches('\0').to_string())
 }

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{payload, Pki};
+use common::{payload, round_trip, Pki};
 use tcpls::{server_name_for, HappyEyeballs, JoinRegistry, RoundRobin, SessionConfig, TcplsConnector, TcplsListener};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -49,22 +49,6 @@ async fn sink_server(pki: &Pki, addrs: &[&str]) -> Vec<SocketAddr> {
         });
     }
     bound
-}
-
-async fn round_trip(send: &mut tcpls::SendStream, recv: &mut tcpls::RecvStream, data: &[u8]) -> Vec<u8> {
-    let (w, r) = tokio::join!(
-        async {
-            send.write_all(data).await.unwrap();
-            send.shutdown().await.unwrap();
-        },
-        async {
-            let mut got = Vec::with_capacity(data.len());
-            recv.read_to_end(&mut got).await.unwrap();
-            got
-        }
-    );
-    let () = w;
-    r
 }
 
 fn bytes_per_conn(session: &tcpls::Session) -> Vec<(u32, u64)> {

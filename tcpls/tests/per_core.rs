@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{payload, Pki};
+use common::{payload, round_trip, Pki};
 use tcpls::{server_name_for, PerCoreServer, ServerBuilder, Session, TcplsConnector};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -46,18 +46,7 @@ fn echo_server(pki: &Pki, cores: usize) -> (PerCoreServer, Arc<Mutex<BTreeSet<St
 /// Sends `data` on a new stream and checks the echo is the same bytes.
 async fn echo_checked(session: &Session, data: &[u8]) {
     let (mut send, mut recv) = session.open_stream().unwrap();
-    let (w, got) = tokio::join!(
-        async {
-            send.write_all(data).await.unwrap();
-            send.shutdown().await.unwrap();
-        },
-        async {
-            let mut got = Vec::with_capacity(data.len());
-            recv.read_to_end(&mut got).await.unwrap();
-            got
-        }
-    );
-    let () = w;
+    let got = round_trip(&mut send, &mut recv, data).await;
     assert!(got == data, "echo differs: {} bytes back for {}", got.len(), data.len());
 }
 

@@ -22,3 +22,22 @@ pub async fn listen_on(pki: &Pki, addrs: &[&str]) -> Vec<tcpls::TcplsListener> {
     }
     listeners
 }
+
+/// Writes `data` on a stream and finishes it while reading the other half to its end; returns
+/// what was read (an echo server sends `data` back).
+pub async fn round_trip(send: &mut tcpls::SendStream, recv: &mut tcpls::RecvStream, data: &[u8]) -> Vec<u8> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (w, r) = tokio::join!(
+        async {
+            send.write_all(data).await.unwrap();
+            send.shutdown().await.unwrap();
+        },
+        async {
+            let mut got = Vec::with_capacity(data.len());
+            recv.read_to_end(&mut got).await.unwrap();
+            got
+        }
+    );
+    let () = w;
+    r
+}
