@@ -89,7 +89,8 @@ impl Session {
             return;
         }
         let carried = self.conns.iter().filter(|c| c.carries_streams()).filter_map(|c| c.path.carry());
-        let Some(mut budget) = rule.target(carried) else { return };
+        let active = self.core.streams.send_account().active();
+        let Some(mut budget) = rule.target(carried, active) else { return };
         // A scheduler that weighs waiting for a fast path against sending on a slow one
         // (`EarliestArrival`, bonding) decides by the stream's backlog: a budget held to the
         // paths' product hides it, and the slow path is seldom worth it (a bonded 4 MiB
